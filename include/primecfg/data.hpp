@@ -1,0 +1,86 @@
+// [data]: what the trainer reads. SFT takes a tagged union (`sft` when `type`
+// is absent, or `fake`); the RL trainer takes [data.fake] for benchmarks.
+#pragma once
+
+#include <primecfg/describe.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace primecfg {
+
+enum class FakeLength { fixed, variable };
+enum class FakeInputIds { increasing, random };
+
+struct LossMaskConfig {
+  bool system = false;
+  bool user = false;
+  bool assistant = true;
+  bool tool = false;
+
+  static constexpr auto fields() {
+    using S = LossMaskConfig;
+    return describe(field(&S::system, "Train on system messages."), field(&S::user, "Train on user messages."),
+                    field(&S::assistant, "Train on assistant messages."), field(&S::tool, "Train on tool messages."));
+  }
+};
+
+struct SFTDataConfig {
+  static constexpr std::string_view type = "sft";
+  std::string name = "PrimeIntellect/Reverse-Text-SFT";
+  std::optional<std::filesystem::path> path = std::nullopt;
+  std::int64_t seq_len = 128;
+  std::int64_t batch_size = 32;
+  std::int64_t micro_batch_size = 1;
+  bool pack = true;
+  bool shuffle = true;
+  std::int64_t seed = 0;
+  LossMaskConfig loss_mask = {};
+
+  static constexpr auto fields() {
+    using S = SFTDataConfig;
+    return describe(field(&S::name, "Dataset name; the reference trainer generates reverse-text itself."),
+                    field(&S::path, "Local JSONL file of {prompt, completion} records; replaces name."),
+                    field(&S::seq_len, "Tokens per packed sample.", ge(1)),
+                    field(&S::batch_size, "Samples per optimizer step (global).", ge(1)),
+                    field(&S::micro_batch_size, "Samples per forward/backward pass.", ge(1)),
+                    field(&S::pack, "Pack several examples into one sample of seq_len tokens."),
+                    field(&S::shuffle, "Shuffle examples every epoch."), field(&S::seed, "Seed of the shuffle."),
+                    field(&S::loss_mask, "Which message roles contribute to the loss."));
+  }
+};
+
+struct FakeDataConfig {
+  static constexpr std::string_view type = "fake";
+  std::int64_t seq_len = 128;
+  std::int64_t batch_size = 2;
+  std::int64_t micro_batch_size = 1;
+  FakeLength length = FakeLength::fixed;
+  FakeInputIds input_ids = FakeInputIds::increasing;
+
+  static constexpr auto fields() {
+    using S = FakeDataConfig;
+    return describe(field(&S::seq_len, "Tokens per sample.", ge(1)),
+                    field(&S::batch_size, "Samples per optimizer step (global).", ge(1)),
+                    field(&S::micro_batch_size, "Samples per forward/backward pass.", ge(1)),
+                    field(&S::length, "fixed: every sample has seq_len tokens; variable: random lengths."),
+                    field(&S::input_ids, "increasing: 0, 1, 2, ...; random: uniform token ids."));
+  }
+};
+
+using SFTDataSource = std::variant<SFTDataConfig, FakeDataConfig>;
+
+// The RL trainer's data: rollouts come from the orchestrator unless [data.fake] is set.
+struct TrainerDataConfig {
+  std::optional<FakeDataConfig> fake = std::nullopt;
+
+  static constexpr auto fields() {
+    return describe(field(&TrainerDataConfig::fake, "Train on generated data instead of rollouts."));
+  }
+};
+
+}  // namespace primecfg

@@ -1,0 +1,67 @@
+// Compile-time enumerator names, read from __PRETTY_FUNCTION__ (the technique
+// magic_enum uses), so that the TOML spelling of an enum value is simply the
+// enumerator's name and nothing has to be registered.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace primecfg::detail {
+
+inline constexpr int max_enum_value = 64;
+
+template <auto V>
+constexpr std::string_view enum_signature() noexcept {
+  return __PRETTY_FUNCTION__;
+}
+
+// g++: "... [with auto V = Offload::full; ...]"; for a value with no
+// enumerator: "... V = (Offload)7 ..." (g++) or "V = (Offload)7" (clang).
+constexpr std::string_view enumerator_from_signature(std::string_view sig) noexcept {
+  std::size_t start = sig.find("V = ");
+  if (start == std::string_view::npos) return {};
+  start += 4;
+  std::size_t end = sig.find_first_of(";]", start);
+  std::string_view expr = sig.substr(start, end - start);
+  if (expr.empty() || expr.front() == '(') return {};  // a cast: no enumerator
+  std::size_t cut = expr.find_last_of(':');
+  std::string_view name = cut == std::string_view::npos ? expr : expr.substr(cut + 1);
+  if (name.empty() || (name.front() >= '0' && name.front() <= '9') || name.front() == '-') return {};
+  // A trailing underscore lets a keyword be a spelling: `auto_` reads "auto".
+  if (name.size() > 1 && name.back() == '_') name.remove_suffix(1);
+  return name;
+}
+
+template <class E, int V>
+constexpr std::string_view enumerator_name() noexcept {
+  return enumerator_from_signature(enum_signature<static_cast<E>(V)>());
+}
+
+template <class E, int... V>
+constexpr std::size_t count_enumerators(std::integer_sequence<int, V...>) noexcept {
+  return (std::size_t{0} + ... + (enumerator_name<E, V>().empty() ? 0u : 1u));
+}
+
+template <class E>
+struct enum_entry {
+  E value;
+  std::string_view name;
+};
+
+template <class E, int... V>
+constexpr auto collect_enumerators(std::integer_sequence<int, V...> seq) noexcept {
+  std::array<enum_entry<E>, count_enumerators<E>(seq)> out{};
+  std::size_t i = 0;
+  ((enumerator_name<E, V>().empty() ? void() : void(out[i++] = {static_cast<E>(V), enumerator_name<E, V>()})), ...);
+  return out;
+}
+
+// Every enumerator with a value in [0, max_enum_value), in value order.
+template <class E>
+inline constexpr auto enum_entries =
+    collect_enumerators<E>(std::make_integer_sequence<int, max_enum_value>{});
+
+}  // namespace primecfg::detail

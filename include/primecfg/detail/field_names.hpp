@@ -1,0 +1,109 @@
+// Compile-time field names of an aggregate.
+//
+// Boost >= 1.84 ships boost::pfr::names_as_array (BOOST_PFR_CORE_NAME_ENABLED).
+// Older Boost (Debian 12 has 1.81, Ubuntu 24.04 has 1.83) does not, so we use
+// the same trick PFR 1.84 uses: take the address of each member of an object
+// that is declared but never defined, pass it as a template argument, and read
+// the member's name back out of __PRETTY_FUNCTION__.
+#pragma once
+
+#include <boost/pfr/core.hpp>
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <utility>
+
+#if defined(BOOST_PFR_CORE_NAME_ENABLED) && BOOST_PFR_CORE_NAME_ENABLED && !defined(PRIMECFG_FORCE_NAME_FALLBACK)
+#include <boost/pfr/core_name.hpp>
+#define PRIMECFG_NATIVE_PFR_NAMES 1
+#else
+#define PRIMECFG_NATIVE_PFR_NAMES 0
+#endif
+
+namespace primecfg::detail {
+
+// Never defined: only the addresses of its members are used, in constant
+// expressions, so no object is ever created (which also works for structs
+// holding std::string or std::map, that are not literal types).
+template <class T>
+struct fake_holder {
+  const T value;
+};
+template <class T>
+extern const fake_holder<T> fake_object_holder;
+
+template <class T>
+constexpr const T& fake_object() noexcept {
+  return fake_object_holder<T>.value;
+}
+
+// All members of the fake object, as a tuple of references.
+template <class T>
+constexpr auto fake_tie() noexcept {
+  return boost::pfr::detail::tie_as_tuple(fake_object<T>());
+}
+
+template <class T, std::size_t I>
+constexpr const void* fake_member_address() noexcept {
+  return &boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>());
+}
+
+template <auto Ptr>
+constexpr std::string_view signature_of() noexcept {
+  return __PRETTY_FUNCTION__;
+}
+
+// Extracts "field" from "... Ptr = (& holder<T>.fake_holder<T>::value.T::field); ..."
+// (g++) or "... Ptr = &fake_object_holder.value.field]" (clang).
+constexpr std::string_view member_name_from_signature(std::string_view sig) noexcept {
+  std::size_t start = sig.find("Ptr = ");
+  if (start == std::string_view::npos) return {};
+  std::size_t end = sig.find_first_of(";]", start);
+  std::string_view expr = sig.substr(start, end - start);
+  while (!expr.empty() && (expr.back() == ')' || expr.back() == ' ')) expr.remove_suffix(1);
+  std::size_t cut = expr.find_last_of(".:>");
+  return cut == std::string_view::npos ? expr : expr.substr(cut + 1);
+}
+
+template <class T, std::size_t I>
+constexpr std::string_view fallback_field_name() noexcept {
+  constexpr std::string_view name = member_name_from_signature(
+      signature_of<&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>())>());
+  static_assert(!name.empty(), "primecfg: could not read a field name from __PRETTY_FUNCTION__");
+  return name;
+}
+
+template <class T, std::size_t... I>
+constexpr std::array<std::string_view, sizeof...(I)> fallback_names(std::index_sequence<I...>) noexcept {
+  return {fallback_field_name<T, I>()...};
+}
+
+template <class T>
+constexpr auto field_names_fallback() noexcept {
+  return fallback_names<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+}
+
+template <class T>
+constexpr auto field_names() noexcept {
+#if PRIMECFG_NATIVE_PFR_NAMES
+  return boost::pfr::names_as_array<T>();
+#else
+  return field_names_fallback<T>();
+#endif
+}
+
+// Index of the data member `member` points to, computed at compile time by
+// comparing addresses inside the fake object; the field count when not found.
+template <class T, class M>
+constexpr std::size_t field_index_of(M T::*member) noexcept {
+  constexpr std::size_t n = boost::pfr::tuple_size_v<T>;
+  std::size_t found = n;
+  const void* target = &(fake_object<T>().*member);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((fake_member_address<T, I>() == target ? (found = I, 0) : 0), ...);
+  }(std::make_index_sequence<n>{});
+  return found;
+}
+
+}  // namespace primecfg::detail

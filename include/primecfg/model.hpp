@@ -1,0 +1,160 @@
+// [model]: what to train and how it is laid out in memory.
+#pragma once
+
+#include <primecfg/describe.hpp>
+#include <primecfg/offload.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace primecfg {
+
+enum class Attention { sdpa, flash_attention_2, flash_attention_3, eager };
+enum class ModelImpl { auto_, hf, custom, liger_kernel };
+enum class Dtype { bfloat16, float32 };
+enum class CpStyle { ring, ulysses };
+enum class AcMode { full, selective };
+
+struct ActivationCheckpointConfig {
+  std::int64_t freq = 1;
+  AcMode mode = AcMode::full;
+  std::vector<std::string> targets = {};
+
+  static constexpr auto fields() {
+    using S = ActivationCheckpointConfig;
+    return describe(field(&S::freq, "Checkpoint every freq-th transformer block.", ge(1)),
+                    field(&S::mode, "full recomputes whole blocks; selective only the listed targets."),
+                    field(&S::targets, "Sub-modules to recompute in selective mode."));
+  }
+};
+
+struct ActivationOffloadConfig {
+  std::int64_t max_inflight_activations = 1;
+
+  static constexpr auto fields() {
+    using S = ActivationOffloadConfig;
+    return describe(
+        field(&S::max_inflight_activations, "Activations kept in flight to the host at once.", ge(1)));
+  }
+};
+
+struct CompileConfig {
+  bool fullgraph = false;
+
+  static constexpr auto fields() {
+    return describe(field(&CompileConfig::fullgraph, "Compile each block as one graph (no graph breaks)."));
+  }
+};
+
+struct LoraConfig {
+  std::int64_t rank = 16;
+  double alpha = 32.0;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+
+  static constexpr auto fields() {
+    using S = LoraConfig;
+    return describe(field(&S::rank, "Rank of the low-rank adapters.", ge(1)),
+                    field(&S::alpha, "Scaling numerator of the adapters (scale = alpha / rank).", gt(0)),
+                    field(&S::dropout, "Dropout on the adapter input.", ge(0), lt(1)),
+                    field(&S::target_modules, "Linear layers that get adapters."));
+  }
+};
+
+enum class QuantizationType { fp8 };
+
+struct QuantizationConfig {
+  QuantizationType type = QuantizationType::fp8;
+
+  static constexpr auto fields() {
+    return describe(field(&QuantizationConfig::type, "Low-precision format of the matmuls."));
+  }
+};
+
+struct VlmConfig {
+  bool freeze_vision_encoder = true;
+  std::string language_model_attr = "model.language_model";
+  std::string vision_encoder_attr = "model.visual";
+
+  static constexpr auto fields() {
+    using S = VlmConfig;
+    return describe(field(&S::freeze_vision_encoder, "Keep the vision encoder's weights fixed."),
+                    field(&S::language_model_attr, "Attribute path of the language model."),
+                    field(&S::vision_encoder_attr, "Attribute path of the vision encoder."));
+  }
+};
+
+struct ModelDebugConfig {
+  std::optional<std::int64_t> num_layers = std::nullopt;
+  bool random_init = false;
+  bool force_balanced_routing = false;
+
+  static constexpr auto fields() {
+    using S = ModelDebugConfig;
+    return describe(field(&S::num_layers, "Keep only the first num_layers blocks.", ge(1)),
+                    field(&S::random_init, "Initialise weights randomly instead of loading them."),
+                    field(&S::force_balanced_routing, "Route MoE tokens round-robin (benchmarks)."));
+  }
+};
+
+struct ModelConfig {
+  std::string name = "Qwen/Qwen3-0.6B";
+  Offload offload = Offload::optimizer;
+  std::optional<std::int64_t> seq_len = std::nullopt;
+  Attention attn = Attention::flash_attention_2;
+  ModelImpl impl = ModelImpl::auto_;
+  Dtype optimization_dtype = Dtype::float32;
+  Dtype reduce_dtype = Dtype::float32;
+  std::optional<CompileConfig> compile = CompileConfig{};
+  std::optional<ActivationCheckpointConfig> ac = std::nullopt;
+  std::optional<ActivationOffloadConfig> ac_offloading = std::nullopt;
+  std::optional<std::int64_t> fused_lm_head_token_chunk_size = std::nullopt;
+  std::int64_t dp_replicate = 1;
+  std::int64_t ep = 1;
+  std::int64_t cp = 1;
+  CpStyle cp_style = CpStyle::ring;
+  bool reshard_after_forward = true;
+  bool trust_remote_code = false;
+  std::optional<LoraConfig> lora = std::nullopt;
+  std::optional<QuantizationConfig> quantization = std::nullopt;
+  std::optional<VlmConfig> vlm = std::nullopt;
+  std::optional<ModelDebugConfig> debug = std::nullopt;
+
+  static constexpr auto fields() {
+    using S = ModelConfig;
+    return describe(
+        field(&S::name, "Model: a preset name, a HuggingFace id, or a local HF-style directory."),
+        field(&S::offload,
+              "Where FP32 training state lives: none (all on GPU), optimizer (moments on host), "
+              "full (masters, moments and gradients on host; CPU optimizer)."),
+        field(&S::seq_len, "Sequence length the trainer packs to (RL trainer).", ge(1)),
+        field(&S::attn, "Attention kernel."),
+        field(&S::impl, "Model implementation (auto picks the custom one when available)."),
+        field(&S::optimization_dtype, "Dtype of the master weights the optimizer updates."),
+        field(&S::reduce_dtype, "Dtype of gradient reductions across ranks."),
+        field(&S::compile, "torch.compile settings; \"None\" disables compilation."),
+        field(&S::ac, "Activation checkpointing; an empty table enables it with defaults."),
+        field(&S::ac_offloading, "Offload checkpointed activations to host memory."),
+        field(&S::fused_lm_head_token_chunk_size,
+              "Tokens per chunk of the fused LM head + cross-entropy (logits never whole).", ge(1)),
+        field(&S::dp_replicate, "Data-parallel replicas outside FSDP (HSDP).", ge(1)),
+        field(&S::ep, "Expert-parallel degree.", ge(1)),
+        field(&S::cp, "Context-parallel degree.", ge(1)),
+        field(&S::cp_style, "Context-parallel algorithm."),
+        field(&S::reshard_after_forward, "Free gathered FSDP weights after forward."),
+        field(&S::trust_remote_code, "Allow model code from the checkpoint directory."),
+        field(&S::lora, "LoRA adapters; absent trains all weights."),
+        field(&S::quantization, "Quantized training."),
+        field(&S::vlm, "Vision-language model settings."),
+        field(&S::debug, "Debugging and benchmarking knobs."),
+        retired("optim_cpu_offload", "model.offload"),
+        retired("fsdp_cpu_offload", "model.offload"),
+        retired("full_offload", "model.offload"),
+        retired("numa_bind", ""),
+        retired("cpu_optimizer_backend", ""));
+  }
+};
+
+}  // namespace primecfg

@@ -1,0 +1,88 @@
+// [optim]: the optimizer, a tagged union on `type` (AdamW when absent).
+#pragma once
+
+#include <primecfg/describe.hpp>
+
+#include <optional>
+#include <string_view>
+#include <variant>
+
+namespace primecfg {
+
+struct AdamWConfig {
+  static constexpr std::string_view type = "adamw";
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::optional<double> max_norm = 1.0;
+  double betas1 = 0.9;
+  double betas2 = 0.999;
+
+  static constexpr auto fields() {
+    using S = AdamWConfig;
+    return describe(field(&S::lr, "Peak learning rate.", ge(0)),
+                    field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+                    field(&S::betas1, "First-moment decay (beta1).", ge(0), lt(1)),
+                    field(&S::betas2, "Second-moment decay (beta2).", ge(0), lt(1)));
+  }
+};
+
+struct SignSGDConfig {
+  static constexpr std::string_view type = "sign_sgd";
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::optional<double> max_norm = 1.0;
+
+  static constexpr auto fields() {
+    using S = SignSGDConfig;
+    return describe(field(&S::lr, "Step size applied to the sign of each gradient.", ge(0)),
+                    field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)));
+  }
+};
+
+struct SGDConfig {
+  static constexpr std::string_view type = "sgd";
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::optional<double> max_norm = 1.0;
+  double momentum = 0.9;
+  bool nesterov = true;
+
+  static constexpr auto fields() {
+    using S = SGDConfig;
+    return describe(field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+                    field(&S::momentum, "Momentum factor.", ge(0), lt(1)),
+                    field(&S::nesterov, "Use Nesterov momentum."));
+  }
+};
+
+struct MuonConfig {
+  static constexpr std::string_view type = "muon";
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::optional<double> max_norm = 1.0;
+  double momentum = 0.95;
+  double betas1 = 0.9;
+  double betas2 = 0.999;
+
+  static constexpr auto fields() {
+    using S = MuonConfig;
+    return describe(field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+                    field(&S::momentum, "Momentum of the orthogonalised update.", ge(0), lt(1)),
+                    field(&S::betas1, "AdamW beta1 for parameters Muon does not handle.", ge(0), lt(1)),
+                    field(&S::betas2, "AdamW beta2 for parameters Muon does not handle.", ge(0), lt(1)));
+  }
+};
+
+using OptimizerConfig = std::variant<AdamWConfig, SignSGDConfig, SGDConfig, MuonConfig>;
+
+// Every alternative has lr, weight_decay and max_norm.
+template <class F>
+decltype(auto) visit_optimizer(OptimizerConfig& optim, F&& f) {
+  return std::visit(std::forward<F>(f), optim);
+}
+
+}  // namespace primecfg

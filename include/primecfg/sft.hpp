@@ -1,0 +1,74 @@
+// SFTConfig: the root of `primecfg-train` (supervised fine-tuning).
+#pragma once
+
+#include <primecfg/checkpoint.hpp>
+#include <primecfg/data.hpp>
+#include <primecfg/describe.hpp>
+#include <primecfg/model.hpp>
+#include <primecfg/monitor.hpp>
+#include <primecfg/opaque.hpp>
+#include <primecfg/optim.hpp>
+#include <primecfg/rules.hpp>
+#include <primecfg/scheduler.hpp>
+#include <primecfg/validate.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace primecfg {
+
+struct RendererConfig {
+  std::string name = "auto";
+
+  static constexpr auto fields() {
+    return describe(field(&RendererConfig::name, "Chat template renderer; auto picks one from the model."));
+  }
+};
+
+struct SFTConfig {
+  ModelConfig model = {};
+  SFTDataSource data = SFTDataConfig{};
+  OptimizerConfig optim = AdamWConfig{};
+  SchedulerConfig scheduler = ConstantSchedulerConfig{};
+  std::optional<CheckpointConfig> ckpt = std::nullopt;
+  std::optional<ResumeConfig> resume = std::nullopt;
+  LogConfig log = {};
+  MonitorsConfig monitors = {};
+  RendererConfig renderer = {};
+  std::optional<std::int64_t> max_steps = std::nullopt;
+  std::filesystem::path output_dir = "outputs";
+  std::int64_t dist_timeout_seconds = 600;
+  std::optional<opaque_table> eval = std::nullopt;
+  std::optional<opaque_table> inference = std::nullopt;
+  std::optional<opaque_table> deployment = std::nullopt;
+  std::optional<opaque_table> slurm = std::nullopt;
+
+  static constexpr auto fields() {
+    using S = SFTConfig;
+    return describe(field(&S::model, "The model and its memory layout."),
+                    field(&S::data, "Training data (tagged union on type: sft or fake)."),
+                    field(&S::optim, "Optimizer (tagged union on type)."),
+                    field(&S::scheduler, "Learning-rate schedule (tagged union on type)."),
+                    field(&S::ckpt, "Checkpointing; an empty table enables it with defaults."),
+                    field(&S::resume, "Resume from a checkpoint; an empty table takes the newest."),
+                    field(&S::log, "Logging."), field(&S::monitors, "Metric sinks."),
+                    field(&S::renderer, "Chat template rendering."),
+                    field(&S::max_steps, "Optimizer steps to run; \"None\" runs one epoch.", ge(0)),
+                    field(&S::output_dir, "Folder for metrics, the resolved config and checkpoints."),
+                    field(&S::dist_timeout_seconds, "Timeout of collective operations.", ge(1)),
+                    field(&S::eval, "Online evaluation (read by the launcher, not the trainer)."),
+                    field(&S::inference, "Inference servers (read by the launcher)."),
+                    field(&S::deployment, "GPU placement (read by the launcher)."),
+                    field(&S::slurm, "SLURM submission (read by the launcher)."));
+  }
+
+  void validate(validation& v) {
+    rules::full_offload_optimizer(v, model, optim);
+    rules::scheduler_fits(v, scheduler, max_steps);
+    std::visit([&](const auto& d) { rules::micro_batches_divide(v, d); }, data);
+  }
+};
+
+}  // namespace primecfg

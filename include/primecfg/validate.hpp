@@ -1,0 +1,130 @@
+// Cross-field rules. A config struct declares them next to its fields:
+//
+//   struct SFTConfig {
+//     ...
+//     void validate(primecfg::validation& v) {
+//       if (data.batch_size % data.micro_batch_size != 0)
+//         v.error(data.batch_size, "must be a multiple of data.micro_batch_size");
+//     }
+//   };
+//
+// validate() runs after every source has been decoded, children before
+// parents. Fields are named by reference: the validation knows each field's
+// dotted path and where its value came from, so a rule can tell a value the
+// user wrote from a default.
+#pragma once
+
+#include <primecfg/detail/value_text.hpp>
+#include <primecfg/error.hpp>
+
+#include <map>
+#include <string>
+#include <typeindex>
+#include <utility>
+#include <vector>
+
+namespace primecfg {
+
+using provenance_map = std::map<std::string, provenance, std::less<>>;
+
+class validation {
+ public:
+  validation(std::vector<diagnostic>& out, provenance_map& sources) : out_(&out), sources_(&sources) {}
+
+  // Dotted path of a field of the config being validated.
+  template <class F>
+  std::string path_of(const F& field) const {
+    auto it = paths_.find({static_cast<const void*>(&field), std::type_index(typeid(F))});
+    return it == paths_.end() ? std::string("<unknown field>") : it->second;
+  }
+
+  // Where the field's value came from.
+  template <class F>
+  provenance source_of(const F& field) const {
+    auto it = sources_->find(path_of(field));
+    return it == sources_->end() ? provenance{} : it->second;
+  }
+
+  // True when a file or the command line set the field.
+  template <class F>
+  bool is_set(const F& field) const {
+    return !source_of(field).is_default();
+  }
+
+  template <class F>
+  void error(const F& field, std::string message) {
+    report(severity::error, field, std::move(message));
+  }
+  template <class F>
+  void warning(const F& field, std::string message) {
+    report(severity::warning, field, std::move(message));
+  }
+  template <class F>
+  void note(const F& field, std::string message) {
+    report(severity::note, field, std::move(message));
+  }
+
+  // A rule that needs `field` to hold `value`: a default is replaced (with a
+  // note saying why); a value the user set is never silently overridden, it
+  // is an error. Returns true when the field now holds `value`.
+  template <class F, class V>
+  bool require_value(F& field, V&& value, std::string why) {
+    F wanted(std::forward<V>(value));
+    if (field == wanted) return true;
+    if (is_set(field)) {
+      error(field, why);
+      return false;
+    }
+    note(field, fmt::format("default {} changed to {}: {}", detail::value_text(field),
+                            detail::value_text(wanted), why));
+    field = std::move(wanted);
+    return true;
+  }
+
+  // A value shared from another section (RL's top-level max_steps into
+  // [trainer]): taken when `field` was not set, an error when it was set to
+  // something else. Provenance follows the value.
+  template <class F, class V>
+  void inherit(F& field, const V& value) {
+    F wanted(value);
+    if (is_set(field)) {
+      if (!(field == wanted))
+        error(field, fmt::format("conflicts with {} = {} set at {}", path_of(value), detail::value_text(wanted),
+                                 source_of(value).to_string()));
+      return;
+    }
+    field = std::move(wanted);
+    (*sources_)[path_of(field)] = source_of(value);
+  }
+
+  // Where the value at a dotted path came from (e.g. a union's "optim.type").
+  provenance source_of_path(std::string_view path) const {
+    auto it = sources_->find(path);
+    return it == sources_->end() ? provenance{} : it->second;
+  }
+
+  // Used by the loader: registers the address of every field before rules run.
+  void add_field(const void* address, std::type_index type, std::string path) {
+    paths_.insert_or_assign({address, type}, std::move(path));
+  }
+
+ private:
+  template <class F>
+  void report(severity level, const F& field, std::string message) {
+    diagnostic d;
+    d.level = level;
+    d.kind = error_kind::value_error;
+    d.path = path_of(field);
+    d.where = source_of(field);
+    d.message = std::move(message);
+    d.input = detail::value_text(field);
+    out_->push_back(std::move(d));
+  }
+
+  // Keyed by address and type: a struct and its first member share an address.
+  std::map<std::pair<const void*, std::type_index>, std::string> paths_;
+  std::vector<diagnostic>* out_;
+  provenance_map* sources_;
+};
+
+}  // namespace primecfg

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs everything primecfg needs on a fresh Debian 12 machine (as root, or
+# with sudo). Safe to run again: it only installs what is missing.
+set -euo pipefail
+
+need_apt=()
+for pkg in g++ meson ninja-build pkg-config libfmt-dev libtomlplusplus-dev doctest-dev \
+           libboost1.81-dev libhwloc-dev clang-format; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# LibTorch comes from the torch wheel (CPU build on this kind of machine).
+if ! python3 -c 'import torch' >/dev/null 2>&1; then
+  python3 -m pip install -q torch==2.13.0
+fi
+# The schema test cross-checks primecfg against an independent validator.
+if ! command -v check-jsonschema >/dev/null 2>&1; then
+  python3 -m pip install -q check-jsonschema
+fi
