@@ -48,11 +48,15 @@ struct CompileConfig {
   }
 };
 
+// A function, not a braced list: g++ 12 crashes counting the fields of an
+// aggregate whose std::vector<std::string> member has a braced default.
+inline std::vector<std::string> default_lora_targets() { return {"q_proj", "k_proj", "v_proj", "o_proj"}; }
+
 struct LoraConfig {
   std::int64_t rank = 16;
   double alpha = 32.0;
   double dropout = 0.0;
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  std::vector<std::string> target_modules = default_lora_targets();
 
   static constexpr auto fields() {
     using S = LoraConfig;
@@ -149,9 +153,9 @@ struct ModelConfig {
         field(&S::quantization, "Quantized training."),
         field(&S::vlm, "Vision-language model settings."),
         field(&S::debug, "Debugging and benchmarking knobs."),
-        retired("optim_cpu_offload", "model.offload"),
-        retired("fsdp_cpu_offload", "model.offload"),
-        retired("full_offload", "model.offload"),
+        retired("optim_cpu_offload", "offload"),
+        retired("fsdp_cpu_offload", "offload"),
+        retired("full_offload", "offload"),
         retired("numa_bind", ""),
         retired("cpu_optimizer_backend", ""));
   }

@@ -14,6 +14,7 @@
 // user wrote from a default.
 #pragma once
 
+#include <primecfg/detail/equal.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
 
@@ -70,7 +71,7 @@ class validation {
   template <class F, class V>
   bool require_value(F& field, V&& value, std::string why) {
     F wanted(std::forward<V>(value));
-    if (field == wanted) return true;
+    if (detail::deep_equal(field, wanted)) return true;
     if (is_set(field)) {
       error(field, why);
       return false;
@@ -88,7 +89,7 @@ class validation {
   void inherit(F& field, const V& value) {
     F wanted(value);
     if (is_set(field)) {
-      if (!(field == wanted))
+      if (!detail::deep_equal(field, wanted))
         error(field, fmt::format("conflicts with {} = {} set at {}", path_of(value), detail::value_text(wanted),
                                  source_of(value).to_string()));
       return;

@@ -19,10 +19,26 @@ std::string_view enum_to_name(E value) {
   return "?";
 }
 
+// A TOML basic string (double quotes, escapes), valid in TOML and JSON alike.
 inline std::string quote_toml_string(std::string_view s) {
-  std::ostringstream os;
-  os << toml::value<std::string>(std::string(s));
-  return os.str();
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+          out += fmt::format("\\u{:04X}", static_cast<unsigned char>(c));
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
 }
 
 template <class T>
@@ -55,6 +71,7 @@ std::string value_text(const T& v) {
 // The text of a TOML node as the user wrote it (strings quoted), one line.
 inline std::string node_text(const toml::node& n) {
   if (n.is_table()) return "{...}";
+  if (const auto* str = n.as_string()) return quote_toml_string(str->get());
   std::ostringstream os;
   n.visit([&](const auto& v) { os << toml::toml_formatter{v, toml::format_flags::none}; });
   std::string s = os.str();

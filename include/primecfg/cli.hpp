@@ -1,0 +1,214 @@
+// Command-line overrides, resolved against the config's type:
+//
+//   prog @ base.toml @ overlay.toml --model.offload=full --data.seq-len 4096 --no-model.reshard-after-forward
+//
+// `@ FILE` (or `@FILE`) adds a file; `--a.b=v` and `--a.b v` set a value;
+// kebab-case and snake_case both work; a boolean alone (`--flag`) is true and
+// `--no-flag` false; an optional section alone (`--model.ac`) is turned on
+// with its defaults and `--no-model.ac` turns it off.
+#pragma once
+
+#include <primecfg/detail/did_you_mean.hpp>
+#include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/type_traits.hpp>
+#include <primecfg/error.hpp>
+#include <primecfg/load.hpp>
+
+#include <fmt/format.h>
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace primecfg {
+
+namespace detail {
+
+enum class flag_kind { unknown, boolean, value, section, optional_section };
+
+struct flag_lookup {
+  flag_kind kind = flag_kind::unknown;
+  std::string path;        // normalised dotted path (snake_case field names)
+  std::string suggestion;  // for unknown flags: the closest valid path, if any
+};
+
+inline std::vector<std::string> split_dotted(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t dot = s.find('.', start);
+    out.emplace_back(s.substr(start, dot == std::string_view::npos ? s.size() - start : dot - start));
+    if (dot == std::string_view::npos) return out;
+    start = dot + 1;
+  }
+}
+
+template <class T>
+flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i, const std::string& path) {
+  if constexpr (is_optional_v<T>) {
+    flag_lookup r = resolve_flag<typename T::value_type>(segments, i, path);
+    if (i == segments.size() && r.kind == flag_kind::section) r.kind = flag_kind::optional_section;
+    return r;
+  } else {
+    if (i == segments.size()) {
+      if constexpr (std::is_same_v<T, bool>) return {flag_kind::boolean, path, {}};
+      if constexpr (is_struct_v<T> || is_variant_v<T> || is_string_map_v<T>) return {flag_kind::section, path, {}};
+      return {flag_kind::value, path, {}};
+    }
+    if constexpr (is_struct_v<T>) {
+      std::string name = snake_case(segments[i]);
+      constexpr auto names = field_names<T>();
+      flag_lookup found;
+      bool matched = false;
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((!matched && names[I] == name
+              ? void((matched = true,
+                      found = resolve_flag<std::remove_cvref_t<decltype(boost::pfr::get<I>(std::declval<T&>()))>>(
+                          segments, i + 1, join_path(path, name))))
+              : void()),
+         ...);
+      }(std::make_index_sequence<names.size()>{});
+      if (matched) return found;
+      std::string hint = closest_match(name, names);
+      if (hint.empty()) return {flag_kind::unknown, {}, {}};
+      std::string suggestion = join_path(path, hint);
+      for (std::size_t k = i + 1; k < segments.size(); ++k) suggestion = join_path(suggestion, segments[k]);
+      return {flag_kind::unknown, {}, suggestion};
+    } else if constexpr (is_variant_v<T>) {
+      std::string name = snake_case(segments[i]);
+      if (name == "type" && i + 1 == segments.size()) return {flag_kind::value, join_path(path, "type"), {}};
+      flag_lookup result;
+      // Any alternative that has the field will do: the union's `type` decides later.
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((result.kind == flag_kind::unknown
+              ? void([&] {
+                  flag_lookup r = resolve_flag<std::variant_alternative_t<I, T>>(segments, i, path);
+                  if (r.kind != flag_kind::unknown || result.suggestion.empty()) result = r;
+                }())
+              : void()),
+         ...);
+      }(std::make_index_sequence<std::variant_size_v<T>>{});
+      return result;
+    } else if constexpr (is_string_map_v<T>) {
+      return resolve_flag<typename T::mapped_type>(segments, i + 1, join_path(path, segments[i]));
+    } else if constexpr (std::is_same_v<T, opaque_table>) {
+      std::string rest = path;
+      for (std::size_t k = i; k < segments.size(); ++k) rest = join_path(rest, segments[k]);
+      return {flag_kind::value, rest, {}};
+    } else {
+      return {flag_kind::unknown, {}, {}};  // a value has no fields
+    }
+  }
+}
+
+inline diagnostic command_line_error(error_kind kind, std::string flag, std::string message) {
+  diagnostic d;
+  d.kind = kind;
+  d.where = provenance::on_command_line(std::move(flag));
+  d.message = std::move(message);
+  return d;
+}
+
+}  // namespace detail
+
+// Adds the files and overrides in `args` to `src`, in order. Problems with
+// the flags themselves go to `errors`; arguments that are neither files nor
+// flags are returned for the caller (a tool's own positional arguments).
+template <class T>
+std::vector<std::string> parse_command_line(std::span<const std::string> args, sources& src,
+                                            std::vector<diagnostic>& errors) {
+  using detail::flag_kind;
+  std::vector<std::string> positional;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "@") {
+      if (i + 1 < args.size())
+        src.add_file(args[++i]);
+      else
+        errors.push_back(detail::command_line_error(error_kind::missing, "@", "'@' must be followed by a file"));
+      continue;
+    }
+    if (arg.size() > 1 && arg[0] == '@') {
+      src.add_file(arg.substr(1));
+      continue;
+    }
+    if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string body = arg.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = body.find('='); eq != std::string::npos) {
+      value = body.substr(eq + 1);
+      body.resize(eq);
+    }
+    std::string flag = "--" + body;
+    detail::flag_lookup r = detail::resolve_flag<T>(detail::split_dotted(body), 0, "");
+    bool negated = false;
+    if (r.kind == flag_kind::unknown && !value) {
+      // --no-a.b or --a.no-b
+      std::string plain = body;
+      if (plain.rfind("no-", 0) == 0 || plain.rfind("no_", 0) == 0) {
+        plain = plain.substr(3);
+      } else if (auto dot = plain.rfind('.'); dot != std::string::npos &&
+                                              (plain.compare(dot + 1, 3, "no-") == 0 || plain.compare(dot + 1, 3, "no_") == 0)) {
+        plain.erase(dot + 1, 3);
+      }
+      if (plain != body) {
+        detail::flag_lookup n = detail::resolve_flag<T>(detail::split_dotted(plain), 0, "");
+        if (n.kind == flag_kind::boolean || n.kind == flag_kind::optional_section) r = n, negated = true;
+      }
+    }
+    switch (r.kind) {
+      case flag_kind::unknown:
+        errors.push_back(detail::command_line_error(
+            error_kind::extra_forbidden, flag,
+            fmt::format("'{}' names no config field{}", flag,
+                        r.suggestion.empty() ? "" : fmt::format("; did you mean '--{}'?", r.suggestion))));
+        continue;
+      case flag_kind::boolean:
+        if (!value) value = negated ? "false" : "true";
+        break;
+      case flag_kind::optional_section:
+        if (!value) value = negated ? "None" : "{}";
+        break;
+      case flag_kind::section:
+        if (!value) {
+          errors.push_back(detail::command_line_error(
+              error_kind::table_type, flag,
+              fmt::format("'{}' is a section; set one of its fields, e.g. '--{}.<field>=...'", flag, r.path)));
+          continue;
+        }
+        break;
+      case flag_kind::value:
+        if (!value) {
+          if (i + 1 >= args.size()) {
+            errors.push_back(detail::command_line_error(error_kind::missing, flag,
+                                                        fmt::format("'{}' needs a value", flag)));
+            continue;
+          }
+          value = args[++i];
+        }
+        break;
+    }
+    src.add_override(r.path, *value, flag);
+  }
+  return positional;
+}
+
+// Files and overrides from the command line on top of `base`; anything else
+// in `args` is an error.
+template <class T>
+loaded<T> load_command_line(std::span<const std::string> args, sources base = {}) {
+  std::vector<diagnostic> errors;
+  std::vector<std::string> rest = parse_command_line<T>(args, base, errors);
+  for (const std::string& arg : rest)
+    errors.push_back(detail::command_line_error(
+        error_kind::extra_forbidden, arg,
+        fmt::format("unexpected argument '{}' (give config files as '@ {}')", arg, arg)));
+  loaded<T> result = load<T>(base);
+  result.diagnostics.insert(result.diagnostics.begin(), errors.begin(), errors.end());
+  return result;
+}
+
+}  // namespace primecfg

@@ -1,0 +1,246 @@
+// Loading a config: defaults, then TOML files in order, then overrides.
+//
+//   primecfg::sources src;
+//   src.add_file("base.toml").add_file("overlay.toml").add_override("model.offload", "full");
+//   primecfg::loaded<primecfg::SFTConfig> cfg = primecfg::load<primecfg::SFTConfig>(src);
+//   if (!cfg.ok()) { std::cerr << primecfg::format_text(cfg.diagnostics, "SFTConfig"); return 1; }
+//
+// Every source is decoded even after errors, rules run even when fields
+// failed, so one run reports everything that is wrong.
+#pragma once
+
+#include <primecfg/describe.hpp>
+#include <primecfg/detail/decode.hpp>
+#include <primecfg/detail/walk.hpp>
+#include <primecfg/error.hpp>
+#include <primecfg/validate.hpp>
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+namespace primecfg {
+
+// Files larger than this are refused before parsing: a config is a few KiB,
+// and parsing hundreds of MiB would look like a hang.
+inline constexpr std::uintmax_t max_config_bytes = 16u << 20;
+
+// The inputs of a load, lowest precedence first.
+class sources {
+ public:
+  struct layer {
+    enum class kind { file, text, override_value };
+    kind what;
+    std::string name;     // file path, or the name shown for text; the dotted key of an override
+    std::string content;  // text, or the override's raw value
+    std::string flag;     // how an override was written ("--model.offload")
+  };
+
+  sources& add_file(const std::filesystem::path& path) {
+    layers_.push_back({layer::kind::file, path.string(), {}, {}});
+    return *this;
+  }
+  // A TOML document that is not a file (an embedded default, a test string).
+  sources& add_text(std::string name, std::string toml_text) {
+    layers_.push_back({layer::kind::text, std::move(name), std::move(toml_text), {}});
+    return *this;
+  }
+  // One value by dotted key; raw text, read according to the field's type.
+  sources& add_override(std::string dotted_key, std::string raw_value, std::string flag = {}) {
+    if (flag.empty()) flag = "--" + dotted_key;
+    layers_.push_back({layer::kind::override_value, std::move(dotted_key), std::move(raw_value), std::move(flag)});
+    return *this;
+  }
+
+  const std::vector<layer>& layers() const noexcept { return layers_; }
+
+ private:
+  std::vector<layer> layers_;
+};
+
+template <class T>
+struct loaded {
+  T value{};
+  provenance_map provenance;  // dotted path -> where its value came from (absent: default)
+  std::vector<diagnostic> diagnostics;
+
+  std::size_t error_count() const {
+    return static_cast<std::size_t>(std::count_if(diagnostics.begin(), diagnostics.end(),
+                                                  [](const diagnostic& d) { return d.level == severity::error; }));
+  }
+  bool ok() const { return error_count() == 0; }
+
+  // Where the value at a dotted path came from.
+  primecfg::provenance source_of(std::string_view path) const {
+    auto it = provenance.find(path);
+    return it == provenance.end() ? primecfg::provenance{} : it->second;
+  }
+};
+
+namespace detail {
+
+// Reads a whole file, or says why it cannot.
+inline bool read_config_file(const std::string& path, std::string& text, std::string& why) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    why = "is a directory, not a config file";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    why = fmt::format("cannot open: {}", std::strerror(errno));
+    return false;
+  }
+  auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_config_bytes) {
+    why = fmt::format("is {} bytes; config files are limited to {} MiB", size, max_config_bytes >> 20);
+    return false;
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) {
+    why = fmt::format("read failed: {}", std::strerror(errno));
+    return false;
+  }
+  text = std::move(buffer).str();
+  return true;
+}
+
+inline std::optional<toml::table> parse_document(const std::string& text, const std::string& name,
+                                                 std::vector<diagnostic>& out) {
+  try {
+    return toml::parse(std::string_view(text), std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    diagnostic d;
+    d.kind = error_kind::toml_syntax;
+    d.where = provenance::in_file(name, e.source().begin.line, e.source().begin.column);
+    d.message = fmt::format("invalid TOML: {}", e.description());
+    out.push_back(std::move(d));
+    return std::nullopt;
+  }
+}
+
+// {"model": {"offload": "<raw>"}} from "model.offload" and "<raw>".
+inline toml::table override_table(std::string_view dotted_key, const std::string& raw) {
+  toml::table root;
+  toml::table* current = &root;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t dot = dotted_key.find('.', start);
+    std::string_view segment = dotted_key.substr(start, dot == std::string_view::npos ? dotted_key.size() : dot - start);
+    if (dot == std::string_view::npos) {
+      current->insert_or_assign(segment, raw);
+      return root;
+    }
+    auto [it, inserted] = current->insert(segment, toml::table{});
+    current = it->second.as_table();
+    start = dot + 1;
+  }
+}
+
+// Errors in source order: files as given, then the command line, then
+// rules about defaults; by line and column within a file.
+inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src) {
+  auto rank = [&](const provenance& p) {
+    if (p.is_default()) return src.layers().size();
+    for (std::size_t i = 0; i < src.layers().size(); ++i) {
+      const auto& l = src.layers()[i];
+      if (p.from == provenance::origin::command_line ? l.flag == p.file : l.name == p.file) return i;
+    }
+    return src.layers().size();
+  };
+  std::stable_sort(diags.begin(), diags.end(), [&](const diagnostic& a, const diagnostic& b) {
+    auto ka = std::tuple(rank(a.where), a.where.line, a.where.column);
+    auto kb = std::tuple(rank(b.where), b.where.line, b.where.column);
+    return ka < kb;
+  });
+}
+
+template <class T>
+void check_required(loaded<T>& result) {
+  walk(
+      result.value, "",
+      [&](auto& value, const std::string& path) {
+        using V = std::remove_cvref_t<decltype(value)>;
+        if constexpr (is_struct_v<V>) {
+          for_each_field(value, [&](auto&, std::string_view name, const field_doc& doc) {
+            std::string field_path = path.empty() ? std::string(name) : path + "." + std::string(name);
+            if (doc.required && !result.provenance.contains(field_path)) {
+              diagnostic d;
+              d.kind = error_kind::missing;
+              d.path = field_path;
+              d.where = path.empty() ? provenance{} : result.source_of(path);
+              d.message = fmt::format("required field '{}' is missing", name);
+              result.diagnostics.push_back(std::move(d));
+            }
+          });
+        }
+      },
+      [](auto&, const std::string&) {});
+}
+
+template <class T>
+void run_rules(loaded<T>& result) {
+  validation v(result.diagnostics, result.provenance);
+  walk(
+      result.value, "",
+      [&](auto& value, const std::string& path) {
+        v.add_field(&value, std::type_index(typeid(std::remove_cvref_t<decltype(value)>)), path);
+      },
+      [](auto&, const std::string&) {});
+  walk(
+      result.value, "", [](auto&, const std::string&) {},
+      [&](auto& value, const std::string&) {
+        if constexpr (requires { value.validate(v); }) value.validate(v);
+      });
+}
+
+}  // namespace detail
+
+template <class T>
+loaded<T> load(const sources& src) {
+  static_assert(detail::is_struct_v<T>, "primecfg::load<T>: T must be a config struct");
+  loaded<T> result;
+  detail::decode_context ctx;
+  ctx.out = &result.diagnostics;
+  ctx.sources = &result.provenance;
+  for (const sources::layer& layer : src.layers()) {
+    if (layer.what == sources::layer::kind::override_value) {
+      ctx.file.clear();
+      ctx.flag = layer.flag;
+      detail::decode_struct(detail::override_table(layer.name, layer.content), result.value, "", ctx);
+      continue;
+    }
+    std::string text = layer.content;
+    if (layer.what == sources::layer::kind::file) {
+      std::string why;
+      if (!detail::read_config_file(layer.name, text, why)) {
+        diagnostic d;
+        d.kind = error_kind::file_error;
+        d.where = provenance::in_file(layer.name, 0, 0);
+        d.message = why;
+        result.diagnostics.push_back(std::move(d));
+        continue;
+      }
+    }
+    std::optional<toml::table> doc = detail::parse_document(text, layer.name, result.diagnostics);
+    if (!doc) continue;
+    ctx.file = layer.name;
+    ctx.flag.clear();
+    detail::decode_struct(*doc, result.value, "", ctx);
+  }
+  detail::check_required(result);
+  detail::run_rules(result);
+  detail::sort_diagnostics(result.diagnostics, src);
+  return result;
+}
+
+}  // namespace primecfg
