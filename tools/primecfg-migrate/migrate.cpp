@@ -1,0 +1,138 @@
+#include "migrate.hpp"
+
+#include "steps.hpp"
+
+#include <algorithm>
+#include <optional>
+
+namespace primecfg::migrate {
+
+bool file_result::failed() const {
+  return std::any_of(diagnostics.begin(), diagnostics.end(),
+                     [](const diagnostic& d) { return d.lvl == level::error; });
+}
+
+std::string format(std::string_view file, const diagnostic& d) {
+  std::string out(file);
+  if (d.line > 0) out += ":" + std::to_string(d.line);
+  out += ": ";
+  out += to_string(d.lvl);
+  out += ": ";
+  out += d.message;
+  return out;
+}
+
+namespace {
+
+std::optional<toml::table> parse(const std::string& text, std::vector<diagnostic>& diags, bool ours) {
+  try {
+    return toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    std::string msg = ours ? "internal error: the migrated text is not valid TOML (" : "not valid TOML: ";
+    msg += e.description();
+    if (ours) msg += "); nothing was changed";
+    diags.push_back({level::error, ours ? 0 : static_cast<std::size_t>(e.source().begin.line), msg});
+    return std::nullopt;
+  }
+}
+
+bool has_error(const std::vector<diagnostic>& ds) {
+  return std::any_of(ds.begin(), ds.end(), [](const diagnostic& d) { return d.lvl == level::error; });
+}
+
+}  // namespace
+
+file_result migrate_text(std::string text, const options& opts) {
+  return migrate_text(std::move(text), opts, all_steps());
+}
+
+file_result migrate_text(std::string text, const options& opts, const std::vector<step>& steps) {
+  file_result r;
+  r.original = text;
+  r.migrated = text;
+  std::optional<toml::table> root = parse(text, r.diagnostics, false);
+  if (!root) return r;
+
+  std::string current = std::move(text);
+  for (const step& s : steps) {
+    std::vector<diagnostic> ds;
+    std::string next;
+    try {
+      document doc(current);
+      plan edits(doc);
+      context ctx{doc, *root, opts, edits, ds};
+      s.run(ctx);
+      if (!has_error(ds)) next = edits.empty() ? current : edits.apply();
+    } catch (const std::exception& e) {
+      ds.push_back({level::error, 0,
+                    std::string("internal error in migration ") + std::string(s.name) + ": " + e.what() +
+                        "; nothing was changed"});
+    }
+    std::stable_sort(ds.begin(), ds.end(),
+                     [](const diagnostic& a, const diagnostic& b) { return a.line < b.line; });
+    r.diagnostics.insert(r.diagnostics.end(), ds.begin(), ds.end());
+    if (has_error(ds)) {
+      r.migrated = r.original;
+      return r;
+    }
+    if (next == current) continue;
+
+    std::optional<toml::table> next_root = parse(next, r.diagnostics, true);
+    if (!next_root) {
+      r.migrated = r.original;
+      return r;
+    }
+    // A step must be done after one pass: running it again changes nothing.
+    std::vector<diagnostic> again;
+    document doc2(next);
+    plan edits2(doc2);
+    context ctx2{doc2, *next_root, opts, edits2, again};
+    s.run(ctx2);
+    if (!edits2.empty() || has_error(again)) {
+      r.diagnostics.push_back({level::error, 0,
+                               "internal error: migration " + std::string(s.name) +
+                                   " would change its own output again; nothing was changed"});
+      r.migrated = r.original;
+      return r;
+    }
+    r.applied.push_back(s.name);
+    current = std::move(next);
+    root = std::move(next_root);
+  }
+  r.migrated = std::move(current);
+  return r;
+}
+
+std::string_view to_string(root_type r) {
+  switch (r) {
+    case root_type::sft:
+      return "sft";
+    case root_type::trainer:
+      return "trainer";
+    case root_type::rl:
+      return "rl";
+  }
+  return "sft";
+}
+
+std::optional<root_type> parse_root_type(std::string_view s) {
+  if (s == "sft") return root_type::sft;
+  if (s == "trainer") return root_type::trainer;
+  if (s == "rl") return root_type::rl;
+  return std::nullopt;
+}
+
+root_type infer_root_type(const toml::table& root) {
+  if (root.get("trainer") != nullptr || root.get("orchestrator") != nullptr) return root_type::rl;
+  if (const toml::table* data = root["data"].as_table()) {
+    if (auto type = (*data)["type"].value<std::string>(); type && (*type == "fake" || *type == "sft"))
+      return root_type::sft;
+    if (data->get("seq_len") != nullptr) return root_type::sft;
+    if (data->get("fake") != nullptr) return root_type::trainer;
+  }
+  if (const toml::table* model = root["model"].as_table(); model && model->get("seq_len") != nullptr)
+    return root_type::trainer;
+  return root_type::sft;
+}
+
+}  // namespace primecfg::migrate
