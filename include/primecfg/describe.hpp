@@ -59,7 +59,7 @@ constexpr auto field(M S::*member, std::string_view description, Extra... extra)
                   "primecfg: bounds apply to numbers (or optionals / vectors of numbers)");
   }
   field_spec<S, M, nbounds> spec{member, description, {}, false};
-  std::size_t i = 0;
+  [[maybe_unused]] std::size_t i = 0;
   (
       [&](auto e) {
         if constexpr (std::is_same_v<decltype(e), bound>)

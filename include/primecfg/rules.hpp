@@ -9,6 +9,7 @@
 #include <primecfg/validate.hpp>
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <optional>
 #include <variant>
@@ -56,6 +57,24 @@ template <class Data>
 void micro_batches_divide(validation& v, const Data& data) {
   if (data.micro_batch_size > 0 && data.batch_size % data.micro_batch_size != 0)
     v.error(data.batch_size, fmt::format("must be a multiple of micro_batch_size = {}", data.micro_batch_size));
+}
+
+// The part of full_offload_optimizer that JSON Schema can say: with
+// model.offload = "full", optim.type (when written) is adamw or sign_sgd and
+// optim.max_norm (when written) is "None".
+inline void full_offload_schema(toml::table& schema) {
+  toml::table when{
+      {"properties",
+       toml::table{{"model", toml::table{{"properties", toml::table{{"offload", toml::table{{"const", "full"}}}}},
+                                         {"required", toml::array{"offload"}}}}}},
+      {"required", toml::array{"model"}}};
+  toml::table then{
+      {"properties",
+       toml::table{{"optim", toml::table{{"properties",
+                                          toml::table{{"type", toml::table{{"enum", toml::array{"adamw", "sign_sgd"}}}},
+                                                      {"max_norm", toml::table{{"const", "None"}}}}}}}}}};
+  if (!schema.contains("allOf")) schema.insert("allOf", toml::array{});
+  schema["allOf"].as_array()->push_back(toml::table{{"if", std::move(when)}, {"then", std::move(then)}});
 }
 
 }  // namespace primecfg::rules

@@ -64,6 +64,8 @@ struct SFTConfig {
                     field(&S::slurm, "SLURM submission (read by the launcher)."));
   }
 
+  static void extend_schema(toml::table& schema) { rules::full_offload_schema(schema); }
+
   void validate(validation& v) {
     rules::full_offload_optimizer(v, model, optim);
     rules::scheduler_fits(v, scheduler, max_steps);

@@ -65,6 +65,8 @@ struct TrainerConfig {
                     field(&S::enable_token_export, "Export trained tokens for inspection."));
   }
 
+  static void extend_schema(toml::table& schema) { rules::full_offload_schema(schema); }
+
   void validate(validation& v) {
     rules::full_offload_optimizer(v, model, optim);
     rules::scheduler_fits(v, scheduler, max_steps);

@@ -62,6 +62,13 @@ inline constexpr bool is_struct_v =
     !is_string_map_v<T> && !is_variant_v<T> && !std::is_same_v<T, opaque_table> &&
     !std::is_same_v<T, std::string> && !std::is_same_v<T, std::filesystem::path>;
 
+template <class T>
+struct is_optional_struct : std::false_type {};
+template <class T>
+struct is_optional_struct<std::optional<T>> : std::bool_constant<is_struct_v<T>> {};
+template <class T>
+inline constexpr bool is_optional_struct_v = is_optional_struct<T>::value;
+
 // The element type after peeling optionals and vectors: what bounds apply to.
 template <class T>
 struct innermost {

@@ -48,9 +48,11 @@ std::string value_text(const T& v) {
   } else if constexpr (is_integer_v<T>) {
     return fmt::format("{}", v);
   } else if constexpr (std::is_floating_point_v<T>) {
-    std::ostringstream os;
-    os << toml::value<double>(static_cast<double>(v));
-    return os.str();
+    // Shortest text that reads back to the same double; TOML needs a '.' or
+    // an exponent to keep it a float.
+    std::string s = fmt::format("{}", static_cast<double>(v));
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
   } else if constexpr (std::is_same_v<T, std::string>) {
     return quote_toml_string(v);
   } else if constexpr (std::is_same_v<T, std::filesystem::path>) {

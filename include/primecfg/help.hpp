@@ -1,0 +1,104 @@
+// `--help` text generated from the config's fields and descriptions.
+#pragma once
+
+#include <primecfg/describe.hpp>
+#include <primecfg/detail/enum_names.hpp>
+#include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/type_traits.hpp>
+#include <primecfg/detail/value_text.hpp>
+#include <primecfg/dump.hpp>
+
+#include <fmt/format.h>
+
+#include <string>
+#include <variant>
+
+namespace primecfg {
+
+namespace detail {
+
+template <class T>
+std::string type_hint() {
+  if constexpr (std::is_same_v<T, bool>) {
+    return "";
+  } else if constexpr (is_integer_v<T>) {
+    return "INT";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "FLOAT";
+  } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+    return "PATH";
+  } else if constexpr (std::is_enum_v<T>) {
+    std::string out;
+    for (const auto& e : enum_entries<T>) out += (out.empty() ? "" : "|") + std::string(e.name);
+    return "{" + out + "}";
+  } else if constexpr (is_optional_v<T>) {
+    std::string inner = type_hint<typename T::value_type>();
+    return (inner.empty() ? "BOOL" : inner) + "|None";
+  } else if constexpr (is_vector_v<T>) {
+    return "[" + type_hint<typename T::value_type>() + ", ...]";
+  } else {
+    return "TEXT";
+  }
+}
+
+inline std::string kebab(std::string s) {
+  for (char& c : s)
+    if (c == '_') c = '-';
+  return s;
+}
+
+template <class S>
+void help_for_struct(std::string& out, const S& defaults, const std::string& prefix);
+
+template <class... A>
+void help_for_union(std::string& out, const std::variant<A...>*, const std::string& flag,
+                    std::string_view description) {
+  std::string tags;
+  ((tags += (tags.empty() ? "" : "|") + std::string(A::type)), ...);
+  out += fmt::format("  --{}.type {{{}}}\n      {}\n", flag, tags, description);
+  ((out += fmt::format("    with {}.type = \"{}\":\n", flag, A::type), help_for_struct(out, A{}, flag + ".")), ...);
+}
+
+template <class S>
+void help_for_struct(std::string& out, const S& defaults, const std::string& prefix) {
+  constexpr auto names = field_names<S>();
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(defaults))>;
+          const F& value = boost::pfr::get<I>(defaults);
+          const field_doc& doc = doc_of<S>.fields[I];
+          std::string flag = prefix + kebab(std::string(names[I]));
+          if constexpr (is_variant_v<F>) {
+            help_for_union(out, static_cast<const F*>(nullptr), flag, doc.description);
+          } else if constexpr (is_struct_v<F>) {
+            help_for_struct(out, value, flag + ".");
+          } else if constexpr (is_optional_struct_v<F>) {
+            out += fmt::format("  --{} / --no-{}\n      {} (default: {})\n", flag, flag, doc.description,
+                               value ? "on" : "off");
+            help_for_struct(out, value ? *value : typename F::value_type{}, flag + ".");
+          } else if constexpr (std::is_same_v<F, bool>) {
+            out += fmt::format("  --{} / --no-{}\n      {} (default: {})\n", flag, flag, doc.description,
+                               value_text(value));
+          } else if constexpr (is_scalar_leaf_v<innermost_t<F>>) {
+            out += fmt::format("  --{} {}\n      {} (default: {})\n", flag, type_hint<F>(), doc.description,
+                               value_text(value));
+          } else {
+            out += fmt::format("  --{}.<key> ...\n      {}\n", flag, doc.description);
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<names.size()>{});
+}
+
+}  // namespace detail
+
+// One entry per settable field: flag, accepted values, description, default.
+template <class T>
+std::string help_text() {
+  std::string out;
+  detail::help_for_struct(out, T{}, "");
+  return out;
+}
+
+}  // namespace primecfg
