@@ -1,0 +1,313 @@
+// ThreadPool and NUMA binding tests (no LibTorch). The NUMA tests fake a sysfs tree in a temporary
+// directory: a GPU on node 1, a GPU with numa_node = -1, a missing device, a malformed file.
+#include <doctest/doctest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "cpu_optim/cpu_optim.hpp"
+#include "numa/numa_binding.hpp"
+
+namespace cpu = primecfg::train::cpu;
+namespace numa = primecfg::train::numa;
+namespace fs = std::filesystem;
+
+TEST_CASE("ThreadPool sizes itself from the CPU affinity, not OMP_NUM_THREADS") {
+  setenv("OMP_NUM_THREADS", "1", 1);
+  cpu::ThreadPool pool(0);
+  CHECK(pool.size() == static_cast<int>(cpu::allowed_cpus().size()));
+  cpu::ThreadPool three(3);
+  CHECK(three.size() == 3);
+  unsetenv("OMP_NUM_THREADS");
+}
+
+TEST_CASE("parallel_for covers the range exactly once, in grain-aligned pieces") {
+  cpu::ThreadPool pool(4);  // more threads than this machine may have cores: still correct
+  for (std::int64_t n : {0, 1, 5, 63, 64, 65, 1000, 100003}) {
+    for (std::int64_t grain : {0, 1, 16, 64, 1000}) {
+      CAPTURE(n);
+      CAPTURE(grain);
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      std::atomic<bool> misaligned{false};
+      pool.parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+        if (grain > 0 && b % grain != 0) misaligned = true;
+        for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+      });
+      CHECK_FALSE(misaligned.load());
+      std::int64_t wrong = 0;
+      for (auto& h : hits) wrong += h.load() != 1;
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("parallel_for uses the workers and survives many back-to-back calls") {
+  cpu::ThreadPool pool(3);
+  std::mutex mu;
+  std::set<std::thread::id> seen;
+  std::int64_t total = 0;
+  for (int call = 0; call < 2000; ++call) {
+    std::atomic<std::int64_t> sum{0};
+    pool.parallel_for(4096, 64, [&](std::int64_t b, std::int64_t e) {
+      sum += e - b;
+      if (call % 100 == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        seen.insert(std::this_thread::get_id());
+      }
+    });
+    total += sum.load();
+  }
+  CHECK(total == 2000 * 4096);
+  CHECK(seen.size() >= 1);  // which threads get pieces is up to the scheduler
+}
+
+TEST_CASE("parallel_for rethrows the first exception and stays usable") {
+  cpu::ThreadPool pool(3);
+  CHECK_THROWS_AS(pool.parallel_for(10000, 10,
+                                    [](std::int64_t b, std::int64_t) {
+                                      if (b >= 5000) throw std::runtime_error("piece failed");
+                                    }),
+                  std::runtime_error);
+  std::atomic<std::int64_t> sum{0};
+  pool.parallel_for(10000, 10, [&](std::int64_t b, std::int64_t e) { sum += e - b; });
+  CHECK(sum.load() == 10000);
+}
+
+TEST_CASE("nested parallel_for runs inline instead of deadlocking") {
+  cpu::ThreadPool pool(2);
+  std::atomic<std::int64_t> sum{0};
+  pool.parallel_for(1000, 10, [&](std::int64_t b, std::int64_t e) {
+    pool.parallel_for(e - b, 1, [&](std::int64_t ib, std::int64_t ie) { sum += ie - ib; });
+  });
+  CHECK(sum.load() == 1000);
+}
+
+TEST_CASE("a bound pool runs its workers on the given CPUs") {
+  const std::vector<int> allowed = cpu::allowed_cpus();
+  cpu::ThreadPoolOptions opt;
+  opt.threads = 3;
+  opt.cpus = {allowed.front()};
+  cpu::ThreadPool pool(opt);
+  CHECK(pool.bound_cpus() == std::vector<int>{allowed.front()});
+  std::atomic<bool> wrong{false};
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    pool.parallel_for(64, 1, [&](std::int64_t, std::int64_t) {
+      if (std::this_thread::get_id() != caller && sched_getcpu() != allowed.front()) wrong = true;
+    });
+  }
+  CHECK_FALSE(wrong.load());
+
+  // CPUs the process may not use are dropped; none left -> unbound.
+  cpu::ThreadPoolOptions bad;
+  bad.threads = 2;
+  bad.cpus = {1 << 19};
+  cpu::ThreadPool unbound(bad);
+  CHECK(unbound.bound_cpus().empty());
+  CHECK(unbound.size() == 2);
+}
+
+TEST_CASE("parallel kernels equal the single-threaded kernels bit for bit") {
+  const std::int64_t n = 1000003;
+  const std::size_t un = static_cast<std::size_t>(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> p0(un), m0(un), v0(un, 1e-6f);
+  std::vector<std::uint16_t> g(un);
+  for (std::size_t i = 0; i < un; ++i) {
+    p0[i] = d(rng);
+    m0[i] = 0.01f * d(rng);
+    g[i] = cpu::float_to_bf16(d(rng));
+  }
+  cpu::ThreadPool pool(3);
+  const cpu::AdamWStep s{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 4, 1.0f};
+  std::vector<float> pa = p0, ma = m0, va = v0, pb = p0, mb = m0, vb = v0;
+  std::vector<std::uint16_t> oa(un), ob(un);
+  cpu::adamw(pa.data(), ma.data(), va.data(), g.data(), oa.data(), n, s);
+  cpu::parallel_adamw(pool, pb.data(), mb.data(), vb.data(), g.data(), ob.data(), n, s, 1024);
+  CHECK(std::memcmp(pa.data(), pb.data(), un * 4) == 0);
+  CHECK(std::memcmp(ma.data(), mb.data(), un * 4) == 0);
+  CHECK(std::memcmp(va.data(), vb.data(), un * 4) == 0);
+  CHECK(oa == ob);
+  std::vector<float> sa = p0, sb = p0;
+  cpu::sign_sgd(sa.data(), g.data(), oa.data(), n, {1e-3f, 0.1f, 1.0f});
+  cpu::parallel_sign_sgd(pool, sb.data(), g.data(), ob.data(), n, {1e-3f, 0.1f, 1.0f});
+  CHECK(std::memcmp(sa.data(), sb.data(), un * 4) == 0);
+  CHECK(oa == ob);
+}
+
+namespace {
+
+struct FakeSysfs {
+  fs::path root;
+  FakeSysfs() {
+    root = fs::temp_directory_path() /
+           ("primecfg-sysfs-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+    fs::create_directories(root);
+  }
+  ~FakeSysfs() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  void write(const fs::path& rel, const std::string& text) const {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text;
+  }
+  void gpu(const std::string& bus, const std::string& node) const {
+    write(fs::path("bus/pci/devices") / bus / "numa_node", node + "\n");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("PCI bus ids are normalized") {
+  CHECK(numa::normalize_pci_bus_id("0000:00:06.0") == "0000:00:06.0");
+  CHECK(numa::normalize_pci_bus_id("00000000:0A:00.0") == "0000:0a:00.0");  // NVML style
+  CHECK(numa::normalize_pci_bus_id(" 0a:00.1\n") == "0000:0a:00.1");
+  CHECK(numa::normalize_pci_bus_id("0001:c1:1f.7") == "0001:c1:1f.7");
+  CHECK(numa::normalize_pci_bus_id("gpu0") == "");
+  CHECK(numa::normalize_pci_bus_id("0000:00:20.0") == "");  // device > 0x1f
+  CHECK(numa::normalize_pci_bus_id("0000:100:00.0") == "");
+  CHECK(numa::normalize_pci_bus_id("") == "");
+}
+
+TEST_CASE("cpulists parse and format") {
+  std::vector<int> v;
+  CHECK(numa::parse_cpulist("0-3,8,10-11\n", v));
+  CHECK(v == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(numa::format_cpulist(v) == "0-3,8,10-11");
+  CHECK(numa::parse_cpulist("", v));
+  CHECK(v.empty());
+  CHECK_FALSE(numa::parse_cpulist("3-1", v));
+  CHECK_FALSE(numa::parse_cpulist("a", v));
+  CHECK_FALSE(numa::parse_cpulist("1,,2", v));
+}
+
+TEST_CASE("GPU on a NUMA node: bind to the node's CPUs (faked sysfs)") {
+  FakeSysfs sys;
+  sys.gpu("0000:3b:00.0", "1");
+  sys.write("devices/system/node/node0/cpulist", "0-7\n");
+  sys.write("devices/system/node/node1/cpulist", "8-15,24-31\n");
+  numa::BindingOptions opt;
+  opt.sysfs_root = sys.root;
+  opt.restrict_to_affinity = false;
+  const auto r = numa::find_gpu_binding("00000000:3B:00.0", opt);
+  CHECK(r.ok);
+  CHECK(r.bind);
+  CHECK(r.message.empty());
+  CHECK(r.bus_id == "0000:3b:00.0");
+  CHECK(r.numa_node == 1);
+  CHECK(r.source == "sysfs");
+  CHECK(numa::format_cpulist(r.cpus) == "8-15,24-31");
+
+  // Restricted to this process's CPUs: node 0 here holds every allowed CPU.
+  const std::vector<int> allowed = cpu::allowed_cpus();
+  sys.gpu("0000:3c:00.0", "0");
+  sys.write("devices/system/node/node0/cpulist", numa::format_cpulist(allowed) + "\n");
+  opt.restrict_to_affinity = true;
+  const auto own = numa::find_gpu_binding("0000:3c:00.0", opt);
+  CHECK(own.ok);
+  CHECK(own.bind);
+  CHECK(own.cpus == allowed);
+  // A node whose CPUs this process may not use: warning, no binding.
+  sys.write("devices/system/node/node1/cpulist", "100000-100003\n");
+  const auto other = numa::find_gpu_binding("0000:3b:00.0", opt);
+  CHECK(other.ok);
+  CHECK_FALSE(other.bind);
+  CHECK(other.message.find("may not run") != std::string::npos);
+}
+
+TEST_CASE("node without a cpulist falls back to the device's local_cpulist (faked sysfs)") {
+  FakeSysfs sys;
+  sys.gpu("0000:01:00.0", "2");
+  sys.write("bus/pci/devices/0000:01:00.0/local_cpulist", "4-5\n");
+  numa::BindingOptions opt;
+  opt.sysfs_root = sys.root;
+  opt.restrict_to_affinity = false;
+  const auto r = numa::find_gpu_binding("0000:01:00.0", opt);
+  CHECK(r.ok);
+  CHECK(r.bind);
+  CHECK(r.cpus == std::vector<int>{4, 5});
+}
+
+TEST_CASE("numa_node = -1: no binding, a warning (faked sysfs)") {
+  FakeSysfs sys;
+  sys.gpu("0000:00:06.0", "-1");
+  numa::BindingOptions opt;
+  opt.sysfs_root = sys.root;
+  const auto r = numa::find_gpu_binding("0000:00:06.0", opt);
+  CHECK(r.ok);
+  CHECK_FALSE(r.bind);
+  CHECK(r.numa_node == -1);
+  CHECK(r.cpus.empty());
+  CHECK(r.message.find("no NUMA node") != std::string::npos);
+  CHECK(r.message.find("0000:00:06.0") != std::string::npos);
+}
+
+TEST_CASE("missing sysfs topology is an error (faked sysfs)") {
+  FakeSysfs sys;  // empty tree: a host without GPU sysfs topology
+  numa::BindingOptions opt;
+  opt.sysfs_root = sys.root;
+  const auto r = numa::find_gpu_binding("0000:00:06.0", opt);
+  CHECK_FALSE(r.ok);
+  CHECK_FALSE(r.bind);
+  CHECK(r.message.find("no sysfs topology") != std::string::npos);
+
+  const auto not_an_id = numa::find_gpu_binding("cuda:0", opt);
+  CHECK_FALSE(not_an_id.ok);
+  CHECK(not_an_id.message.find("not a PCI bus id") != std::string::npos);
+
+  sys.gpu("0000:00:07.0", "banana");
+  const auto garbage = numa::find_gpu_binding("0000:00:07.0", opt);
+  CHECK_FALSE(garbage.ok);
+  CHECK(garbage.message.find("not a NUMA node number") != std::string::npos);
+
+  // The device is there but the kernel has no numa_node file: nothing to bind, a warning.
+  fs::create_directories(sys.root / "bus/pci/devices/0000:00:08.0");
+  const auto no_file = numa::find_gpu_binding("0000:00:08.0", opt);
+  CHECK(no_file.ok);
+  CHECK_FALSE(no_file.bind);
+  CHECK_FALSE(no_file.message.empty());
+}
+
+TEST_CASE("the real /sys of this host answers without crashing") {
+  // Whatever PCI device exists here stands in for a GPU: ok (bound or with a warning), never a crash.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/bus/pci/devices", ec)) {
+    const auto r = numa::find_gpu_binding(entry.path().filename().string());
+    CHECK(r.ok);
+    MESSAGE(entry.path().filename().string()
+            << ": node " << r.numa_node << " bind " << r.bind << " cpus " << numa::format_cpulist(r.cpus)
+            << " " << r.source << " " << r.message);
+    break;
+  }
+  const auto missing = numa::find_gpu_binding("ffff:ff:1f.7");
+  CHECK_FALSE(missing.ok);
+}
+
+TEST_CASE("bind_current_thread pins a thread") {
+  const std::vector<int> allowed = cpu::allowed_cpus();
+  std::string err = "not run";
+  int cpu_seen = -1;
+  std::thread t([&] {
+    err = numa::bind_current_thread({allowed.back()});
+    sched_yield();
+    cpu_seen = sched_getcpu();
+  });
+  t.join();
+  CHECK(err.empty());
+  CHECK(cpu_seen == allowed.back());
+  CHECK_FALSE(numa::bind_current_thread({}).empty());
+}
