@@ -69,7 +69,10 @@ class scanner {
         headers.push_back(std::move(h));
         current_header = static_cast<int>(headers.size()) - 1;
       } else {
+        std::size_t before = p_;
         key_value kv = parse_key_value(table);
+        if (p_ <= before || kv.key_end == kv.key_begin)
+          throw std::runtime_error("the text map lost its place");
         kv.header = current_header;
         kv.in_array_of_tables = in_array;
         kvs.push_back(std::move(kv));
@@ -179,6 +182,7 @@ class scanner {
   }
 
   key_value parse_key_value(const path_t& container) {
+    need_more();
     key_value kv;
     kv.key_begin = p_;
     kv.key = parse_key();
@@ -201,10 +205,17 @@ class scanner {
     return kv;
   }
 
+  // The text parsed with toml++ first, so running off its end means the
+  // scanner and toml++ disagree: stop rather than guess.
+  void need_more() const {
+    if (p_ >= t_.size()) throw std::runtime_error("the text map ran past the end of the document");
+  }
+
   void parse_inline_table(const path_t& path, std::vector<key_value>& entries) {
     ++p_;  // '{'
     while (true) {
       skip_ws_newlines_comments();
+      need_more();
       if (peek() == '}') {
         ++p_;
         return;
@@ -249,6 +260,7 @@ class scanner {
       ++p_;
       while (true) {
         skip_ws_newlines_comments();
+        need_more();
         if (peek() == ']') {
           ++p_;
           return;

@@ -83,12 +83,18 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
       return r;
     }
     // A step must be done after one pass: running it again changes nothing.
-    std::vector<diagnostic> again;
-    document doc2(next);
-    plan edits2(doc2);
-    context ctx2{doc2, *next_root, opts, edits2, again};
-    s.run(ctx2);
-    if (!edits2.empty() || has_error(again)) {
+    bool settled = false;
+    try {
+      std::vector<diagnostic> again;
+      document doc2(next);
+      plan edits2(doc2);
+      context ctx2{doc2, *next_root, opts, edits2, again};
+      s.run(ctx2);
+      settled = edits2.empty() && !has_error(again);
+    } catch (const std::exception&) {
+      settled = false;
+    }
+    if (!settled) {
       r.diagnostics.push_back({level::error, 0,
                                "internal error: migration " + std::string(s.name) +
                                    " would change its own output again; nothing was changed"});
