@@ -124,6 +124,12 @@ bool read_file(const std::string& path, std::string& out, std::string& err) {
     err = "is a directory";
     return false;
   }
+  // Configs are a few KiB; refuse what cannot be one instead of chewing on it.
+  constexpr std::uintmax_t max_bytes = 16u << 20;
+  if (auto size = fs::file_size(path, ec); !ec && size > max_bytes) {
+    err = "larger than 16 MiB, not a config";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     err = std::strerror(errno);
