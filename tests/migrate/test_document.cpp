@@ -34,7 +34,7 @@ void from_document(const document& d, const key_value& kv, positions& out) {
   }
 }
 
-void agree(const std::string& text) {
+void agree(const std::string& text, bool has_values = true) {
   toml::table t = toml::parse(text);
   positions expected, found;
   path_t path;
@@ -42,7 +42,7 @@ void agree(const std::string& text) {
   document d(text);
   for (const auto& kv : d.key_values())
     if (!kv.in_array_of_tables) from_document(d, kv, found);
-  CHECK_FALSE(expected.empty());
+  if (has_values) CHECK_FALSE(expected.empty());
   CHECK(found == expected);
 }
 
@@ -79,7 +79,7 @@ TEST_CASE("text map: agrees with toml++ on every corpus file") {
   for (const auto& e : fs::recursive_directory_iterator(env("PRIMECFG_MIGRATE_CORPUS"))) {
     if (e.path().extension() != ".toml") continue;
     CAPTURE(e.path());
-    agree(read(e.path()));
+    agree(read(e.path()), false);
   }
 }
 
