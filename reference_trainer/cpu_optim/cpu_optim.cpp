@@ -29,7 +29,27 @@ void sign_sgd_scalar(const SignArgs& a) {
   }
 }
 
+namespace {
+std::atomic<std::int64_t>& stream_slot() noexcept {
+  static std::atomic<std::int64_t> slot{[] {
+    std::int64_t v = std::int64_t{1} << 15;
+    if (const char* env = std::getenv("PRIMECFG_CPU_STREAM_MIN"); env != nullptr && *env != '\0') {
+      v = std::strtoll(env, nullptr, 10);
+    }
+    return v;
+  }()};
+  return slot;
+}
+}  // namespace
+
+std::int64_t stream_min_elements() noexcept { return stream_slot().load(std::memory_order_relaxed); }
+
 }  // namespace detail
+
+void set_streaming_store_threshold(std::int64_t elements) noexcept {
+  detail::stream_slot().store(elements, std::memory_order_relaxed);
+}
+std::int64_t streaming_store_threshold() noexcept { return detail::stream_min_elements(); }
 
 namespace {
 

@@ -61,6 +61,12 @@ Isa active_isa() noexcept;
 // Selects the default path; returns false (and changes nothing) when the CPU cannot run `isa`.
 bool set_active_isa(Isa isa) noexcept;
 
+// Ranges of at least this many elements write the bf16 output with streaming (non-temporal) stores,
+// which skip reading the destination into the cache. Default 32768, or the environment variable
+// PRIMECFG_CPU_STREAM_MIN; 0 = always, a negative value = never.
+void set_streaming_store_threshold(std::int64_t elements) noexcept;
+std::int64_t streaming_store_threshold() noexcept;
+
 // Bytes of memory traffic per parameter, as counted by the benchmark (reads + writes, no
 // write-allocate): AdamW with bf16 grad and bf16 output = 4*3 read + 2 + 4*3 written + 2 = 28.
 constexpr double adamw_bytes_per_param(bool bf16_grad, bool bf16_out) {

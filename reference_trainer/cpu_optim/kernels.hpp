@@ -49,8 +49,13 @@ struct SignArgs {
 };
 
 // Ranges at least this long (elements) write the bf16 output with streaming stores: the upload
-// buffer is read next by the GPU's DMA engine, not by this core.
-inline constexpr std::int64_t kStreamMinElements = 1 << 15;
+// buffer is read next by the GPU's DMA engine, not by this core. Set by set_streaming_store_threshold
+// or the environment variable PRIMECFG_CPU_STREAM_MIN (elements; 0 = always, -1 = never).
+std::int64_t stream_min_elements() noexcept;
+inline bool use_streaming_stores(std::int64_t elements) noexcept {
+  const std::int64_t t = stream_min_elements();
+  return t >= 0 && elements >= t;
+}
 
 #define PRIMECFG_INLINE inline __attribute__((always_inline))
 

@@ -109,7 +109,7 @@ PRIMECFG_AVX2 void adamw_impl(const AdamWArgs& a) {
     if ((addr & 1) != 0 || head > n) head = n;
     adamw_scalar_span<kBf16Grad, kOut>(a, 0, head);
     i = head;
-    if (n - head >= kStreamMinElements) {
+    if (use_streaming_stores(n - head)) {
       i = adamw_main<kBf16Grad, kOut, true>(a, k, i, n);
       _mm_sfence();
     } else {
@@ -174,7 +174,7 @@ PRIMECFG_AVX2 void sign_impl(const SignArgs& a) {
     if ((addr & 1) != 0 || head > n) head = n;
     sign_scalar_span<kBf16Grad, kOut>(a, 0, head);
     i = head;
-    if (n - head >= kStreamMinElements) {
+    if (use_streaming_stores(n - head)) {
       i = sign_main<kBf16Grad, kOut, true>(a, k, i, n);
       _mm_sfence();
     } else {

@@ -146,7 +146,7 @@ PRIMECFG_AVX512 void adamw_impl(const AdamWArgs& a) {
     if ((addr & 1) != 0 || head > n) head = n;
     adamw_span_masked<kBf16Grad, kOut>(a, k, 0, head);
     i = head;
-    stream = (addr & 1) == 0 && n - head >= kStreamMinElements;
+    stream = (addr & 1) == 0 && use_streaming_stores(n - head);
   }
   const std::int64_t main_end = i + (n - i) / (2 * kLanes) * (2 * kLanes);
   if (stream) {
@@ -232,7 +232,7 @@ PRIMECFG_AVX512 void sign_impl(const SignArgs& a) {
     if ((addr & 1) != 0 || head > n) head = n;
     sign_span_masked<kBf16Grad, kOut>(a, k, 0, head);
     i = head;
-    stream = (addr & 1) == 0 && n - head >= kStreamMinElements;
+    stream = (addr & 1) == 0 && use_streaming_stores(n - head);
   }
   const std::int64_t main_end = i + (n - i) / (2 * kLanes) * (2 * kLanes);
   if (stream) {

@@ -442,3 +442,34 @@ TEST_CASE("default entry points follow the active path") {
   cpu::sign_sgd(p.data(), g.data(), nullptr, n, cpu::SignSGDStep{});
   CHECK(p[5] == doctest::Approx(1.0 * (1 - 1e-3 * 0.01) - 2e-3).epsilon(1e-5));
 }
+
+TEST_CASE("streaming and ordinary stores of the bf16 copy give the same bytes") {
+  const std::int64_t n = 70001;
+  const std::size_t un = static_cast<std::size_t>(n);
+  std::mt19937 rng(21);
+  std::vector<float> p0(un), m0(un), v0(un);
+  Buffer<std::uint16_t> g(un);
+  fill_state(rng, n, p0.data(), m0.data(), v0.data());
+  fill_grads(rng, n, g.data(), nullptr);
+  const std::int64_t saved = cpu::streaming_store_threshold();
+  for (cpu::Isa isa : supported_isas()) {
+    const std::string isa_name = cpu::to_string(isa);
+    CAPTURE(isa_name);
+    std::vector<std::vector<std::uint16_t>> outs;
+    for (std::int64_t threshold : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{1} << 15}) {
+      cpu::set_streaming_store_threshold(threshold);
+      for (std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+        std::vector<float> p = p0, m = m0, v = v0;
+        Buffer<std::uint16_t> out(un, offset);
+        cpu::adamw(isa, p.data(), m.data(), v.data(), g.data(), out.data(), n, cpu::AdamWStep{});
+        outs.emplace_back(out.data(), out.data() + un);
+        std::vector<float> q = p0;
+        Buffer<std::uint16_t> out2(un, offset);
+        cpu::sign_sgd(isa, q.data(), g.data(), out2.data(), n, cpu::SignSGDStep{});
+        check_bf16_out(q.data(), out2.data(), n);
+      }
+    }
+    for (const auto& o : outs) CHECK(o == outs.front());
+  }
+  cpu::set_streaming_store_threshold(saved);
+}
