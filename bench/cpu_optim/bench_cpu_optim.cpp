@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
   std::time_t tt = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&tt));
-  const std::string commit = shell_output("git rev-parse --short HEAD 2>/dev/null");
+  std::string commit = shell_output("git rev-parse --short HEAD 2>/dev/null");
+  if (commit.empty() && std::getenv("PRIMECFG_COMMIT") != nullptr) commit = std::getenv("PRIMECFG_COMMIT");
   std::ostringstream head;
   head << "- date: " << date << "\n"
        << "- machine: " << un.nodename << ", " << cpu_model() << ", " << cpu::allowed_cpus().size()

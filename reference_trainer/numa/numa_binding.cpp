@@ -211,7 +211,10 @@ std::string format_cpulist(const std::vector<int>& cpus) {
     while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
     if (!s.empty()) s += ',';
     s += std::to_string(v[i]);
-    if (j > i) s += "-" + std::to_string(v[j]);
+    if (j > i) {
+      s += '-';
+      s += std::to_string(v[j]);
+    }
     i = j + 1;
   }
   return s;
