@@ -235,6 +235,8 @@ int main(int argc, char** argv) {
       o.gpu_bus_id = next();
     else if (a == "--markdown")
       o.markdown = next();
+    else if (a == "--stream-min")
+      cpu::set_streaming_store_threshold(std::atoll(next().c_str()));
     else {
       std::fprintf(
           stderr,
