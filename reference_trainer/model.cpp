@@ -1,0 +1,389 @@
+#include "model.hpp"
+
+#include "json.hpp"
+#include "safetensors.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace primecfg::train {
+
+using torch::Tensor;
+namespace F = torch::nn::functional;
+
+// ---------------------------------------------------------------------------
+// Shapes
+// ---------------------------------------------------------------------------
+
+std::int64_t ModelArgs::matmul_params() const {
+  const std::int64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  const std::int64_t per_block = hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * intermediate;
+  return layers * per_block + vocab_size * hidden;  // + LM head
+}
+
+std::int64_t ModelArgs::total_params() const {
+  std::int64_t norms = layers * (2 * hidden + (qk_norm ? 2 * head_dim : 0)) + hidden;
+  return matmul_params() + norms + (tie_embeddings ? 0 : vocab_size * hidden);
+}
+
+namespace {
+
+struct preset_row {
+  std::string_view name;
+  ModelArgs args;
+};
+
+const std::vector<preset_row>& presets() {
+  static const std::vector<preset_row> rows = {
+      // Small enough to learn reverse-text in about a minute on two CPU cores.
+      {"primecfg/tiny", ModelArgs{260, 128, 2, 4, 2, 32, 384, 10000.0, 1e-6, true, true}},
+      {"Qwen/Qwen3-0.6B", ModelArgs{151936, 1024, 28, 16, 8, 128, 3072, 1000000.0, 1e-6, true, true}},
+      {"meta-llama/Llama-3.2-1B", ModelArgs{128256, 2048, 16, 32, 8, 64, 8192, 500000.0, 1e-5, false, true}},
+      {"meta-llama/Llama-3.2-3B", ModelArgs{128256, 3072, 28, 24, 8, 128, 8192, 500000.0, 1e-5, false, true}},
+      {"meta-llama/Meta-Llama-3-8B", ModelArgs{128256, 4096, 32, 32, 8, 128, 14336, 500000.0, 1e-5, false, false}},
+  };
+  return rows;
+}
+
+}  // namespace
+
+std::optional<ModelArgs> preset(std::string_view name) {
+  for (const auto& r : presets())
+    if (r.name == name) return r.args;
+  if (name == "tiny") return presets().front().args;
+  if (name == "meta-llama/Llama-3.1-8B") return preset("meta-llama/Meta-Llama-3-8B");
+  return std::nullopt;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& r : presets()) out.emplace_back(r.name);
+  return out;
+}
+
+ModelArgs args_from_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto root = json::parse(ss.str());
+  auto get = [&](std::string_view key) -> const json::value& {
+    const auto* v = root.find(key);
+    if (!v) throw std::runtime_error(fmt::format("{}: missing \"{}\"", path.string(), key));
+    return *v;
+  };
+  std::string type = root.find("model_type") ? get("model_type").as_string() : "llama";
+  if (type != "llama" && type != "qwen2" && type != "qwen3")
+    throw std::runtime_error(fmt::format("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3)",
+                                         path.string(), type));
+  if (const auto* b = root.find("attention_bias"); b && b->is_bool() && b->as_bool())
+    throw std::runtime_error(path.string() + ": attention_bias = true is not supported");
+  ModelArgs a;
+  a.vocab_size = get("vocab_size").as_int();
+  a.hidden = get("hidden_size").as_int();
+  a.layers = get("num_hidden_layers").as_int();
+  a.heads = get("num_attention_heads").as_int();
+  a.kv_heads = root.find("num_key_value_heads") ? get("num_key_value_heads").as_int() : a.heads;
+  const auto* hd = root.find("head_dim");
+  a.head_dim = hd && !hd->is_null() ? hd->as_int() : a.hidden / a.heads;
+  a.intermediate = get("intermediate_size").as_int();
+  a.rope_theta = root.find("rope_theta") ? get("rope_theta").as_double() : 10000.0;
+  a.rms_eps = root.find("rms_norm_eps") ? get("rms_norm_eps").as_double() : 1e-6;
+  a.qk_norm = type == "qwen3";
+  a.tie_embeddings = root.find("tie_word_embeddings") ? get("tie_word_embeddings").as_bool() : false;
+  if (a.heads % a.kv_heads != 0)
+    throw std::runtime_error(path.string() + ": num_attention_heads must be a multiple of num_key_value_heads");
+  return a;
+}
+
+void write_hf_config(const std::filesystem::path& path, const ModelArgs& a) {
+  std::ofstream out(path);
+  out << fmt::format(
+      "{{\n  \"model_type\": \"{}\",\n  \"vocab_size\": {},\n  \"hidden_size\": {},\n"
+      "  \"num_hidden_layers\": {},\n  \"num_attention_heads\": {},\n  \"num_key_value_heads\": {},\n"
+      "  \"head_dim\": {},\n  \"intermediate_size\": {},\n  \"rope_theta\": {},\n  \"rms_norm_eps\": {},\n"
+      "  \"tie_word_embeddings\": {},\n  \"torch_dtype\": \"bfloat16\"\n}}\n",
+      a.qk_norm ? "qwen3" : "llama", a.vocab_size, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
+      a.intermediate, a.rope_theta, a.rms_eps, a.tie_embeddings ? "true" : "false");
+  if (!out) throw std::runtime_error(path.string() + ": write failed");
+}
+
+// ---------------------------------------------------------------------------
+// Construction and weights
+// ---------------------------------------------------------------------------
+
+Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::ScalarType dtype, std::uint64_t seed)
+    : args_(a), device_(device), dtype_(dtype) {
+  // Random values are drawn on the CPU in FP32 from a private generator, so the
+  // same seed gives the same model on every device and in every dtype.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto make = [&](std::string name, std::vector<std::int64_t> shape, int block, bool is_norm) {
+    torch::NoGradGuard no_grad;
+    Tensor t = is_norm ? torch::ones(shape) : at::normal(0.0, 0.02, shape, gen);
+    t = t.to(device_, dtype_).requires_grad_(true);
+    params_.push_back({std::move(name), t, block});
+  };
+  const std::int64_t D = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim;
+  make("model.embed_tokens.weight", {a.vocab_size, D}, -1, false);
+  for (int l = 0; l < a.layers; ++l) {
+    auto p = fmt::format("model.layers.{}.", l);
+    make(p + "input_layernorm.weight", {D}, l, true);
+    make(p + "self_attn.q_proj.weight", {q, D}, l, false);
+    make(p + "self_attn.k_proj.weight", {kv, D}, l, false);
+    make(p + "self_attn.v_proj.weight", {kv, D}, l, false);
+    make(p + "self_attn.o_proj.weight", {D, q}, l, false);
+    if (a.qk_norm) {
+      make(p + "self_attn.q_norm.weight", {a.head_dim}, l, true);
+      make(p + "self_attn.k_norm.weight", {a.head_dim}, l, true);
+    }
+    make(p + "post_attention_layernorm.weight", {D}, l, true);
+    make(p + "mlp.gate_proj.weight", {a.intermediate, D}, l, false);
+    make(p + "mlp.up_proj.weight", {a.intermediate, D}, l, false);
+    make(p + "mlp.down_proj.weight", {D, a.intermediate}, l, false);
+  }
+  make("model.norm.weight", {D}, -1, true);
+  if (!a.tie_embeddings) make("lm_head.weight", {a.vocab_size, D}, -1, false);
+
+  std::size_t i = 1;  // params_ is laid out block by block after the embedding
+  blocks_.resize(a.layers);
+  for (auto& b : blocks_) {
+    b.in_norm = params_[i++].tensor;
+    b.wq = params_[i++].tensor;
+    b.wk = params_[i++].tensor;
+    b.wv = params_[i++].tensor;
+    b.wo = params_[i++].tensor;
+    if (a.qk_norm) {
+      b.q_norm = params_[i++].tensor;
+      b.k_norm = params_[i++].tensor;
+    }
+    b.post_norm = params_[i++].tensor;
+    b.w_gate = params_[i++].tensor;
+    b.w_up = params_[i++].tensor;
+    b.w_down = params_[i++].tensor;
+  }
+}
+
+const Tensor& Transformer::param(std::string_view name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p.tensor;
+  throw std::out_of_range(fmt::format("no parameter named {}", name));
+}
+
+const Tensor& Transformer::lm_head() const {
+  return param(args_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
+namespace {
+
+torch::ScalarType to_torch(safetensors::dtype d) {
+  switch (d) {
+    case safetensors::dtype::F64: return torch::kFloat64;
+    case safetensors::dtype::F32: return torch::kFloat32;
+    case safetensors::dtype::F16: return torch::kFloat16;
+    case safetensors::dtype::BF16: return torch::kBFloat16;
+    case safetensors::dtype::I64: return torch::kInt64;
+    case safetensors::dtype::I32: return torch::kInt32;
+    case safetensors::dtype::I16: return torch::kInt16;
+    case safetensors::dtype::I8: return torch::kInt8;
+    case safetensors::dtype::U8: return torch::kUInt8;
+    case safetensors::dtype::BOOL: return torch::kBool;
+  }
+  return torch::kFloat32;
+}
+
+}  // namespace
+
+void Transformer::load_hf_weights(const std::filesystem::path& dir) {
+  std::vector<safetensors::file> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") files.push_back(safetensors::file::open(e.path()));
+  if (files.empty()) throw std::runtime_error(dir.string() + ": no *.safetensors files");
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    const safetensors::tensor_info* found = nullptr;
+    for (const auto& f : files)
+      if ((found = f.find(p.name))) break;
+    if (!found) throw std::runtime_error(fmt::format("{}: weight {} not found", dir.string(), p.name));
+    std::vector<std::int64_t> want(p.tensor.sizes().begin(), p.tensor.sizes().end());
+    if (found->shape != want)
+      throw std::runtime_error(fmt::format("{}: weight {} has shape [{}], the model needs [{}]", dir.string(),
+                                           p.name, fmt::join(found->shape, ", "), fmt::join(want, ", ")));
+    auto src = torch::from_blob(const_cast<std::byte*>(found->data), found->shape,
+                                torch::TensorOptions().dtype(to_torch(found->type)));
+    p.tensor.detach().copy_(src);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Forward
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return x * cos + torch::cat({-x2, x1}, -1) * sin;
+}
+
+struct BlockContext {
+  const ModelArgs* args;
+  Tensor cos, sin;
+  std::optional<Tensor> mask;
+};
+
+Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor& x) {
+  const auto& a = *c.args;
+  const auto B = x.size(0), T = x.size(1);
+  // Attention
+  Tensor h = at::rms_norm(x, {a.hidden}, w.in_norm, a.rms_eps);
+  Tensor q = torch::matmul(h, w.wq.t()).view({B, T, a.heads, a.head_dim});
+  Tensor k = torch::matmul(h, w.wk.t()).view({B, T, a.kv_heads, a.head_dim});
+  Tensor v = torch::matmul(h, w.wv.t()).view({B, T, a.kv_heads, a.head_dim});
+  if (a.qk_norm) {
+    q = at::rms_norm(q, {a.head_dim}, w.q_norm, a.rms_eps);
+    k = at::rms_norm(k, {a.head_dim}, w.k_norm, a.rms_eps);
+  }
+  q = rope(q, c.cos, c.sin).transpose(1, 2);  // [B, H, T, hd]
+  k = rope(k, c.cos, c.sin).transpose(1, 2);
+  v = v.transpose(1, 2);
+  Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
+                    : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);
+  o = o.transpose(1, 2).reshape({B, T, a.heads * a.head_dim});
+  Tensor x1 = x + torch::matmul(o, w.wo.t());
+  // SwiGLU MLP
+  Tensor g = at::rms_norm(x1, {a.hidden}, w.post_norm, a.rms_eps);
+  Tensor m = torch::silu(torch::matmul(g, w.w_gate.t())) * torch::matmul(g, w.w_up.t());
+  return x1 + torch::matmul(m, w.w_down.t());
+}
+
+// Activation checkpointing: forward runs the block without recording a graph and
+// keeps only its input; backward runs the block again with grad enabled and
+// backpropagates through that fresh graph (parameter gradients accumulate there,
+// so their post-accumulate hooks fire as usual).
+// The block weights and model args outlive the graph (they belong to the model);
+// the per-batch RoPE tables and mask travel in the autograd context.
+struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const BlockWeights* w,
+                        const BlockContext* c) {
+    ctx->saved_data["w"] = reinterpret_cast<std::int64_t>(w);
+    ctx->saved_data["args"] = reinterpret_cast<std::int64_t>(c->args);
+    ctx->saved_data["cos"] = c->cos;
+    ctx->saved_data["sin"] = c->sin;
+    if (c->mask) ctx->saved_data["mask"] = *c->mask;
+    ctx->save_for_backward({x});
+    torch::NoGradGuard no_grad;
+    return block_forward(*w, *c, x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* w = reinterpret_cast<const BlockWeights*>(ctx->saved_data["w"].toInt());
+    BlockContext c{reinterpret_cast<const ModelArgs*>(ctx->saved_data["args"].toInt()),
+                   ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), std::nullopt};
+    if (ctx->saved_data.count("mask")) c.mask = ctx->saved_data["mask"].toTensor();
+    Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      y = block_forward(*w, c, x);
+    }
+    torch::autograd::backward({y}, {grad_out[0]});
+    return {x.grad(), Tensor(), Tensor()};
+  }
+};
+
+// Fused LM head + cross-entropy. Forward walks the loss tokens in chunks, and for
+// each chunk computes the logits, the loss and, right away, the gradients with
+// respect to the hidden states and the head weight; backward only scales them.
+// Peak memory is one chunk of logits instead of all of them.
+struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets, double scale,
+                        std::int64_t chunk) {
+    const bool want_grad = h.requires_grad() || w.requires_grad();
+    torch::NoGradGuard no_grad;
+    Tensor rows = targets.ne(-100).nonzero().squeeze(1);
+    Tensor loss = torch::zeros({}, h.options().dtype(torch::kFloat32));
+    Tensor grad_h = want_grad ? torch::zeros_like(h) : Tensor();
+    Tensor grad_w = want_grad ? torch::zeros(w.sizes(), w.options().dtype(torch::kFloat32)) : Tensor();
+    const std::int64_t n = rows.size(0);
+    for (std::int64_t start = 0; start < n; start += chunk) {
+      Tensor idx = rows.narrow(0, start, std::min(chunk, n - start));
+      Tensor hc = h.index_select(0, idx);
+      Tensor tc = targets.index_select(0, idx).unsqueeze(1);
+      Tensor logits = torch::matmul(hc, w.t()).to(torch::kFloat32);
+      Tensor lse = logits.logsumexp(-1, true);
+      loss += (lse - logits.gather(1, tc)).sum();
+      if (!want_grad) continue;
+      Tensor g = (logits - lse).exp_();  // softmax
+      g.scatter_add_(1, tc, torch::full_like(tc, -1.0, g.options()));
+      g.mul_(scale);
+      Tensor gc = g.to(h.scalar_type());
+      grad_h.index_copy_(0, idx, torch::matmul(gc, w));
+      grad_w.addmm_(gc.t().to(torch::kFloat32), hc.to(torch::kFloat32));
+    }
+    if (want_grad) ctx->save_for_backward({grad_h, grad_w.to(w.scalar_type())});
+    return loss * scale;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    Tensor go = grad_out[0];
+    return {saved[0] * go.to(saved[0].scalar_type()), saved[1] * go.to(saved[1].scalar_type()), Tensor(), Tensor(),
+            Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq) {
+  const auto& a = args_;
+  // RoPE tables for the given positions: [B, T, 1, head_dim].
+  auto fopt = torch::TensorOptions().device(device_).dtype(torch::kFloat32);
+  Tensor inv_freq =
+      torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, fopt) / static_cast<double>(a.head_dim));
+  Tensor freqs = in.positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
+  Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);
+  BlockContext ctx{&a, emb.cos().to(dtype_), emb.sin().to(dtype_), in.mask};
+
+  Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
+  for (int l = 0; l < a.layers; ++l) {
+    const BlockWeights& b = blocks_[l];
+    const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
+    x = recompute ? CheckpointedBlock::apply(x, &b, &ctx) : block_forward(b, ctx, x);
+  }
+  return at::rms_norm(x, {a.hidden}, param("model.norm.weight"), a.rms_eps);
+}
+
+Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens) {
+  return LinearCrossEntropy::apply(hidden.reshape({-1, args_.hidden}), lm_head(), targets.reshape({-1}), scale,
+                                   chunk_tokens);
+}
+
+std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, std::int64_t max_new,
+                                                std::int64_t stop) {
+  torch::NoGradGuard no_grad;
+  const auto prompt_len = ids.size();
+  for (std::int64_t s = 0; s < max_new; ++s) {
+    const auto T = static_cast<std::int64_t>(ids.size());
+    auto opt = torch::TensorOptions().dtype(torch::kInt64);
+    Inputs in{torch::tensor(ids, opt).view({1, T}).to(device_), torch::arange(T, opt).view({1, T}).to(device_),
+              std::nullopt};
+    Tensor h = hidden(in, false).select(1, T - 1);
+    auto next = torch::matmul(h, lm_head().t()).argmax(-1).item<std::int64_t>();
+    if (next == stop) break;
+    ids.push_back(next);
+  }
+  return {ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end()};
+}
+
+}  // namespace primecfg::train

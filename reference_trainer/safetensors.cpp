@@ -1,0 +1,198 @@
+#include "safetensors.hpp"
+
+#include "json.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+namespace primecfg::train::safetensors {
+
+namespace {
+
+struct dtype_row {
+  dtype d;
+  std::string_view name;
+  std::size_t size;
+};
+constexpr dtype_row kDtypes[] = {
+    {dtype::F64, "F64", 8}, {dtype::F32, "F32", 4}, {dtype::F16, "F16", 2}, {dtype::BF16, "BF16", 2},
+    {dtype::I64, "I64", 8}, {dtype::I32, "I32", 4}, {dtype::I16, "I16", 2}, {dtype::I8, "I8", 1},
+    {dtype::U8, "U8", 1},   {dtype::BOOL, "BOOL", 1},
+};
+
+[[noreturn]] void fail(const std::filesystem::path& p, const std::string& what) {
+  throw error(p.string() + ": " + what);
+}
+
+}  // namespace
+
+std::string_view dtype_name(dtype d) {
+  for (const auto& r : kDtypes)
+    if (r.d == d) return r.name;
+  return "?";
+}
+
+std::size_t dtype_size(dtype d) {
+  for (const auto& r : kDtypes)
+    if (r.d == d) return r.size;
+  return 0;
+}
+
+std::int64_t tensor_info::numel() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+file file::open(const std::filesystem::path& path) {
+  file f;
+  f.path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(path, "cannot stat");
+  }
+  f.map_size_ = static_cast<std::size_t>(st.st_size);
+  if (f.map_size_ < 8) {
+    ::close(fd);
+    fail(path, "truncated (shorter than the 8-byte header length)");
+  }
+  f.map_ = ::mmap(nullptr, f.map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (f.map_ == MAP_FAILED) {
+    f.map_ = nullptr;
+    fail(path, "mmap failed");
+  }
+  const auto* bytes = static_cast<const std::byte*>(f.map_);
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<std::uint64_t>(bytes[i]);
+  if (header_len > f.map_size_ - 8) fail(path, "truncated (header length exceeds the file size)");
+  std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_len);
+  json::value root;
+  try {
+    root = json::parse(header);
+  } catch (const json::error& e) {
+    fail(path, std::string("bad header: ") + e.what());
+  }
+  if (!root.is_object()) fail(path, "header is not a JSON object");
+  const std::byte* data_begin = bytes + 8 + header_len;
+  const std::size_t data_size = f.map_size_ - 8 - header_len;
+  try {
+    for (const auto& [name, desc] : root.as_object()) {
+      if (name == "__metadata__") {
+        for (const auto& [k, v] : desc.as_object()) f.metadata_[k] = v.as_string();
+        continue;
+      }
+      tensor_info t;
+      t.name = name;
+      const auto* dt = desc.find("dtype");
+      const auto* shape = desc.find("shape");
+      const auto* offs = desc.find("data_offsets");
+      if (!dt || !shape || !offs) fail(path, "tensor " + name + " lacks dtype, shape or data_offsets");
+      auto row = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                              [&](const dtype_row& r) { return r.name == dt->as_string(); });
+      if (row == std::end(kDtypes)) fail(path, "tensor " + name + " has unsupported dtype " + dt->as_string());
+      t.type = row->d;
+      for (const auto& s : shape->as_array()) {
+        if (s.as_int() < 0) fail(path, "tensor " + name + " has a negative dimension");
+        t.shape.push_back(s.as_int());
+      }
+      const auto& o = offs->as_array();
+      if (o.size() != 2) fail(path, "tensor " + name + ": data_offsets needs two numbers");
+      std::int64_t b = o[0].as_int(), e = o[1].as_int();
+      if (b < 0 || e < b || static_cast<std::uint64_t>(e) > data_size)
+        fail(path, "truncated or corrupt: tensor " + name + " data_offsets [" + std::to_string(b) + ", " +
+                       std::to_string(e) + "] outside the " + std::to_string(data_size) + " data bytes");
+      t.nbytes = static_cast<std::size_t>(e - b);
+      if (static_cast<std::size_t>(t.numel()) * row->size != t.nbytes)
+        fail(path, "tensor " + name + ": shape and dtype need " + std::to_string(t.numel() * row->size) +
+                       " bytes but data_offsets span " + std::to_string(t.nbytes));
+      t.data = data_begin + b;
+      f.tensors_.push_back(std::move(t));
+    }
+  } catch (const json::error& e) {
+    fail(path, std::string("bad header: ") + e.what());
+  }
+  return f;
+}
+
+file::file(file&& o) noexcept { *this = std::move(o); }
+
+file& file::operator=(file&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, map_size_);
+    path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    tensors_ = std::move(o.tensors_);
+    metadata_ = std::move(o.metadata_);
+  }
+  return *this;
+}
+
+file::~file() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+const tensor_info* file::find(std::string_view name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void write(const std::filesystem::path& path, const std::vector<entry>& entries,
+           const std::map<std::string, std::string>& metadata) {
+  std::vector<const entry*> order;
+  for (const auto& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const entry* a, const entry* b) { return a->name < b->name; });
+
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ',';
+      first = false;
+      header += json::quote(k) + ":" + json::quote(v);
+    }
+    header += "}";
+    if (!order.empty()) header += ',';
+  }
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const entry& e = *order[i];
+    std::int64_t numel = 1;
+    for (auto s : e.shape) numel *= s;
+    if (static_cast<std::size_t>(numel) * dtype_size(e.type) != e.nbytes)
+      throw error(path.string() + ": tensor " + e.name + " byte size does not match its shape");
+    if (i) header += ',';
+    header += json::quote(e.name) + ":{\"dtype\":\"" + std::string(dtype_name(e.type)) + "\",\"shape\":[";
+    for (std::size_t d = 0; d < e.shape.size(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.nbytes) + "]}";
+    offset += e.nbytes;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';  // keep the data 8-byte aligned
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw error(path.string() + ": cannot open for writing");
+  unsigned char len[8];
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const entry* e : order) out.write(static_cast<const char*>(e->data), static_cast<std::streamsize>(e->nbytes));
+  out.flush();
+  if (!out) throw error(path.string() + ": write failed");
+}
+
+}  // namespace primecfg::train::safetensors

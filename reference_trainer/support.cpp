@@ -1,0 +1,103 @@
+#include "support.hpp"
+
+#include <fmt/format.h>
+
+namespace primecfg::train {
+
+namespace {
+
+class checker {
+ public:
+  checker(const provenance_map& where, std::vector<diagnostic>& out) : where_(where), out_(out) {}
+
+  // Where a field (or, for a table, its first key) was set; default when nowhere.
+  provenance source(const std::string& path) const {
+    if (auto it = where_.find(path); it != where_.end()) return it->second;
+    auto it = where_.lower_bound(path + ".");
+    if (it != where_.end() && it->first.rfind(path + ".", 0) == 0) return it->second;
+    return {};
+  }
+  bool explicitly_set(const std::string& path) const { return !source(path).is_default(); }
+
+  void error(const std::string& path, std::string message) { add(severity::error, path, std::move(message)); }
+  void note(const std::string& path, std::string message) { add(severity::note, path, std::move(message)); }
+
+ private:
+  void add(severity s, const std::string& path, std::string message) {
+    diagnostic d;
+    d.level = s;
+    d.kind = error_kind::value_error;
+    d.path = path;
+    d.where = source(path);
+    d.message = std::move(message);
+    out_.push_back(std::move(d));
+  }
+  const provenance_map& where_;
+  std::vector<diagnostic>& out_;
+};
+
+}  // namespace
+
+std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where) {
+  std::vector<diagnostic> out;
+  checker c(where, out);
+  const auto& m = cfg.model;
+  const std::string not_impl = "is not implemented by primecfg-train";
+
+  if (m.cp > 1) c.error("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
+  if (m.ep > 1) c.error("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep, not_impl));
+  if (m.dp_replicate > 1)
+    c.error("model.dp_replicate", fmt::format("HSDP replication (dp_replicate = {}) {}", m.dp_replicate, not_impl));
+  if (m.lora) c.error("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
+  if (m.quantization) c.error("model.quantization", "quantized training " + not_impl);
+  if (m.vlm) c.error("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));
+  if (m.ac_offloading) c.error("model.ac_offloading", "activation offloading " + not_impl);
+  if (m.ac && m.ac->mode == AcMode::selective)
+    c.error("model.ac.mode", "selective activation checkpointing " + not_impl + "; use mode = \"full\"");
+  if (m.trust_remote_code) c.error("model.trust_remote_code", "remote model code cannot run in a C++ trainer");
+  if (m.optimization_dtype != Dtype::float32)
+    c.error("model.optimization_dtype", "masters are always FP32 in primecfg-train; set \"float32\"");
+  if (m.impl == ModelImpl::hf || m.impl == ModelImpl::liger_kernel)
+    c.error("model.impl", "only the built-in (custom) model implementation exists in primecfg-train");
+  if (m.attn == Attention::eager || m.attn == Attention::flash_attention_3)
+    c.error("model.attn", "primecfg-train uses scaled_dot_product_attention; set attn = \"sdpa\"");
+  if (m.debug && m.debug->force_balanced_routing)
+    c.error("model.debug.force_balanced_routing", "there is no MoE routing in primecfg-train");
+  if (m.compile && c.explicitly_set("model.compile"))
+    c.error("model.compile", "torch.compile does not exist in LibTorch; set compile = \"None\"");
+  if (m.seq_len) {
+    auto data_len = std::visit([](const auto& d) { return d.seq_len; }, cfg.data);
+    if (*m.seq_len != data_len)
+      c.error("model.seq_len", fmt::format("differs from data.seq_len = {}; the SFT trainer packs to data.seq_len",
+                                           data_len));
+  }
+
+  if (const auto* d = std::get_if<SFTDataConfig>(&cfg.data)) {
+    if (!d->path && d->name != SFTDataConfig{}.name)
+      c.error("data.name", fmt::format("\"{}\" cannot be downloaded; primecfg-train generates \"{}\" itself, or "
+                                       "set data.path to a local JSONL file",
+                                       d->name, SFTDataConfig{}.name));
+    const LossMaskConfig def{};
+    const auto& lm = d->loss_mask;
+    if (lm.system != def.system || lm.user != def.user || lm.assistant != def.assistant || lm.tool != def.tool)
+      c.error("data.loss_mask", "records are prompt/completion pairs (loss on the completion); role masks " + not_impl);
+  }
+
+  if (cfg.monitors.wandb) c.error("monitors.wandb", "W&B logging " + not_impl + "; metrics go to metrics.jsonl");
+  if (cfg.monitors.prime) c.error("monitors.prime", "platform logging " + not_impl);
+  if (cfg.renderer.name != RendererConfig{}.name)
+    c.error("renderer.name", "chat templates " + not_impl + " (records are plain prompt/completion text)");
+  if (cfg.resume && !cfg.ckpt)
+    c.error("resume", "resuming needs [ckpt] (the folder to resume from is ckpt.output_dir)");
+
+  for (const char* section : {"eval", "inference", "deployment", "slurm"}) {
+    bool present = (std::string_view(section) == "eval" && cfg.eval) ||
+                   (std::string_view(section) == "inference" && cfg.inference) ||
+                   (std::string_view(section) == "deployment" && cfg.deployment) ||
+                   (std::string_view(section) == "slurm" && cfg.slurm);
+    if (present) c.note(section, "read by the launcher, not by primecfg-train");
+  }
+  return out;
+}
+
+}  // namespace primecfg::train
