@@ -10,6 +10,7 @@
 //                   [--peer "python3 bench/cpu_optim/torch_adamw_peer.py"] [--no-peer]
 //                   [--gpu-bus-id 0000:00:06.0] [--markdown FILE] [--stream-min ELEMENTS]
 #include <immintrin.h>
+#include <sys/mman.h>
 #include <sys/utsname.h>
 
 #include <algorithm>
@@ -49,6 +50,8 @@ struct Options {
   bool run_peer = true;
   std::string gpu_bus_id;
   std::string markdown;
+  int pieces = 4;
+  bool hugepages = false;
 };
 
 template <class T>
@@ -58,6 +61,8 @@ struct Free {
 template <class T>
 using Array = std::unique_ptr<T[], Free<T>>;
 
+bool g_hugepages = false;
+
 template <class T>
 Array<T> alloc(std::int64_t n) {
   const std::size_t bytes = (static_cast<std::size_t>(n) * sizeof(T) + 4095) / 4096 * 4096;
@@ -66,6 +71,7 @@ Array<T> alloc(std::int64_t n) {
     std::fprintf(stderr, "out of memory allocating %zu bytes\n", bytes);
     std::exit(2);
   }
+  if (g_hugepages) ::madvise(p, bytes, MADV_HUGEPAGE);
   return Array<T>(p);
 }
 
@@ -235,13 +241,18 @@ int main(int argc, char** argv) {
       o.gpu_bus_id = next();
     else if (a == "--markdown")
       o.markdown = next();
+    else if (a == "--pieces")
+      o.pieces = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--hugepages")
+      o.hugepages = true;
     else if (a == "--stream-min")
       cpu::set_streaming_store_threshold(std::atoll(next().c_str()));
     else {
       std::fprintf(
           stderr,
           "usage: %s [--n N] [--iters K] [--warmup W] [--threads 1,2,4] [--isa avx512|avx2|scalar]\n"
-          "          [--peer CMD] [--no-peer] [--gpu-bus-id BUS] [--markdown FILE] [--stream-min ELEMENTS]\n",
+          "          [--peer CMD] [--no-peer] [--gpu-bus-id BUS] [--markdown FILE] [--stream-min ELEMENTS]\n"
+          "          [--pieces PER_THREAD] [--hugepages]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -278,6 +289,7 @@ int main(int argc, char** argv) {
   for (int t : o.threads) threads_csv += (threads_csv.empty() ? "" : ",") + std::to_string(t);
 
   const std::int64_t n = o.n;
+  g_hugepages = o.hugepages;
   utsname un{};
   ::uname(&un);
   std::time_t tt = std::time(nullptr);
@@ -294,7 +306,8 @@ int main(int argc, char** argv) {
        << "- command: `" << command << "`\n"
        << "- parameters per step: " << n << " (median of " << o.iters << " iterations after " << o.warmup
        << " warm-up), binding: " << bind_note << ", streaming bf16 stores from "
-       << cpu::streaming_store_threshold() << " elements per piece\n"
+       << cpu::streaming_store_threshold() << " elements per piece, " << o.pieces << " pieces per thread"
+       << (o.hugepages ? ", buffers madvise(MADV_HUGEPAGE)" : "") << "\n"
        << "- % of stream BW: against the fastest of the stream rows at the same thread count\n";
   std::printf("%s\n", head.str().c_str());
   std::fflush(stdout);
@@ -310,6 +323,7 @@ int main(int argc, char** argv) {
     cpu::ThreadPoolOptions po;
     po.threads = t;
     po.cpus = bind_cpus;
+    po.pieces_per_thread = o.pieces;
     cpu::ThreadPool pool(po);
     const std::int64_t grain = cpu::kDefaultGrain;
     // First touch by the pool (pages land on the workers' node), and sane values (no denormals).

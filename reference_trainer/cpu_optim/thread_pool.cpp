@@ -73,10 +73,11 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-ThreadPool::ThreadPool(int threads) : ThreadPool(ThreadPoolOptions{threads, {}, false, 4000}) {}
+ThreadPool::ThreadPool(int threads) : ThreadPool(ThreadPoolOptions{threads, {}, false, 4000, 4}) {}
 
 ThreadPool::ThreadPool(const ThreadPoolOptions& options)
-    : spin_iterations_(std::max(0, options.spin_iterations)) {
+    : spin_iterations_(std::max(0, options.spin_iterations)),
+      pieces_per_thread_(std::max(1, options.pieces_per_thread)) {
   const std::vector<int> allowed = allowed_cpus();
   if (!options.cpus.empty()) {
     for (int cpu : options.cpus) {
@@ -165,7 +166,8 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
   // A few pieces per thread balance the load when a core is disturbed (DMA, other threads) while
   // keeping pieces long enough for the hardware prefetchers.
   const std::int64_t grains = (n + grain - 1) / grain;
-  const std::int64_t want = std::min<std::int64_t>(grains, static_cast<std::int64_t>(size()) * 4);
+  const std::int64_t want =
+      std::min<std::int64_t>(grains, static_cast<std::int64_t>(size()) * pieces_per_thread_);
   const std::int64_t grains_per_piece = (grains + want - 1) / want;
   piece_ = grains_per_piece * grain;
   pieces_ = (n + piece_ - 1) / piece_;

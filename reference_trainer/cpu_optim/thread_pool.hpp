@@ -33,6 +33,9 @@ struct ThreadPoolOptions {
   bool pin_each_worker = false;
   // Pause-loop iterations a worker spins for new work before it sleeps (0: sleep at once).
   int spin_iterations = 4000;
+  // parallel_for cuts a range into about this many pieces per thread (>= 1): more pieces balance the
+  // load when a core is disturbed, fewer keep each thread's memory streams longer.
+  int pieces_per_thread = 4;
 };
 
 class ThreadPool {
@@ -64,6 +67,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::vector<int> bound_cpus_;
   int spin_iterations_ = 0;
+  int pieces_per_thread_ = 4;
 
   std::mutex call_mutex_;  // one parallel_for at a time
   // Job description, written by the caller before `generation_` is bumped (release).
