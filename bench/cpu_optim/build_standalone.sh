@@ -2,7 +2,7 @@
 # Builds the CPU optimizer and NUMA libraries, their tests and the benchmark with the compiler alone
 # (no meson, no toml++), for a quick check on a machine where the full build is not set up yet.
 #   bench/cpu_optim/build_standalone.sh [BUILD_DIR] [PYTHON_WITH_TORCH]
-# Produces BUILD_DIR/test_cpu_optim, BUILD_DIR/test_cpu_optim_torch (when PYTHON imports torch) and
+# Produces BUILD_DIR/test_cpu_optim, BUILD_DIR/test_cpu_optim_numa, BUILD_DIR/test_cpu_optim_torch (when PYTHON imports torch) and
 # BUILD_DIR/bench_cpu_optim.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +24,7 @@ for f in cpu_optim kernels_avx2 kernels_avx512 thread_pool; do
   compile "${kflags[@]}" -c "$root/reference_trainer/cpu_optim/$f.cpp" -o "$out/$f.o"
 done
 compile -DPRIMECFG_HAVE_HWLOC=$hw -c "$root/reference_trainer/numa/numa_binding.cpp" -o "$out/numa_binding.o"
-for f in main test_kernels test_pool_numa; do
+for f in main test_kernels test_pool test_numa; do
   compile -c "$root/tests/cpu_optim/$f.cpp" -o "$out/t_$f.o"
 done
 compile "-DPRIMECFG_BENCH_PEER=\"$py $root/bench/cpu_optim/torch_adamw_peer.py\"" \
@@ -38,8 +38,8 @@ if td=$("$py" -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev
 fi
 for p in "${pids[@]}"; do wait "$p"; done
 libs=("$out"/cpu_optim.o "$out"/kernels_avx2.o "$out"/kernels_avx512.o "$out"/thread_pool.o "$out"/numa_binding.o)
-"$cxx" -o "$out/test_cpu_optim" "$out"/t_main.o "$out"/t_test_kernels.o "$out"/t_test_pool_numa.o "${libs[@]}" \
-  "${hwlibs[@]}" -pthread
+"$cxx" -o "$out/test_cpu_optim" "$out"/t_main.o "$out"/t_test_kernels.o "$out"/t_test_pool.o "${libs[@]}" -pthread
+"$cxx" -o "$out/test_cpu_optim_numa" "$out"/t_main.o "$out"/t_test_numa.o "${libs[@]}" "${hwlibs[@]}" -pthread
 "$cxx" -o "$out/bench_cpu_optim" "$out/bench.o" "${libs[@]}" "${hwlibs[@]}" -pthread
 if [ $torch = 1 ]; then
   "$cxx" -o "$out/test_cpu_optim_torch" "$out"/t_main.o "$out"/t_torch.o "${libs[@]}" "${hwlibs[@]}" -pthread \
