@@ -37,8 +37,9 @@ if td=$("$py" -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev
     -c "$root/tests/cpu_optim/test_vs_torch.cpp" -o "$out/t_torch.o"
 fi
 for p in "${pids[@]}"; do wait "$p"; done
-libs=("$out"/cpu_optim.o "$out"/kernels_avx2.o "$out"/kernels_avx512.o "$out"/thread_pool.o "$out"/numa_binding.o)
+libs=("$out"/cpu_optim.o "$out"/kernels_avx2.o "$out"/kernels_avx512.o "$out"/thread_pool.o)
 "$cxx" -o "$out/test_cpu_optim" "$out"/t_main.o "$out"/t_test_kernels.o "$out"/t_test_pool.o "${libs[@]}" -pthread
+libs+=("$out"/numa_binding.o)
 "$cxx" -o "$out/test_cpu_optim_numa" "$out"/t_main.o "$out"/t_test_numa.o "${libs[@]}" "${hwlibs[@]}" -pthread
 "$cxx" -o "$out/bench_cpu_optim" "$out/bench.o" "${libs[@]}" "${hwlibs[@]}" -pthread
 if [ $torch = 1 ]; then
