@@ -23,8 +23,8 @@ struct AdamWStep {
 // master, moments FP32; grad bf16 (bit pattern) or FP32; weight_bf16_out may be null.
 void adamw(float* master, float* exp_avg, float* exp_avg_sq, const std::uint16_t* grad_bf16,
            std::uint16_t* weight_bf16_out, std::int64_t n, const AdamWStep& s);
-void adamw(float* master, float* exp_avg, float* exp_avg_sq, const float* grad, std::uint16_t* weight_bf16_out,
-           std::int64_t n, const AdamWStep& s);
+void adamw(float* master, float* exp_avg, float* exp_avg_sq, const float* grad,
+           std::uint16_t* weight_bf16_out, std::int64_t n, const AdamWStep& s);
 
 struct SignSGDStep {
   float lr, weight_decay;

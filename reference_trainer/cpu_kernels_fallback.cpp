@@ -29,7 +29,8 @@ float load(const float* g, std::int64_t i) { return g[i]; }
 float load(const std::uint16_t* g, std::int64_t i) { return bf16_to_float(g[i]); }
 
 template <class G>
-void adamw_impl(float* p, float* m, float* v, const G* g, std::uint16_t* out, std::int64_t n, const AdamWStep& s) {
+void adamw_impl(float* p, float* m, float* v, const G* g, std::uint16_t* out, std::int64_t n,
+                const AdamWStep& s) {
   const double t = static_cast<double>(s.step);
   const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta1), t));
   const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), t));
@@ -64,8 +65,8 @@ void adamw(float* master, float* exp_avg, float* exp_avg_sq, const std::uint16_t
            std::uint16_t* weight_bf16_out, std::int64_t n, const AdamWStep& s) {
   adamw_impl(master, exp_avg, exp_avg_sq, grad_bf16, weight_bf16_out, n, s);
 }
-void adamw(float* master, float* exp_avg, float* exp_avg_sq, const float* grad, std::uint16_t* weight_bf16_out,
-           std::int64_t n, const AdamWStep& s) {
+void adamw(float* master, float* exp_avg, float* exp_avg_sq, const float* grad,
+           std::uint16_t* weight_bf16_out, std::int64_t n, const AdamWStep& s) {
   adamw_impl(master, exp_avg, exp_avg_sq, grad, weight_bf16_out, n, s);
 }
 void sign_sgd(float* master, const std::uint16_t* grad_bf16, std::uint16_t* weight_bf16_out, std::int64_t n,

@@ -15,10 +15,13 @@ namespace {
 // whatever was drawn before, which is what makes resume exact.
 class rng {
  public:
-  rng(std::int64_t seed, std::int64_t stream) : s_(mix(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ull ^
-                                                       mix(static_cast<std::uint64_t>(stream)))) {}
+  rng(std::int64_t seed, std::int64_t stream)
+      : s_(mix(static_cast<std::uint64_t>(seed) * 0x9E3779B97F4A7C15ull ^
+               mix(static_cast<std::uint64_t>(stream)))) {}
   std::uint64_t next() { return mix(s_ += 0x9E3779B97F4A7C15ull); }
-  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n)); }
+  std::int64_t below(std::int64_t n) {
+    return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n));
+  }
 
  private:
   static std::uint64_t mix(std::uint64_t z) {
@@ -72,7 +75,8 @@ class Jsonl final : public ExampleSource {
         auto v = json::parse(line);
         const auto* p = v.find("prompt");
         const auto* c = v.find("completion");
-        if (!p || !c) throw std::runtime_error(where + ": a record needs \"prompt\" and \"completion\" strings");
+        if (!p || !c)
+          throw std::runtime_error(where + ": a record needs \"prompt\" and \"completion\" strings");
         examples_.push_back(prompt_completion(p->as_string(), c->as_string()));
       } catch (const json::error& e) {
         throw std::runtime_error(where + ": " + e.what());
@@ -151,7 +155,8 @@ std::pair<std::string, std::string> reverse_text_pair(std::int64_t seed, std::in
 std::unique_ptr<ExampleSource> make_reverse_text(std::int64_t seed, const ReverseTextOptions& o) {
   return std::make_unique<ReverseText>(seed, o);
 }
-std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed) {
+std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle,
+                                          std::int64_t seed) {
   return std::make_unique<Jsonl>(path, shuffle, seed);
 }
 std::unique_ptr<ExampleSource> make_fake(const FakeDataConfig& cfg, std::int64_t vocab_size) {

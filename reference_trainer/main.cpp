@@ -24,7 +24,7 @@ namespace {
 
 // The run with no config file: about a minute on two CPU cores.
 constexpr const char* kDefaultConfig = R"toml(
-max_steps = 300
+max_steps = 200
 output_dir = "outputs/default"
 
 [model]
@@ -47,7 +47,8 @@ warmup_steps = 20
 min_lr = 3e-4
 )toml";
 
-constexpr const char* kUsage = R"(usage: primecfg-train [@ config.toml ...] [--section.field=value ...] [options]
+constexpr const char* kUsage =
+    R"(usage: primecfg-train [@ config.toml ...] [--section.field=value ...] [options]
 
 Trains a Llama/Qwen3-style model with LibTorch. With no config file, runs the
 embedded default (a tiny model on the built-in reverse-text task).
@@ -114,7 +115,8 @@ int main(int argc, char** argv) {
     if (a.rfind("--compute-dtype", 0) == 0) {
       if (auto v = value_of("--compute-dtype")) {
         if (*v != "bf16" && *v != "fp32") {
-          std::fprintf(stderr, "primecfg-train: --compute-dtype must be bf16 or fp32, not \"%s\"\n", v->c_str());
+          std::fprintf(stderr, "primecfg-train: --compute-dtype must be bf16 or fp32, not \"%s\"\n",
+                       v->c_str());
           return 1;
         }
         run.bf16 = *v == "bf16";
@@ -157,8 +159,9 @@ int main(int argc, char** argv) {
   try {
     auto result = train::run_sft(cfg.value, run);
     if (!result.losses.empty())
-      std::fprintf(stderr, "done: steps %lld..%lld, loss %.4f -> %.4f\n", static_cast<long long>(result.first_step),
-                   static_cast<long long>(result.last_step), result.losses.front(), result.losses.back());
+      std::fprintf(stderr, "done: steps %lld..%lld, loss %.4f -> %.4f\n",
+                   static_cast<long long>(result.first_step), static_cast<long long>(result.last_step),
+                   result.losses.front(), result.losses.back());
   } catch (const train::run_error& e) {
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 1;

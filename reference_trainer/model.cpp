@@ -47,7 +47,8 @@ const std::vector<preset_row>& presets() {
       {"Qwen/Qwen3-0.6B", ModelArgs{151936, 1024, 28, 16, 8, 128, 3072, 1000000.0, 1e-6, true, true}},
       {"meta-llama/Llama-3.2-1B", ModelArgs{128256, 2048, 16, 32, 8, 64, 8192, 500000.0, 1e-5, false, true}},
       {"meta-llama/Llama-3.2-3B", ModelArgs{128256, 3072, 28, 24, 8, 128, 8192, 500000.0, 1e-5, false, true}},
-      {"meta-llama/Meta-Llama-3-8B", ModelArgs{128256, 4096, 32, 32, 8, 128, 14336, 500000.0, 1e-5, false, false}},
+      {"meta-llama/Meta-Llama-3-8B",
+       ModelArgs{128256, 4096, 32, 32, 8, 128, 14336, 500000.0, 1e-5, false, false}},
   };
   return rows;
 }
@@ -81,8 +82,8 @@ ModelArgs args_from_hf_config(const std::filesystem::path& path) {
   };
   std::string type = root.find("model_type") ? get("model_type").as_string() : "llama";
   if (type != "llama" && type != "qwen2" && type != "qwen3")
-    throw std::runtime_error(fmt::format("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3)",
-                                         path.string(), type));
+    throw std::runtime_error(
+        fmt::format("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3)", path.string(), type));
   if (const auto* b = root.find("attention_bias"); b && b->is_bool() && b->as_bool())
     throw std::runtime_error(path.string() + ": attention_bias = true is not supported");
   ModelArgs a;
@@ -99,7 +100,8 @@ ModelArgs args_from_hf_config(const std::filesystem::path& path) {
   a.qk_norm = type == "qwen3";
   a.tie_embeddings = root.find("tie_word_embeddings") ? get("tie_word_embeddings").as_bool() : false;
   if (a.heads % a.kv_heads != 0)
-    throw std::runtime_error(path.string() + ": num_attention_heads must be a multiple of num_key_value_heads");
+    throw std::runtime_error(path.string() +
+                             ": num_attention_heads must be a multiple of num_key_value_heads");
   return a;
 }
 
@@ -119,7 +121,8 @@ void write_hf_config(const std::filesystem::path& path, const ModelArgs& a) {
 // Construction and weights
 // ---------------------------------------------------------------------------
 
-Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::ScalarType dtype, std::uint64_t seed)
+Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::ScalarType dtype,
+                         std::uint64_t seed)
     : args_(a), device_(device), dtype_(dtype) {
   // Random values are drawn on the CPU in FP32 from a private generator, so the
   // same seed gives the same model on every device and in every dtype.
@@ -184,16 +187,26 @@ namespace {
 
 torch::ScalarType to_torch(safetensors::dtype d) {
   switch (d) {
-    case safetensors::dtype::F64: return torch::kFloat64;
-    case safetensors::dtype::F32: return torch::kFloat32;
-    case safetensors::dtype::F16: return torch::kFloat16;
-    case safetensors::dtype::BF16: return torch::kBFloat16;
-    case safetensors::dtype::I64: return torch::kInt64;
-    case safetensors::dtype::I32: return torch::kInt32;
-    case safetensors::dtype::I16: return torch::kInt16;
-    case safetensors::dtype::I8: return torch::kInt8;
-    case safetensors::dtype::U8: return torch::kUInt8;
-    case safetensors::dtype::BOOL: return torch::kBool;
+    case safetensors::dtype::F64:
+      return torch::kFloat64;
+    case safetensors::dtype::F32:
+      return torch::kFloat32;
+    case safetensors::dtype::F16:
+      return torch::kFloat16;
+    case safetensors::dtype::BF16:
+      return torch::kBFloat16;
+    case safetensors::dtype::I64:
+      return torch::kInt64;
+    case safetensors::dtype::I32:
+      return torch::kInt32;
+    case safetensors::dtype::I16:
+      return torch::kInt16;
+    case safetensors::dtype::I8:
+      return torch::kInt8;
+    case safetensors::dtype::U8:
+      return torch::kUInt8;
+    case safetensors::dtype::BOOL:
+      return torch::kBool;
   }
   return torch::kFloat32;
 }
@@ -306,8 +319,8 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
 // respect to the hidden states and the head weight; backward only scales them.
 // Peak memory is one chunk of logits instead of all of them.
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets, double scale,
-                        std::int64_t chunk) {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets,
+                        double scale, std::int64_t chunk) {
     const bool want_grad = h.requires_grad() || w.requires_grad();
     torch::NoGradGuard no_grad;
     Tensor rows = targets.ne(-100).nonzero().squeeze(1);
@@ -338,8 +351,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                                                  torch::autograd::variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
     Tensor go = grad_out[0];
-    return {saved[0] * go.to(saved[0].scalar_type()), saved[1] * go.to(saved[1].scalar_type()), Tensor(), Tensor(),
-            Tensor()};
+    return {saved[0] * go.to(saved[0].scalar_type()), saved[1] * go.to(saved[1].scalar_type()), Tensor(),
+            Tensor(), Tensor()};
   }
 };
 
@@ -364,9 +377,10 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   return at::rms_norm(x, {a.hidden}, param("model.norm.weight"), a.rms_eps);
 }
 
-Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens) {
-  return LinearCrossEntropy::apply(hidden.reshape({-1, args_.hidden}), lm_head(), targets.reshape({-1}), scale,
-                                   chunk_tokens);
+Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale,
+                         std::int64_t chunk_tokens) {
+  return LinearCrossEntropy::apply(hidden.reshape({-1, args_.hidden}), lm_head(), targets.reshape({-1}),
+                                   scale, chunk_tokens);
 }
 
 std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, std::int64_t max_new,
@@ -376,8 +390,8 @@ std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, s
   for (std::int64_t s = 0; s < max_new; ++s) {
     const auto T = static_cast<std::int64_t>(ids.size());
     auto opt = torch::TensorOptions().dtype(torch::kInt64);
-    Inputs in{torch::tensor(ids, opt).view({1, T}).to(device_), torch::arange(T, opt).view({1, T}).to(device_),
-              std::nullopt};
+    Inputs in{torch::tensor(ids, opt).view({1, T}).to(device_),
+              torch::arange(T, opt).view({1, T}).to(device_), std::nullopt};
     Tensor h = hidden(in, false).select(1, T - 1);
     auto next = torch::matmul(h, lm_head().t()).argmax(-1).item<std::int64_t>();
     if (next == stop) break;

@@ -74,8 +74,8 @@ class Transformer {
   void load_hf_weights(const std::filesystem::path& dir);
 
   struct Inputs {
-    torch::Tensor input_ids;  // [B, T] int64
-    torch::Tensor positions;  // [B, T] int64
+    torch::Tensor input_ids;            // [B, T] int64
+    torch::Tensor positions;            // [B, T] int64
     std::optional<torch::Tensor> mask;  // [B, 1, T, T] bool (true = attend); absent: causal
   };
   // Final hidden states [B, T, D] after the last norm.
@@ -84,7 +84,8 @@ class Transformer {
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& targets, double scale,
                      std::int64_t chunk_tokens);
   // Greedy continuation (no KV cache: for the small demo model).
-  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new, std::int64_t stop);
+  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new,
+                                     std::int64_t stop);
 
   const torch::Tensor& lm_head() const;
 

@@ -22,8 +22,8 @@ struct dtype_row {
   std::size_t size;
 };
 constexpr dtype_row kDtypes[] = {
-    {dtype::F64, "F64", 8}, {dtype::F32, "F32", 4}, {dtype::F16, "F16", 2}, {dtype::BF16, "BF16", 2},
-    {dtype::I64, "I64", 8}, {dtype::I32, "I32", 4}, {dtype::I16, "I16", 2}, {dtype::I8, "I8", 1},
+    {dtype::F64, "F64", 8}, {dtype::F32, "F32", 4},   {dtype::F16, "F16", 2}, {dtype::BF16, "BF16", 2},
+    {dtype::I64, "I64", 8}, {dtype::I32, "I32", 4},   {dtype::I16, "I16", 2}, {dtype::I8, "I8", 1},
     {dtype::U8, "U8", 1},   {dtype::BOOL, "BOOL", 1},
 };
 
@@ -56,7 +56,7 @@ file file::open(const std::filesystem::path& path) {
   f.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     fail(path, "cannot stat");
@@ -100,7 +100,8 @@ file file::open(const std::filesystem::path& path) {
       if (!dt || !shape || !offs) fail(path, "tensor " + name + " lacks dtype, shape or data_offsets");
       auto row = std::find_if(std::begin(kDtypes), std::end(kDtypes),
                               [&](const dtype_row& r) { return r.name == dt->as_string(); });
-      if (row == std::end(kDtypes)) fail(path, "tensor " + name + " has unsupported dtype " + dt->as_string());
+      if (row == std::end(kDtypes))
+        fail(path, "tensor " + name + " has unsupported dtype " + dt->as_string());
       t.type = row->d;
       for (const auto& s : shape->as_array()) {
         if (s.as_int() < 0) fail(path, "tensor " + name + " has a negative dimension");
@@ -177,7 +178,8 @@ void write(const std::filesystem::path& path, const std::vector<entry>& entries,
     if (i) header += ',';
     header += json::quote(e.name) + ":{\"dtype\":\"" + std::string(dtype_name(e.type)) + "\",\"shape\":[";
     for (std::size_t d = 0; d < e.shape.size(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.nbytes) + "]}";
+    header +=
+        "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.nbytes) + "]}";
     offset += e.nbytes;
   }
   header += "}";
@@ -190,7 +192,8 @@ void write(const std::filesystem::path& path, const std::vector<entry>& entries,
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
   out.write(reinterpret_cast<const char*>(len), 8);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const entry* e : order) out.write(static_cast<const char*>(e->data), static_cast<std::streamsize>(e->nbytes));
+  for (const entry* e : order)
+    out.write(static_cast<const char*>(e->data), static_cast<std::streamsize>(e->nbytes));
   out.flush();
   if (!out) throw error(path.string() + ": write failed");
 }

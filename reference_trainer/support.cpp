@@ -44,17 +44,22 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   const auto& m = cfg.model;
   const std::string not_impl = "is not implemented by primecfg-train";
 
-  if (m.cp > 1) c.error("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
-  if (m.ep > 1) c.error("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep, not_impl));
+  if (m.cp > 1)
+    c.error("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
+  if (m.ep > 1)
+    c.error("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep, not_impl));
   if (m.dp_replicate > 1)
-    c.error("model.dp_replicate", fmt::format("HSDP replication (dp_replicate = {}) {}", m.dp_replicate, not_impl));
+    c.error("model.dp_replicate",
+            fmt::format("HSDP replication (dp_replicate = {}) {}", m.dp_replicate, not_impl));
   if (m.lora) c.error("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.error("model.quantization", "quantized training " + not_impl);
-  if (m.vlm) c.error("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));
+  if (m.vlm)
+    c.error("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));
   if (m.ac_offloading) c.error("model.ac_offloading", "activation offloading " + not_impl);
   if (m.ac && m.ac->mode == AcMode::selective)
     c.error("model.ac.mode", "selective activation checkpointing " + not_impl + "; use mode = \"full\"");
-  if (m.trust_remote_code) c.error("model.trust_remote_code", "remote model code cannot run in a C++ trainer");
+  if (m.trust_remote_code)
+    c.error("model.trust_remote_code", "remote model code cannot run in a C++ trainer");
   if (m.optimization_dtype != Dtype::float32)
     c.error("model.optimization_dtype", "masters are always FP32 in primecfg-train; set \"float32\"");
   if (m.impl == ModelImpl::hf || m.impl == ModelImpl::liger_kernel)
@@ -68,22 +73,26 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (m.seq_len) {
     auto data_len = std::visit([](const auto& d) { return d.seq_len; }, cfg.data);
     if (*m.seq_len != data_len)
-      c.error("model.seq_len", fmt::format("differs from data.seq_len = {}; the SFT trainer packs to data.seq_len",
-                                           data_len));
+      c.error("model.seq_len",
+              fmt::format("differs from data.seq_len = {}; the SFT trainer packs to data.seq_len", data_len));
   }
 
   if (const auto* d = std::get_if<SFTDataConfig>(&cfg.data)) {
     if (!d->path && d->name != SFTDataConfig{}.name)
-      c.error("data.name", fmt::format("\"{}\" cannot be downloaded; primecfg-train generates \"{}\" itself, or "
-                                       "set data.path to a local JSONL file",
-                                       d->name, SFTDataConfig{}.name));
+      c.error("data.name",
+              fmt::format("\"{}\" cannot be downloaded; primecfg-train generates \"{}\" itself, or "
+                          "set data.path to a local JSONL file",
+                          d->name, SFTDataConfig{}.name));
     const LossMaskConfig def{};
     const auto& lm = d->loss_mask;
-    if (lm.system != def.system || lm.user != def.user || lm.assistant != def.assistant || lm.tool != def.tool)
-      c.error("data.loss_mask", "records are prompt/completion pairs (loss on the completion); role masks " + not_impl);
+    if (lm.system != def.system || lm.user != def.user || lm.assistant != def.assistant ||
+        lm.tool != def.tool)
+      c.error("data.loss_mask",
+              "records are prompt/completion pairs (loss on the completion); role masks " + not_impl);
   }
 
-  if (cfg.monitors.wandb) c.error("monitors.wandb", "W&B logging " + not_impl + "; metrics go to metrics.jsonl");
+  if (cfg.monitors.wandb)
+    c.error("monitors.wandb", "W&B logging " + not_impl + "; metrics go to metrics.jsonl");
   if (cfg.monitors.prime) c.error("monitors.prime", "platform logging " + not_impl);
   if (cfg.renderer.name != RendererConfig{}.name)
     c.error("renderer.name", "chat templates " + not_impl + " (records are plain prompt/completion text)");

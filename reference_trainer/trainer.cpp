@@ -134,8 +134,8 @@ Tensor orthogonalize(const Tensor& g) {
 
 // One parameter's update with LibTorch ops on whatever device the tensors are on.
 // master, grad and moments are FP32 and on the same device.
-void update_on_device(const OptSettings& o, const NamedParam& p, Tensor& master, const Tensor& grad, Tensor* m1,
-                      Tensor* m2, double lr, std::int64_t step) {
+void update_on_device(const OptSettings& o, const NamedParam& p, Tensor& master, const Tensor& grad,
+                      Tensor* m1, Tensor* m2, double lr, std::int64_t step) {
   auto adamw = [&](double b1, double b2) {
     Tensor step_t = torch::full({}, static_cast<double>(step), master.options());
     at::_fused_adamw_({master}, {grad}, {*m1}, {*m2}, {}, {step_t}, lr, b1, b2, o.weight_decay, o.eps, false,
@@ -185,8 +185,8 @@ void update_on_cpu_kernel(const OptSettings& o, Tensor& master, const Tensor& gr
                        static_cast<float>(o.weight_decay),
                        step,
                        1.0f};
-      cpu::adamw(master.data_ptr<float>(), m1->data_ptr<float>(), m2->data_ptr<float>(), grad.data_ptr<float>(),
-                 weight_bf16_out, n, s);
+      cpu::adamw(master.data_ptr<float>(), m1->data_ptr<float>(), m2->data_ptr<float>(),
+                 grad.data_ptr<float>(), weight_bf16_out, n, s);
       return;
     }
     case OptKind::sign_sgd: {
@@ -225,7 +225,8 @@ class OffloadState {
  public:
   OffloadState(Transformer& model, const OptSettings& opt) : model_(model), opt_(opt) {
     device_ = model.device();
-    host_ = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(device_.is_cuda());
+    host_ =
+        torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(device_.is_cuda());
     dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
     int max_chunk = 0;
     for (auto& p : model.params()) {
@@ -362,10 +363,9 @@ class OffloadState {
       const bool bf16 = w.scalar_type() == torch::kBFloat16;
       Tensor out;
       if (bf16) out = (w.device().is_cpu() && w.is_contiguous()) ? w.detach() : upload_buffer(w);
-      update_on_cpu_kernel(opt_, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr,
-                           s.m2.defined() ? &s.m2 : nullptr,
-                           bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>()) : nullptr, lr_,
-                           step_);
+      update_on_cpu_kernel(
+          opt_, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr, s.m2.defined() ? &s.m2 : nullptr,
+          bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>()) : nullptr, lr_, step_);
       if (!bf16)
         w.detach().copy_(s.master, /*non_blocking=*/true);
       else if (!out.is_same(w))
@@ -376,8 +376,8 @@ class OffloadState {
       // On a CPU run the "device" is the host and the copies are no-ops.
       Tensor m1 = s.m1.defined() ? s.m1.to(device_, /*non_blocking=*/true) : Tensor();
       Tensor m2 = s.m2.defined() ? s.m2.to(device_, /*non_blocking=*/true) : Tensor();
-      update_on_device(opt_, *s.p, s.master, s.grad, m1.defined() ? &m1 : nullptr, m2.defined() ? &m2 : nullptr, lr_,
-                       step_);
+      update_on_device(opt_, *s.p, s.master, s.grad, m1.defined() ? &m1 : nullptr,
+                       m2.defined() ? &m2 : nullptr, lr_, step_);
       if constexpr (Strategy::moments_on_host) {
         if (m1.defined() && !m1.is_same(s.m1)) s.m1.copy_(m1, /*non_blocking=*/true);
         if (m2.defined() && !m2.is_same(s.m2)) s.m2.copy_(m2, /*non_blocking=*/true);
@@ -390,7 +390,8 @@ class OffloadState {
   Tensor upload_buffer(const Tensor& w) {
     auto& buf = upload_[w.unsafeGetTensorImpl()];
     if (!buf.defined() || buf.numel() != w.numel())
-      buf = torch::empty(w.sizes(), torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(device_.is_cuda()));
+      buf = torch::empty(w.sizes(),
+                         torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(device_.is_cuda()));
     return buf;
   }
 
@@ -413,12 +414,18 @@ class OffloadState {
 
 safetensors::dtype st_dtype(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return safetensors::dtype::F32;
-    case torch::kBFloat16: return safetensors::dtype::BF16;
-    case torch::kFloat16: return safetensors::dtype::F16;
-    case torch::kInt64: return safetensors::dtype::I64;
-    case torch::kUInt8: return safetensors::dtype::U8;
-    default: throw run_error("checkpoint: unsupported dtype");
+    case torch::kFloat32:
+      return safetensors::dtype::F32;
+    case torch::kBFloat16:
+      return safetensors::dtype::BF16;
+    case torch::kFloat16:
+      return safetensors::dtype::F16;
+    case torch::kInt64:
+      return safetensors::dtype::I64;
+    case torch::kUInt8:
+      return safetensors::dtype::U8;
+    default:
+      throw run_error("checkpoint: unsupported dtype");
   }
 }
 
@@ -429,8 +436,9 @@ struct TensorBundle {
   void add(const std::string& name, const Tensor& t) {
     Tensor c = t.detach().to(torch::kCPU).contiguous();
     keep.push_back(c);
-    entries.push_back({name, st_dtype(c.scalar_type()), std::vector<std::int64_t>(c.sizes().begin(), c.sizes().end()),
-                       c.data_ptr(), c.nbytes()});
+    entries.push_back({name, st_dtype(c.scalar_type()),
+                       std::vector<std::int64_t>(c.sizes().begin(), c.sizes().end()), c.data_ptr(),
+                       c.nbytes()});
   }
 };
 
@@ -459,8 +467,8 @@ std::optional<std::int64_t> newest_checkpoint(const fs::path& root) {
 }
 
 template <class Strategy>
-void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Strategy>& state, const OptSettings& opt,
-                     const TrainPosition& pos, const CheckpointConfig& cfg) {
+void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Strategy>& state,
+                     const OptSettings& opt, const TrainPosition& pos, const CheckpointConfig& cfg) {
   fs::create_directories(root);
   const fs::path final_dir = step_dir(root, pos.step);
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
@@ -514,18 +522,20 @@ void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Stra
 // another model fails here with the tensor's name).
 void load_into(const safetensors::file& f, const std::string& name, Tensor dst) {
   const auto* t = f.find(name);
-  if (!t) throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
-                                      f.path().string(), name));
+  if (!t)
+    throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
+                                f.path().string(), name));
   std::vector<std::int64_t> want(dst.sizes().begin(), dst.sizes().end());
   if (t->shape != want)
-    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(), name,
-                                fmt::join(t->shape, ", "), fmt::join(want, ", ")));
+    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(),
+                                name, fmt::join(t->shape, ", "), fmt::join(want, ", ")));
   torch::ScalarType st = t->type == safetensors::dtype::BF16  ? torch::kBFloat16
                          : t->type == safetensors::dtype::F32 ? torch::kFloat32
                          : t->type == safetensors::dtype::U8  ? torch::kUInt8
                                                               : torch::kFloat16;
   torch::NoGradGuard ng;
-  dst.detach().copy_(torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st)));
+  dst.detach().copy_(
+      torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st)));
 }
 
 template <class Strategy>
@@ -540,9 +550,10 @@ TrainPosition load_checkpoint(const fs::path& dir, Transformer& model, OffloadSt
       auto of = safetensors::file::open(dir / "optimizer.safetensors");
       auto it = of.metadata().find("optimizer");
       if (it != of.metadata().end() && it->second != opt.name())
-        throw run_error(fmt::format("{}: optimizer state is {}, the config asks for {} (set ckpt.skip_optimizer to "
-                                    "load weights only)",
-                                    of.path().string(), it->second, opt.name()));
+        throw run_error(
+            fmt::format("{}: optimizer state is {}, the config asks for {} (set ckpt.skip_optimizer to "
+                        "load weights only)",
+                        of.path().string(), it->second, opt.name()));
       for (auto& s : state.states()) {
         load_into(of, "master." + s.p->name, s.master);
         if (s.m1.defined()) load_into(of, "m1." + s.p->name, s.m1);
@@ -634,16 +645,20 @@ class Reporter {
     std::string host;
     for (const auto& [k, v] : m.host_state) host += fmt::format(",\"{}\":{:.6f}", k, v / GiB);
     jsonl_ << fmt::format(
-        "{{\"step\":{},\"loss\":{:.6f},\"lr\":{:.6g},\"grad_norm\":{:.6g},\"tokens\":{},\"tokens_per_s\":{:.2f},"
-        "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}}},"
+        "{{\"step\":{},\"loss\":{:.6f},\"lr\":{:.6g},\"grad_norm\":{:.6g},\"tokens\":{},\"tokens_per_s\":{:."
+        "2f},"
+        "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}"
+        "}},"
         "\"offload\":\"{}\"}}\n",
-        m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.tokens_per_s, m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null",
-        m.step_time, m.peak_device / GiB, m.host_rss / GiB, host, mode_);
+        m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.tokens_per_s,
+        m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB, m.host_rss / GiB,
+        host, mode_);
     jsonl_.flush();
     if (!print_) return;
     std::string mfu = m.mfu ? fmt::format(" mfu {:.1f}%", *m.mfu * 100) : "";
-    std::string stats = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s{} | {:.3f} s/step | peak {:.2f} GiB", m.loss,
-                                    m.lr, m.tokens_per_s, mfu, m.step_time, m.peak_device / GiB);
+    std::string stats =
+        fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s{} | {:.3f} s/step | peak {:.2f} GiB", m.loss,
+                    m.lr, m.tokens_per_s, mfu, m.step_time, m.peak_device / GiB);
     if (tty_) {
       const int width = 24;
       int filled = m.max_steps ? static_cast<int>(width * m.step / m.max_steps) : 0;
@@ -672,14 +687,18 @@ double scheduled_lr(const SchedulerConfig& sched, double peak, std::int64_t step
   return std::visit(
       [&](const auto& s) -> double {
         using S = std::decay_t<decltype(s)>;
-        if (step < s.warmup_steps) return peak * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+        if (step < s.warmup_steps)
+          return peak * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
         if constexpr (std::is_same_v<S, ConstantSchedulerConfig>) {
           return peak;
         } else {
-          const std::int64_t decay = s.decay_steps.value_or(std::max<std::int64_t>(1, max_steps - s.warmup_steps));
-          const double t = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay));
-          const double shape = std::is_same_v<S, LinearSchedulerConfig> ? 1.0 - t
-                                                                        : 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+          const std::int64_t decay =
+              s.decay_steps.value_or(std::max<std::int64_t>(1, max_steps - s.warmup_steps));
+          const double t =
+              std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay));
+          const double shape = std::is_same_v<S, LinearSchedulerConfig>
+                                   ? 1.0 - t
+                                   : 0.5 * (1.0 + std::cos(std::numbers::pi * t));
           return s.min_lr + (peak - s.min_lr) * shape;
         }
       },
@@ -694,7 +713,8 @@ struct Setup {
 template <offload_strategy Strategy>
 class Trainer {
  public:
-  Trainer(const SFTConfig& cfg, const RunOptions& opts, const Setup& setup) : cfg_(cfg), opts_(opts), setup_(setup) {}
+  Trainer(const SFTConfig& cfg, const RunOptions& opts, const Setup& setup)
+      : cfg_(cfg), opts_(opts), setup_(setup) {}
 
   RunResult run() {
     // --- Model -----------------------------------------------------------
@@ -703,9 +723,10 @@ class Trainer {
     const bool hf_dir = !args && fs::exists(fs::path(name) / "config.json");
     if (hf_dir) args = args_from_hf_config(fs::path(name) / "config.json");
     if (!args)
-      throw run_error(fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with "
-                                  "config.json (nothing is downloaded)",
-                                  name, fmt::join(preset_names(), ", ")));
+      throw run_error(
+          fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with "
+                      "config.json (nothing is downloaded)",
+                      name, fmt::join(preset_names(), ", ")));
     if (cfg_.model.debug && cfg_.model.debug->num_layers)
       args->layers = std::min(args->layers, *cfg_.model.debug->num_layers);
     const std::int64_t seed = std::visit(
@@ -742,20 +763,24 @@ class Trainer {
                          (std::get<SFTDataConfig>(cfg_.data).path == std::nullopt && !cfg_.max_steps);
     if (!cfg_.max_steps && std::holds_alternative<FakeDataConfig>(cfg_.data))
       throw run_error("max_steps: fake data is endless; set max_steps");
-    const std::int64_t max_steps = cfg_.max_steps.value_or(endless ? 1000 : std::numeric_limits<std::int64_t>::max());
+    const std::int64_t max_steps =
+        cfg_.max_steps.value_or(endless ? 1000 : std::numeric_limits<std::int64_t>::max());
 
     // --- Reporting -----------------------------------------------------------
     fs::create_directories(cfg_.output_dir);
-    if (!opts_.resolved_config.empty()) std::ofstream(cfg_.output_dir / "config.toml") << opts_.resolved_config;
+    if (!opts_.resolved_config.empty())
+      std::ofstream(cfg_.output_dir / "config.toml") << opts_.resolved_config;
     Reporter reporter(cfg_.output_dir, opts_.print, Strategy::name);
-    const double flops_per_token = 6.0 * static_cast<double>(args->matmul_params()) +
-                                   12.0 * args->layers * args->heads * args->head_dim * static_cast<double>(seq_len);
+    const double flops_per_token =
+        6.0 * static_cast<double>(args->matmul_params()) +
+        12.0 * args->layers * args->heads * args->head_dim * static_cast<double>(seq_len);
     const auto peak = peak_flops(setup_.device);
     if (opts_.print)
-      std::fprintf(stderr, "primecfg-train: %s, %.2fM params, offload = %.*s, optim = %.*s, %s %s, seq_len %lld\n",
+      std::fprintf(stderr,
+                   "primecfg-train: %s, %.2fM params, offload = %.*s, optim = %.*s, %s %s, seq_len %lld\n",
                    name.c_str(), static_cast<double>(args->total_params()) / 1e6,
-                   static_cast<int>(Strategy::name.size()), Strategy::name.data(), static_cast<int>(opt.name().size()),
-                   opt.name().data(), setup_.device.str().c_str(),
+                   static_cast<int>(Strategy::name.size()), Strategy::name.data(),
+                   static_cast<int>(opt.name().size()), opt.name().data(), setup_.device.str().c_str(),
                    setup_.dtype == torch::kBFloat16 ? "bf16" : "fp32", static_cast<long long>(seq_len));
 
     // --- Loop ------------------------------------------------------------------
@@ -778,7 +803,8 @@ class Trainer {
         if (!mb.one_doc_per_row) {
           Tensor doc = torch::tensor(mb.doc_ids, i64).view(shape).to(setup_.device);
           Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));
-          in.mask = same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
+          in.mask =
+              same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
         }
         Tensor targets = torch::tensor(mb.targets, i64).to(setup_.device);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk);
@@ -820,10 +846,11 @@ class Trainer {
     if (opts_.collect_weights) {
       for (auto& s : state.states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
-        result.weights.emplace_back(s.p->name, std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + m.numel()));
+        result.weights.emplace_back(s.p->name,
+                                    std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + m.numel()));
         Tensor w = s.p->tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-        result.model_weights.emplace_back(s.p->name,
-                                          std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
+        result.model_weights.emplace_back(
+            s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
     if (opts_.demo) demo(model);
@@ -874,9 +901,8 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
     throw run_error("device cuda requested but this LibTorch has no usable CUDA device");
   // bf16 where the hardware has it (GPUs); FP32 on CPUs, where bf16 matmuls are emulated.
   setup.dtype = opts.bf16.value_or(setup.device.is_cuda()) ? torch::kBFloat16 : torch::kFloat32;
-  return primecfg::visit_offload(cfg.model.offload, [&]<class Strategy>(Strategy) {
-    return Trainer<Strategy>(cfg, opts, setup).run();
-  });
+  return primecfg::visit_offload(
+      cfg.model.offload, [&]<class Strategy>(Strategy) { return Trainer<Strategy>(cfg, opts, setup).run(); });
 }
 
 }  // namespace primecfg::train

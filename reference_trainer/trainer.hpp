@@ -24,10 +24,10 @@ struct RunOptions {
 };
 
 struct RunResult {
-  std::vector<double> losses;  // one per optimizer step run by this call
+  std::vector<double> losses;   // one per optimizer step run by this call
   std::int64_t first_step = 0;  // step the run started from (after resume)
   std::int64_t last_step = 0;
-  std::vector<std::pair<std::string, std::vector<float>>> weights;  // when collect_weights
+  std::vector<std::pair<std::string, std::vector<float>>> weights;        // when collect_weights
   std::vector<std::pair<std::string, std::vector<float>>> model_weights;  // forward weights, as FP32
 };
 

@@ -1,0 +1,181 @@
+// safetensors, JSON and data packing: the trainer's plain C++ parts.
+#include "data.hpp"
+#include "json.hpp"
+#include "safetensors.hpp"
+#include "support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace primecfg::train;
+
+namespace {
+fs::path temp_dir(const char* name) {
+  auto d = fs::temp_directory_path() / ("primecfg-trainer-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+}  // namespace
+
+TEST_CASE("safetensors: write then read gives the same names, dtypes, shapes, bytes and metadata") {
+  auto dir = temp_dir("st");
+  std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  std::vector<std::uint16_t> b{0x3f80, 0xbf80, 0x0000};
+  std::vector<std::int64_t> c{42};
+  safetensors::write(dir / "x.safetensors",
+                     {{"w.a", safetensors::dtype::F32, {2, 3}, a.data(), a.size() * 4},
+                      {"w.b", safetensors::dtype::BF16, {3}, b.data(), b.size() * 2},
+                      {"step", safetensors::dtype::I64, {}, c.data(), 8}},
+                     {{"format", "pt"}, {"note", "quote \" and \\ back"}});
+  auto f = safetensors::file::open(dir / "x.safetensors");
+  REQUIRE(f.tensors().size() == 3);
+  const auto* ta = f.find("w.a");
+  REQUIRE(ta);
+  CHECK(ta->type == safetensors::dtype::F32);
+  CHECK(ta->shape == std::vector<std::int64_t>{2, 3});
+  CHECK(std::memcmp(ta->data, a.data(), 24) == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(ta->data) % 8 == 0);
+  const auto* tb = f.find("w.b");
+  REQUIRE(tb);
+  CHECK(tb->type == safetensors::dtype::BF16);
+  CHECK(std::memcmp(tb->data, b.data(), 6) == 0);
+  const auto* tc = f.find("step");
+  REQUIRE(tc);
+  CHECK(tc->shape.empty());
+  CHECK(tc->numel() == 1);
+  CHECK(f.metadata().at("note") == "quote \" and \\ back");
+}
+
+TEST_CASE("safetensors: truncated and corrupt files fail with the file name") {
+  auto dir = temp_dir("st-bad");
+  std::vector<float> a(64, 1.0f);
+  safetensors::write(dir / "ok.safetensors", {{"a", safetensors::dtype::F32, {64}, a.data(), 256}});
+  auto size = fs::file_size(dir / "ok.safetensors");
+  fs::copy_file(dir / "ok.safetensors", dir / "cut.safetensors");
+  fs::resize_file(dir / "cut.safetensors", size - 10);
+  CHECK_THROWS_WITH_AS(safetensors::file::open(dir / "cut.safetensors"), doctest::Contains("cut.safetensors"),
+                       safetensors::error);
+  std::ofstream(dir / "tiny.safetensors") << "abc";
+  CHECK_THROWS_AS(safetensors::file::open(dir / "tiny.safetensors"), safetensors::error);
+  std::ofstream junk(dir / "junk.safetensors", std::ios::binary);
+  std::uint64_t n = 5;
+  junk.write(reinterpret_cast<const char*>(&n), 8);
+  junk << "{nope";
+  junk.close();
+  CHECK_THROWS_AS(safetensors::file::open(dir / "junk.safetensors"), safetensors::error);
+  CHECK_THROWS_AS(safetensors::file::open(dir / "missing.safetensors"), safetensors::error);
+}
+
+TEST_CASE("json: values, escapes and errors") {
+  auto v = json::parse(R"({"a": [1, 2.5, -3e2], "s": "x\"\u00e9", "t": true, "n": null})");
+  CHECK(v.find("a")->as_array()[0].as_int() == 1);
+  CHECK(v.find("a")->as_array()[1].as_double() == 2.5);
+  CHECK(v.find("a")->as_array()[2].as_int() == -300);
+  CHECK(v.find("s")->as_string() == "x\"\xc3\xa9");
+  CHECK(v.find("t")->as_bool());
+  CHECK(v.find("n")->is_null());
+  CHECK_THROWS_AS(json::parse("{\"a\": }"), json::error);
+  CHECK_THROWS_AS(json::parse("[1, 2"), json::error);
+  CHECK_THROWS_AS(v.find("s")->as_int(), json::error);
+}
+
+TEST_CASE("data: reverse-text packing, loss on completions only, positions restart per document") {
+  data::Loader loader(data::make_reverse_text(5), data::LoaderOptions{32, 2, 1, true});
+  auto batch = loader.next();
+  REQUIRE(batch.micro.size() == 2);
+  const auto& mb = batch.micro[0];
+  CHECK(mb.rows == 1);
+  CHECK(mb.seq_len == 32);
+  CHECK_FALSE(mb.one_doc_per_row);
+  // The first document: <bos> prompt <sep> completion <eos>.
+  auto [prompt, completion] = data::reverse_text_pair(5, 0);
+  CHECK(mb.input_ids[0] == data::ByteTokenizer::bos);
+  const auto sep_at = 1 + static_cast<std::int64_t>(prompt.size());
+  CHECK(mb.input_ids[sep_at] == data::ByteTokenizer::sep);
+  for (std::int64_t i = 0; i < sep_at; ++i) CHECK(mb.targets[i] == -100);  // no loss on the prompt
+  CHECK(mb.targets[sep_at] == static_cast<unsigned char>(completion[0]));
+  CHECK(mb.positions[0] == 0);
+  // The second document starts at position 0 again and has a new doc id.
+  const auto doc_len = static_cast<std::int64_t>(prompt.size() + completion.size()) + 2;
+  CHECK(mb.positions[doc_len] == 0);
+  CHECK(mb.doc_ids[doc_len] == 1);
+  std::int64_t counted = 0;
+  for (auto t : mb.targets) counted += t != -100;
+  CHECK(counted == mb.loss_tokens);
+  // Same position, same batch (what resume relies on).
+  data::Loader again(data::make_reverse_text(5), data::LoaderOptions{32, 2, 1, true});
+  again.set_position(loader.position());
+  auto b1 = loader.next();
+  auto b2 = again.next();
+  CHECK(b1.micro[0].input_ids == b2.micro[0].input_ids);
+}
+
+TEST_CASE("data: fake data fixed and variable, increasing and random") {
+  primecfg::FakeDataConfig fixed;
+  fixed.seq_len = 16;
+  fixed.batch_size = 2;
+  fixed.micro_batch_size = 1;
+  auto l = data::make_loader(fixed, 1000);
+  auto b = l.next();
+  REQUIRE(b.micro.size() == 2);
+  CHECK(b.micro[0].input_ids[5] == 5);
+  CHECK(b.micro[0].targets[5] == 6);
+  CHECK(b.micro[0].one_doc_per_row);
+  CHECK(b.loss_tokens == 32);
+  primecfg::FakeDataConfig var = fixed;
+  var.length = primecfg::FakeLength::variable;
+  var.input_ids = primecfg::FakeInputIds::random;
+  auto lv = data::make_loader(var, 50);
+  auto bv = lv.next();
+  for (auto t : bv.micro[0].input_ids) CHECK((t < 50 || t == data::ByteTokenizer::pad));
+}
+
+TEST_CASE("data: JSONL records, and a bad line names file and line") {
+  auto dir = temp_dir("jsonl");
+  std::ofstream(dir / "ok.jsonl") << R"({"prompt": "hi", "completion": "there"})"
+                                  << "\n\n"
+                                  << R"({"prompt": "a", "completion": "b"})"
+                                  << "\n";
+  data::Loader l(data::make_jsonl(dir / "ok.jsonl", false, 0), data::LoaderOptions{64, 1, 1, false});
+  auto b = l.next();
+  CHECK(b.micro[0].loss_tokens == 6);  // "there" + eos
+  CHECK(l.position() == 1);
+  std::ofstream(dir / "bad.jsonl") << R"({"prompt": "hi", "completion": "x"})"
+                                   << "\n"
+                                   << R"({"prompt": 3})"
+                                   << "\n";
+  CHECK_THROWS_WITH(data::make_jsonl(dir / "bad.jsonl", false, 0), doctest::Contains("bad.jsonl:2"));
+}
+
+TEST_CASE("support: values the trainer does not implement are errors naming the field") {
+  primecfg::SFTConfig cfg;
+  cfg.model.compile = std::nullopt;
+  cfg.model.cp = 2;
+  cfg.model.ep = 4;
+  cfg.model.lora = primecfg::LoraConfig{};
+  cfg.model.quantization = primecfg::QuantizationConfig{};
+  primecfg::provenance_map where;
+  where["model.cp"] = primecfg::provenance::in_file("a.toml", 3, 1);
+  auto diags = check_support(cfg, where);
+  auto has = [&](std::string_view path) {
+    for (const auto& d : diags)
+      if (d.path == path && d.level == primecfg::severity::error) return true;
+    return false;
+  };
+  CHECK(has("model.cp"));
+  CHECK(has("model.ep"));
+  CHECK(has("model.lora"));
+  CHECK(has("model.quantization"));
+  for (const auto& d : diags)
+    if (d.path == "model.cp") CHECK(d.where.to_string() == "a.toml:3:1");
+  // The defaults themselves are fine.
+  primecfg::SFTConfig plain;
+  plain.model.compile = std::nullopt;
+  for (const auto& d : check_support(plain, {})) CHECK(d.level != primecfg::severity::error);
+}
