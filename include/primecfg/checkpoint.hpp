@@ -32,7 +32,8 @@ struct ResumeConfig {
   std::optional<std::int64_t> step = std::nullopt;
 
   static constexpr auto fields() {
-    return describe(field(&ResumeConfig::step, "Step to resume from; \"None\" takes the newest checkpoint.", ge(0)));
+    return describe(
+        field(&ResumeConfig::step, "Step to resume from; \"None\" takes the newest checkpoint.", ge(0)));
   }
 };
 

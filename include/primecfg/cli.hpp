@@ -52,7 +52,8 @@ flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i
   } else {
     if (i == segments.size()) {
       if constexpr (std::is_same_v<T, bool>) return {flag_kind::boolean, path, {}};
-      if constexpr (is_struct_v<T> || is_variant_v<T> || is_string_map_v<T>) return {flag_kind::section, path, {}};
+      if constexpr (is_struct_v<T> || is_variant_v<T> || is_string_map_v<T>)
+        return {flag_kind::section, path, {}};
       return {flag_kind::value, path, {}};
     }
     if constexpr (is_struct_v<T>) {
@@ -63,11 +64,13 @@ flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((!matched && names[I] == name
               ? void((matched = true,
-                      found = resolve_flag<std::remove_cvref_t<decltype(boost::pfr::get<I>(std::declval<T&>()))>>(
-                          segments, i + 1, join_path(path, name))))
+                      found =
+                          resolve_flag<std::remove_cvref_t<decltype(boost::pfr::get<I>(std::declval<T&>()))>>(
+                              segments, i + 1, join_path(path, name))))
               : void()),
          ...);
-      }(std::make_index_sequence<names.size()>{});
+      }
+      (std::make_index_sequence<names.size()>{});
       if (matched) return found;
       std::string hint = closest_match(name, names);
       if (hint.empty()) return {flag_kind::unknown, {}, {}};
@@ -80,14 +83,14 @@ flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i
       flag_lookup result;
       // Any alternative that has the field will do: the union's `type` decides later.
       [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((result.kind == flag_kind::unknown
-              ? void([&] {
-                  flag_lookup r = resolve_flag<std::variant_alternative_t<I, T>>(segments, i, path);
-                  if (r.kind != flag_kind::unknown || result.suggestion.empty()) result = r;
-                }())
-              : void()),
+        ((result.kind == flag_kind::unknown ? void([&] {
+           flag_lookup r = resolve_flag<std::variant_alternative_t<I, T>>(segments, i, path);
+           if (r.kind != flag_kind::unknown || result.suggestion.empty()) result = r;
+         }())
+                                            : void()),
          ...);
-      }(std::make_index_sequence<std::variant_size_v<T>>{});
+      }
+      (std::make_index_sequence<std::variant_size_v<T>>{});
       return result;
     } else if constexpr (is_string_map_v<T>) {
       return resolve_flag<typename T::mapped_type>(segments, i + 1, join_path(path, segments[i]));
@@ -111,29 +114,34 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
 
 }  // namespace detail
 
-// Adds the files and overrides in `args` to `src`, in order. Problems with
-// the flags themselves go to `errors`; arguments that are neither files nor
-// flags are returned for the caller (a tool's own positional arguments).
+// Adds the files in `args` to `src` in order, then the overrides in order:
+// an override beats every file wherever it stands on the line. Problems with
+// the flags themselves go to `errors`. Bare arguments are files too when
+// `bare_arguments_are_files`; otherwise they are returned to the caller.
 template <class T>
 std::vector<std::string> parse_command_line(std::span<const std::string> args, sources& src,
-                                            std::vector<diagnostic>& errors) {
+                                            std::vector<diagnostic>& errors,
+                                            bool bare_arguments_are_files = false) {
   using detail::flag_kind;
   std::vector<std::string> positional;
+  std::vector<std::string> files;
+  sources overrides;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "@") {
       if (i + 1 < args.size())
-        src.add_file(args[++i]);
+        files.push_back(args[++i]);
       else
-        errors.push_back(detail::command_line_error(error_kind::missing, "@", "'@' must be followed by a file"));
+        errors.push_back(
+            detail::command_line_error(error_kind::missing, "@", "'@' must be followed by a file"));
       continue;
     }
     if (arg.size() > 1 && arg[0] == '@') {
-      src.add_file(arg.substr(1));
+      files.push_back(arg.substr(1));
       continue;
     }
     if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) {
-      positional.push_back(arg);
+      (bare_arguments_are_files ? files : positional).push_back(arg);
       continue;
     }
     std::string body = arg.substr(2);
@@ -150,8 +158,9 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
       std::string plain = body;
       if (plain.rfind("no-", 0) == 0 || plain.rfind("no_", 0) == 0) {
         plain = plain.substr(3);
-      } else if (auto dot = plain.rfind('.'); dot != std::string::npos &&
-                                              (plain.compare(dot + 1, 3, "no-") == 0 || plain.compare(dot + 1, 3, "no_") == 0)) {
+      } else if (auto dot = plain.rfind('.');
+                 dot != std::string::npos &&
+                 (plain.compare(dot + 1, 3, "no-") == 0 || plain.compare(dot + 1, 3, "no_") == 0)) {
         plain.erase(dot + 1, 3);
       }
       if (plain != body) {
@@ -176,13 +185,14 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
         if (!value) {
           errors.push_back(detail::command_line_error(
               error_kind::table_type, flag,
-              fmt::format("'{}' is a section; set one of its fields, e.g. '--{}.<field>=...'", flag, r.path)));
+              fmt::format("'{}' is a section; set one of its fields, e.g. '--{}.<field>=...'", flag,
+                          r.path)));
           continue;
         }
         break;
       case flag_kind::value:
         if (!value) {
-          if (i + 1 >= args.size()) {
+          if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
             errors.push_back(detail::command_line_error(error_kind::missing, flag,
                                                         fmt::format("'{}' needs a value", flag)));
             continue;
@@ -191,8 +201,11 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
         }
         break;
     }
-    src.add_override(r.path, *value, flag);
+    overrides.add_override(r.path, *value, flag);
   }
+  for (const std::string& file : files) src.add_file(file);
+  for (const sources::layer& layer : overrides.layers())
+    src.add_override(layer.name, layer.content, layer.flag);
   return positional;
 }
 

@@ -24,8 +24,9 @@ struct LossMaskConfig {
 
   static constexpr auto fields() {
     using S = LossMaskConfig;
-    return describe(field(&S::system, "Train on system messages."), field(&S::user, "Train on user messages."),
-                    field(&S::assistant, "Train on assistant messages."), field(&S::tool, "Train on tool messages."));
+    return describe(
+        field(&S::system, "Train on system messages."), field(&S::user, "Train on user messages."),
+        field(&S::assistant, "Train on assistant messages."), field(&S::tool, "Train on tool messages."));
   }
 };
 
@@ -49,7 +50,8 @@ struct SFTDataConfig {
                     field(&S::batch_size, "Samples per optimizer step (global).", ge(1)),
                     field(&S::micro_batch_size, "Samples per forward/backward pass.", ge(1)),
                     field(&S::pack, "Pack several examples into one sample of seq_len tokens."),
-                    field(&S::shuffle, "Shuffle examples every epoch."), field(&S::seed, "Seed of the shuffle."),
+                    field(&S::shuffle, "Shuffle examples every epoch."),
+                    field(&S::seed, "Seed of the shuffle."),
                     field(&S::loss_mask, "Which message roles contribute to the loss."));
   }
 };

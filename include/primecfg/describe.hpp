@@ -99,7 +99,9 @@ struct field_doc {
 namespace detail {
 
 template <class T>
-concept described = requires { T::fields(); };
+concept described = requires {
+  T::fields();
+};
 
 template <class T>
 struct struct_doc {

@@ -39,7 +39,8 @@ toml::table encode_struct(const T& value) {
     constexpr auto names = field_names<T>();
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (encode_into(out, names[I], boost::pfr::get<I>(value)), ...);
-    }(std::make_index_sequence<names.size()>{});
+    }
+    (std::make_index_sequence<names.size()>{});
   }
   return out;
 }
@@ -90,7 +91,8 @@ void encode_into(toml::table& parent, std::string_view key, const T& value) {
 inline std::string format_key(std::string_view key) {
   bool bare = !key.empty();
   for (char c : key)
-    bare = bare && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
+    bare = bare && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-');
   return bare ? std::string(key) : quote_toml_string(key);
 }
 
@@ -115,7 +117,7 @@ class toml_writer {
       for (std::size_t dot; (dot = last.find('.')) != std::string::npos; last = last.substr(dot + 1))
         current = current->insert(last.substr(0, dot), toml::table{}).first->second.as_table();
       current->insert(last, value.value);
-      header(path);
+      if (value.value.empty()) header(path);  // the formatter writes the header of a non-empty table
       if (!value.value.empty()) {
         std::ostringstream os;
         os << toml::toml_formatter{wrapped};
@@ -144,7 +146,9 @@ class toml_writer {
   template <class S>
   void fields(const S& value, const std::string& path, bool /*plain struct*/) {
     constexpr auto names = field_names<S>();
-    auto child = [&](std::string_view name) { return path.empty() ? std::string(name) : path + "." + std::string(name); };
+    auto child = [&](std::string_view name) {
+      return path.empty() ? std::string(name) : path + "." + std::string(name);
+    };
     // Plain values first: TOML puts a table's keys before its sub-tables.
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (
@@ -164,7 +168,8 @@ class toml_writer {
             if constexpr (is_section_v<F>) section(boost::pfr::get<I>(value), child(names[I]));
           }(),
           ...);
-    }(std::make_index_sequence<names.size()>{});
+    }
+    (std::make_index_sequence<names.size()>{});
   }
 
   void header(const std::string& path) {
@@ -172,8 +177,12 @@ class toml_writer {
     out_ += fmt::format("\n[{}]\n", path);
   }
 
+  // A value nobody set is written commented out: it shows what the config
+  // holds, and re-reading the dump leaves it unset, so rules that tell user
+  // values from defaults decide the same way again.
   void line(std::string_view key, const std::string& text, const std::string& path) {
-    out_ += fmt::format("{} = {}  # {}\n", key, text, origin(path));
+    std::string where = origin(path);
+    out_ += fmt::format("{}{} = {}  # {}\n", where == "default" ? "# " : "", key, text, where);
   }
 
   std::string origin(const std::string& path) const {
@@ -188,7 +197,8 @@ class toml_writer {
 }  // namespace detail
 
 // TOML text of the resolved config; every value carries a comment saying
-// where it came from ("# default", "# a.toml:3:11", "# command line --x").
+// where it came from ("# a.toml:3:11", "# command line --x"); defaults are
+// listed commented out.
 template <class T>
 std::string dump_toml(const T& value, const provenance_map& sources = {}) {
   detail::toml_writer writer(sources);

@@ -36,10 +36,10 @@ enum class error_kind {
 
 constexpr std::string_view to_string(error_kind k) noexcept {
   constexpr std::string_view names[] = {
-      "toml_syntax",    "file_error",    "extra_forbidden",    "missing",          "literal_error",
-      "bool_type",      "int_type",      "float_type",         "string_type",      "table_type",
-      "array_type",     "int_overflow",  "finite_number",      "greater_than",     "greater_than_equal",
-      "less_than",      "less_than_equal", "union_tag_invalid", "value_error"};
+      "toml_syntax", "file_error",      "extra_forbidden",   "missing",      "literal_error",
+      "bool_type",   "int_type",        "float_type",        "string_type",  "table_type",
+      "array_type",  "int_overflow",    "finite_number",     "greater_than", "greater_than_equal",
+      "less_than",   "less_than_equal", "union_tag_invalid", "value_error"};
   return names[static_cast<int>(k)];
 }
 
@@ -54,7 +54,9 @@ struct provenance {
   static provenance in_file(std::string path, std::uint32_t line, std::uint32_t column) {
     return {origin::file, std::move(path), line, column};
   }
-  static provenance on_command_line(std::string flag) { return {origin::command_line, std::move(flag), 0, 0}; }
+  static provenance on_command_line(std::string flag) {
+    return {origin::command_line, std::move(flag), 0, 0};
+  }
 
   bool is_default() const noexcept { return from == origin::default_value; }
 

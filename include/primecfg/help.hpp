@@ -56,7 +56,8 @@ void help_for_union(std::string& out, const std::variant<A...>*, const std::stri
   std::string tags;
   ((tags += (tags.empty() ? "" : "|") + std::string(A::type)), ...);
   out += fmt::format("  --{}.type {{{}}}\n      {}\n", flag, tags, description);
-  ((out += fmt::format("    with {}.type = \"{}\":\n", flag, A::type), help_for_struct(out, A{}, flag + ".")), ...);
+  ((out += fmt::format("    with {}.type = \"{}\":\n", flag, A::type), help_for_struct(out, A{}, flag + ".")),
+   ...);
 }
 
 template <class S>
@@ -88,7 +89,8 @@ void help_for_struct(std::string& out, const S& defaults, const std::string& pre
           }
         }(),
         ...);
-  }(std::make_index_sequence<names.size()>{});
+  }
+  (std::make_index_sequence<names.size()>{});
 }
 
 }  // namespace detail

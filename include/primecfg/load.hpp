@@ -56,7 +56,8 @@ class sources {
   // One value by dotted key; raw text, read according to the field's type.
   sources& add_override(std::string dotted_key, std::string raw_value, std::string flag = {}) {
     if (flag.empty()) flag = "--" + dotted_key;
-    layers_.push_back({layer::kind::override_value, std::move(dotted_key), std::move(raw_value), std::move(flag)});
+    layers_.push_back(
+        {layer::kind::override_value, std::move(dotted_key), std::move(raw_value), std::move(flag)});
     return *this;
   }
 
@@ -73,8 +74,9 @@ struct loaded {
   std::vector<diagnostic> diagnostics;
 
   std::size_t error_count() const {
-    return static_cast<std::size_t>(std::count_if(diagnostics.begin(), diagnostics.end(),
-                                                  [](const diagnostic& d) { return d.level == severity::error; }));
+    return static_cast<std::size_t>(
+        std::count_if(diagnostics.begin(), diagnostics.end(),
+                      [](const diagnostic& d) { return d.level == severity::error; }));
   }
   bool ok() const { return error_count() == 0; }
 
@@ -135,7 +137,8 @@ inline toml::table override_table(std::string_view dotted_key, const std::string
   std::size_t start = 0;
   while (true) {
     std::size_t dot = dotted_key.find('.', start);
-    std::string_view segment = dotted_key.substr(start, dot == std::string_view::npos ? dotted_key.size() : dot - start);
+    std::string_view segment =
+        dotted_key.substr(start, dot == std::string_view::npos ? dotted_key.size() : dot - start);
     if (dot == std::string_view::npos) {
       current->insert_or_assign(segment, raw);
       return root;

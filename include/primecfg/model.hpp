@@ -144,19 +144,14 @@ struct ModelConfig {
         field(&S::fused_lm_head_token_chunk_size,
               "Tokens per chunk of the fused LM head + cross-entropy (logits never whole).", ge(1)),
         field(&S::dp_replicate, "Data-parallel replicas outside FSDP (HSDP).", ge(1)),
-        field(&S::ep, "Expert-parallel degree.", ge(1)),
-        field(&S::cp, "Context-parallel degree.", ge(1)),
+        field(&S::ep, "Expert-parallel degree.", ge(1)), field(&S::cp, "Context-parallel degree.", ge(1)),
         field(&S::cp_style, "Context-parallel algorithm."),
         field(&S::reshard_after_forward, "Free gathered FSDP weights after forward."),
         field(&S::trust_remote_code, "Allow model code from the checkpoint directory."),
         field(&S::lora, "LoRA adapters; absent trains all weights."),
-        field(&S::quantization, "Quantized training."),
-        field(&S::vlm, "Vision-language model settings."),
-        field(&S::debug, "Debugging and benchmarking knobs."),
-        retired("optim_cpu_offload", "offload"),
-        retired("fsdp_cpu_offload", "offload"),
-        retired("full_offload", "offload"),
-        retired("numa_bind", ""),
+        field(&S::quantization, "Quantized training."), field(&S::vlm, "Vision-language model settings."),
+        field(&S::debug, "Debugging and benchmarking knobs."), retired("optim_cpu_offload", "offload"),
+        retired("fsdp_cpu_offload", "offload"), retired("full_offload", "offload"), retired("numa_bind", ""),
         retired("cpu_optimizer_backend", ""));
   }
 };

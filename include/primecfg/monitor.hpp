@@ -32,7 +32,8 @@ struct PrimeMonitorConfig {
   std::optional<std::string> base_url = std::nullopt;
 
   static constexpr auto fields() {
-    return describe(field(&PrimeMonitorConfig::base_url, "Prime Intellect API endpoint; \"None\" uses the default."));
+    return describe(
+        field(&PrimeMonitorConfig::base_url, "Prime Intellect API endpoint; \"None\" uses the default."));
   }
 };
 

@@ -51,8 +51,8 @@ struct FullOffload {
 };
 
 template <class T>
-concept offload_strategy = std::is_same_v<T, NoOffload> || std::is_same_v<T, OptimizerOffload> ||
-                           std::is_same_v<T, FullOffload>;
+concept offload_strategy =
+    std::is_same_v<T, NoOffload> || std::is_same_v<T, OptimizerOffload> || std::is_same_v<T, FullOffload>;
 
 // Calls f(NoOffload{}), f(OptimizerOffload{}) or f(FullOffload{}) according
 // to the runtime value. All three calls must return the same type.

@@ -19,11 +19,12 @@ struct AdamWConfig {
 
   static constexpr auto fields() {
     using S = AdamWConfig;
-    return describe(field(&S::lr, "Peak learning rate.", ge(0)),
-                    field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
-                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
-                    field(&S::betas1, "First-moment decay (beta1).", ge(0), lt(1)),
-                    field(&S::betas2, "Second-moment decay (beta2).", ge(0), lt(1)));
+    return describe(
+        field(&S::lr, "Peak learning rate.", ge(0)),
+        field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+        field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+        field(&S::betas1, "First-moment decay (beta1).", ge(0), lt(1)),
+        field(&S::betas2, "Second-moment decay (beta2).", ge(0), lt(1)));
   }
 };
 
@@ -35,9 +36,10 @@ struct SignSGDConfig {
 
   static constexpr auto fields() {
     using S = SignSGDConfig;
-    return describe(field(&S::lr, "Step size applied to the sign of each gradient.", ge(0)),
-                    field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
-                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)));
+    return describe(
+        field(&S::lr, "Step size applied to the sign of each gradient.", ge(0)),
+        field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+        field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)));
   }
 };
 
@@ -51,10 +53,10 @@ struct SGDConfig {
 
   static constexpr auto fields() {
     using S = SGDConfig;
-    return describe(field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
-                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
-                    field(&S::momentum, "Momentum factor.", ge(0), lt(1)),
-                    field(&S::nesterov, "Use Nesterov momentum."));
+    return describe(
+        field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+        field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+        field(&S::momentum, "Momentum factor.", ge(0), lt(1)), field(&S::nesterov, "Use Nesterov momentum."));
   }
 };
 
@@ -69,11 +71,12 @@ struct MuonConfig {
 
   static constexpr auto fields() {
     using S = MuonConfig;
-    return describe(field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
-                    field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
-                    field(&S::momentum, "Momentum of the orthogonalised update.", ge(0), lt(1)),
-                    field(&S::betas1, "AdamW beta1 for parameters Muon does not handle.", ge(0), lt(1)),
-                    field(&S::betas2, "AdamW beta2 for parameters Muon does not handle.", ge(0), lt(1)));
+    return describe(
+        field(&S::lr, "Learning rate.", ge(0)), field(&S::weight_decay, "Decoupled weight decay.", ge(0)),
+        field(&S::max_norm, "Clip the global gradient norm to this; \"None\" disables clipping.", gt(0)),
+        field(&S::momentum, "Momentum of the orthogonalised update.", ge(0), lt(1)),
+        field(&S::betas1, "AdamW beta1 for parameters Muon does not handle.", ge(0), lt(1)),
+        field(&S::betas2, "AdamW beta2 for parameters Muon does not handle.", ge(0), lt(1)));
   }
 };
 

@@ -79,9 +79,12 @@ struct RLConfig {
   void validate(validation& v) {
     if (max_steps) v.inherit(trainer.max_steps, max_steps);
     if (seq_len) v.inherit(trainer.model.seq_len, seq_len);
-    if (v.is_set(model.name)) v.inherit(trainer.model.name, model.name);
-    if (ckpt && !trainer.ckpt) v.inherit(trainer.ckpt, ckpt);
-    if (weight_broadcast) v.inherit(trainer.weight_broadcast, *weight_broadcast);
+    v.inherit_fields(trainer.model.name, model.name);
+    if (ckpt) {
+      if (!trainer.ckpt) trainer.ckpt.emplace();
+      v.inherit_fields(*trainer.ckpt, *ckpt);
+    }
+    if (weight_broadcast) v.inherit_fields(trainer.weight_broadcast, *weight_broadcast);
   }
 };
 

@@ -26,9 +26,10 @@ inline void full_offload_optimizer(validation& v, const ModelConfig& model, Opti
         using O = std::decay_t<decltype(o)>;
         if constexpr (!std::is_same_v<O, AdamWConfig> && !std::is_same_v<O, SignSGDConfig>) {
           std::string type_path = v.path_of(optim) + ".type";
-          v.error(model.offload, fmt::format("offload = \"full\" supports only optimizer type adamw or sign_sgd, "
-                                             "but {} = \"{}\" (set at {})",
-                                             type_path, O::type, v.source_of_path(type_path).to_string()));
+          v.error(model.offload,
+                  fmt::format("offload = \"full\" supports only optimizer type adamw or sign_sgd, "
+                              "but {} = \"{}\" (set at {})",
+                              type_path, O::type, v.source_of_path(type_path).to_string()));
         } else {
           v.require_value(o.max_norm, std::optional<double>{},
                           "offload = \"full\" cannot clip gradients (the update runs before the global norm "
@@ -39,15 +40,17 @@ inline void full_offload_optimizer(validation& v, const ModelConfig& model, Opti
 }
 
 // A warm-up (plus decay) longer than the run would never reach its peak.
-inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler, const std::optional<std::int64_t>& max_steps) {
+inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler,
+                           const std::optional<std::int64_t>& max_steps) {
   if (!max_steps) return;
   std::visit(
       [&](const auto& s) {
         std::int64_t total = s.warmup_steps;
         if constexpr (requires { s.decay_steps; }) total += s.decay_steps.value_or(0);
         if (total > *max_steps)
-          v.error(s.warmup_steps, fmt::format("warm-up{} takes {} steps, more than max_steps = {}",
-                                              total == s.warmup_steps ? "" : " plus decay", total, *max_steps));
+          v.error(s.warmup_steps,
+                  fmt::format("warm-up{} takes {} steps, more than max_steps = {}",
+                              total == s.warmup_steps ? "" : " plus decay", total, *max_steps));
       },
       scheduler);
 }
@@ -56,7 +59,8 @@ inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler, cons
 template <class Data>
 void micro_batches_divide(validation& v, const Data& data) {
   if (data.micro_batch_size > 0 && data.batch_size % data.micro_batch_size != 0)
-    v.error(data.batch_size, fmt::format("must be a multiple of micro_batch_size = {}", data.micro_batch_size));
+    v.error(data.batch_size,
+            fmt::format("must be a multiple of micro_batch_size = {}", data.micro_batch_size));
 }
 
 // The part of full_offload_optimizer that JSON Schema can say: with
@@ -65,14 +69,17 @@ void micro_batches_divide(validation& v, const Data& data) {
 inline void full_offload_schema(toml::table& schema) {
   toml::table when{
       {"properties",
-       toml::table{{"model", toml::table{{"properties", toml::table{{"offload", toml::table{{"const", "full"}}}}},
-                                         {"required", toml::array{"offload"}}}}}},
+       toml::table{
+           {"model", toml::table{{"properties", toml::table{{"offload", toml::table{{"const", "full"}}}}},
+                                 {"required", toml::array{"offload"}}}}}},
       {"required", toml::array{"model"}}};
   toml::table then{
       {"properties",
-       toml::table{{"optim", toml::table{{"properties",
-                                          toml::table{{"type", toml::table{{"enum", toml::array{"adamw", "sign_sgd"}}}},
-                                                      {"max_norm", toml::table{{"const", "None"}}}}}}}}}};
+       toml::table{
+           {"optim",
+            toml::table{
+                {"properties", toml::table{{"type", toml::table{{"enum", toml::array{"adamw", "sign_sgd"}}}},
+                                           {"max_norm", toml::table{{"const", "None"}}}}}}}}}};
   if (!schema.contains("allOf")) schema.insert("allOf", toml::array{});
   schema["allOf"].as_array()->push_back(toml::table{{"if", std::move(when)}, {"then", std::move(then)}});
 }

@@ -49,22 +49,25 @@ toml::table schema_of_struct(std::string_view tag = {}) {
           using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(defaults))>;
           const field_doc& doc = doc_of<S>.fields[I];
           toml::table property = schema_of_type<F>(&doc);
-          if (!doc.description.empty()) property.insert_or_assign("description", std::string(doc.description));
+          if (!doc.description.empty())
+            property.insert_or_assign("description", std::string(doc.description));
           if (!doc.required)
             if (const toml::node* d = default_values.get(names[I])) property.insert_or_assign("default", *d);
           properties.insert_or_assign(names[I], std::move(property));
         }(),
         ...);
-  }(std::make_index_sequence<names.size()>{});
+  }
+  (std::make_index_sequence<names.size()>{});
   toml::array required;
   for (std::size_t i = 0; i < names.size(); ++i)
     if (doc_of<S>.fields[i].required) required.push_back(std::string(names[i]));
   if (!tag.empty()) {
     properties.insert_or_assign("type", toml::table{{"const", std::string(tag)}});
   }
-  toml::table schema{{"type", "object"}, {"properties", std::move(properties)}, {"additionalProperties", false}};
+  toml::table schema{
+      {"type", "object"}, {"properties", std::move(properties)}, {"additionalProperties", false}};
   if (!required.empty()) schema.insert("required", std::move(required));
-  if constexpr (requires(toml::table& t) { S::extend_schema(t); }) S::extend_schema(schema);
+  if constexpr (requires(toml::table & t) { S::extend_schema(t); }) S::extend_schema(schema);
   return schema;
 }
 
@@ -106,7 +109,8 @@ toml::table schema_of_type(const field_doc* doc) {
     schema.insert("enum", std::move(values));
   } else if constexpr (is_optional_v<T>) {
     // TOML has no null: the string "None" stands for it.
-    schema.insert("anyOf", toml::array{schema_of_type<typename T::value_type>(doc), toml::table{{"const", "None"}}});
+    schema.insert("anyOf",
+                  toml::array{schema_of_type<typename T::value_type>(doc), toml::table{{"const", "None"}}});
   } else if constexpr (is_vector_v<T>) {
     schema.insert("type", "array");
     schema.insert("items", schema_of_type<typename T::value_type>(doc));

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,7 @@ struct SFTConfig {
   std::optional<std::int64_t> max_steps = std::nullopt;
   std::filesystem::path output_dir = "outputs";
   std::int64_t dist_timeout_seconds = 600;
+  std::map<std::string, std::string> env_vars = {};
   std::optional<opaque_table> eval = std::nullopt;
   std::optional<opaque_table> inference = std::nullopt;
   std::optional<opaque_table> deployment = std::nullopt;
@@ -58,6 +60,7 @@ struct SFTConfig {
                     field(&S::max_steps, "Optimizer steps to run; \"None\" runs one epoch.", ge(0)),
                     field(&S::output_dir, "Folder for metrics, the resolved config and checkpoints."),
                     field(&S::dist_timeout_seconds, "Timeout of collective operations.", ge(1)),
+                    field(&S::env_vars, "Environment variables set in every process."),
                     field(&S::eval, "Online evaluation (read by the launcher, not the trainer)."),
                     field(&S::inference, "Inference servers (read by the launcher)."),
                     field(&S::deployment, "GPU placement (read by the launcher)."),

@@ -52,8 +52,8 @@ struct TrainerConfig {
 
   static constexpr auto fields() {
     using S = TrainerConfig;
-    return describe(field(&S::model, "The model and its memory layout."),
-                    field(&S::data, "Training data."), field(&S::optim, "Optimizer (tagged union on type)."),
+    return describe(field(&S::model, "The model and its memory layout."), field(&S::data, "Training data."),
+                    field(&S::optim, "Optimizer (tagged union on type)."),
                     field(&S::scheduler, "Learning-rate schedule (tagged union on type)."),
                     field(&S::ckpt, "Checkpointing; an empty table enables it with defaults."),
                     field(&S::weight_broadcast, "Sending new weights to inference."),

@@ -18,6 +18,8 @@
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
 
+#include <boost/pfr/core.hpp>
+
 #include <map>
 #include <string>
 #include <typeindex>
@@ -90,12 +92,25 @@ class validation {
     F wanted(value);
     if (is_set(field)) {
       if (!detail::deep_equal(field, wanted))
-        error(field, fmt::format("conflicts with {} = {} set at {}", path_of(value), detail::value_text(wanted),
-                                 source_of(value).to_string()));
+        error(field, fmt::format("conflicts with {} = {} set at {}", path_of(value),
+                                 detail::value_text(wanted), source_of(value).to_string()));
       return;
     }
     field = std::move(wanted);
     (*sources_)[path_of(field)] = source_of(value);
+  }
+
+  // inherit() for every field of a struct that the shared section set.
+  template <class S>
+  void inherit_fields(S& target, const S& shared) {
+    if constexpr (detail::is_struct_v<S>) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (inherit_fields(boost::pfr::get<I>(target), boost::pfr::get<I>(shared)), ...);
+      }
+      (std::make_index_sequence<boost::pfr::tuple_size_v<S>>{});
+    } else if (is_set(shared)) {
+      inherit(target, shared);
+    }
   }
 
   // Where the value at a dotted path came from (e.g. a union's "optim.type").

@@ -147,13 +147,9 @@ int run_command(const options& opt, std::string_view root_name) {
     fmt::print("{}", primecfg::json_schema<T>());
     return exit_ok;
   }
-  // Bare file names are config files: they go first, in order, below the overrides.
   primecfg::sources src;
-  std::vector<primecfg::diagnostic> scratch;
-  primecfg::sources ignored;
-  for (const std::string& file : primecfg::parse_command_line<T>(opt.config_args, ignored, scratch)) src.add_file(file);
   std::vector<primecfg::diagnostic> flag_errors;
-  primecfg::parse_command_line<T>(opt.config_args, src, flag_errors);
+  primecfg::parse_command_line<T>(opt.config_args, src, flag_errors, /*bare_arguments_are_files=*/true);
   primecfg::loaded<T> cfg = primecfg::load<T>(src);
   cfg.diagnostics.insert(cfg.diagnostics.begin(), flag_errors.begin(), flag_errors.end());
 
@@ -169,7 +165,8 @@ int run_command(const options& opt, std::string_view root_name) {
   if (opt.command == "validate") {
     if (!opt.json_errors) fmt::print("ok: valid {}\n", root_name);
   } else {
-    fmt::print("{}", opt.json_output ? primecfg::dump_json(cfg.value) : primecfg::dump_toml(cfg.value, cfg.provenance));
+    fmt::print("{}", opt.json_output ? primecfg::dump_json(cfg.value)
+                                     : primecfg::dump_toml(cfg.value, cfg.provenance));
   }
   return exit_ok;
 }
@@ -205,7 +202,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "primecfg: error: {}\n\n{}", error, usage);
     return exit_usage;
   }
-  if (opt.command != "validate" && opt.command != "dump" && opt.command != "schema" && opt.command != "help") {
+  if (opt.command != "validate" && opt.command != "dump" && opt.command != "schema" &&
+      opt.command != "help") {
     fmt::print(stderr, "primecfg: error: unknown command '{}'\n\n{}", opt.command, usage);
     return exit_usage;
   }

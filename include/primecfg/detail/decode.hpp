@@ -9,8 +9,8 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/enum_names.hpp>
-#include <primecfg/detail/merge.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/merge.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
@@ -81,13 +81,15 @@ struct decode_context {
     return provenance::in_file(std::move(path), src.begin.line, src.begin.column);
   }
 
-  void error(error_kind kind, std::string path, const toml::node& n, std::string message, bool show_input = true) {
+  void error(error_kind kind, std::string path, const toml::node& n, std::string message,
+             bool show_input = true) {
     diagnostic d;
     d.kind = kind;
     d.path = std::move(path);
     d.where = where(n);
     d.message = std::move(message);
-    if (show_input) d.input = from_command_line() && n.is_string() ? std::string(*n.as_string()) : node_text(n);
+    if (show_input)
+      d.input = from_command_line() && n.is_string() ? std::string(*n.as_string()) : node_text(n);
     out->push_back(std::move(d));
   }
 
@@ -109,9 +111,9 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
 // On the command line every value arrives as text; fields that are not
 // strings read it as a TOML value ("5", "1e-4", "true", "[1, 2]", "{}").
 template <class T>
-inline constexpr bool reads_text_as_toml = !std::is_same_v<T, std::string> &&
-                                           !std::is_same_v<T, std::filesystem::path> && !std::is_enum_v<T> &&
-                                           !std::is_same_v<T, opaque_table> && !is_optional_v<T>;
+inline constexpr bool reads_text_as_toml =
+    !std::is_same_v<T, std::string> && !std::is_same_v<T, std::filesystem::path> && !std::is_enum_v<T> &&
+    !std::is_same_v<T, opaque_table> && !is_optional_v<T>;
 
 inline std::optional<toml::table> parse_cli_text(std::string_view text) {
   std::string doc = "v = ";
@@ -127,7 +129,8 @@ template <class T>
 void decode_integer(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
   const auto* v = node.as_integer();
   if (!v) {
-    ctx.error(error_kind::int_type, path, node, fmt::format("expected an integer, got {}", type_name_of(node)));
+    ctx.error(error_kind::int_type, path, node,
+              fmt::format("expected an integer, got {}", type_name_of(node)));
     return;
   }
   std::int64_t value = v->get();
@@ -155,7 +158,8 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
   } else if (const auto* i = node.as_integer()) {
     value = static_cast<double>(i->get());
   } else {
-    ctx.error(error_kind::float_type, path, node, fmt::format("expected a number, got {}", type_name_of(node)));
+    ctx.error(error_kind::float_type, path, node,
+              fmt::format("expected a number, got {}", type_name_of(node)));
     return;
   }
   if (!std::isfinite(value)) {
@@ -187,7 +191,8 @@ void decode_enum(const toml::node& node, E& out, const std::string& path, decode
   }
   std::string hint = closest_match(s->get(), names);
   ctx.error(error_kind::literal_error, path, node,
-            fmt::format("expected one of {}{}", allowed, hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+            fmt::format("expected one of {}{}", allowed,
+                        hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
 }
 
 // ---------------------------------------------------------------- structs ---
@@ -200,9 +205,8 @@ void report_unknown_key(const toml::key& key, const toml::node& value, const std
   for (std::size_t i = 0; i < doc.retired_count; ++i) {
     const retired_key& r = doc.retired[i];
     if (r.key != key.str()) continue;
-    std::string fix = ctx.from_command_line()
-                          ? std::string("drop the flag")
-                          : fmt::format("run `{} {}`", r.fix, ctx.where(value).file);
+    std::string fix = ctx.from_command_line() ? std::string("drop the flag")
+                                              : fmt::format("run `{} {}`", r.fix, ctx.where(value).file);
     std::string message;
     if (r.replacement.empty()) {
       message = fmt::format("'{}' was removed; {}", path, fix);
@@ -239,9 +243,10 @@ void check_bounds(const M& value, const field_doc& doc, const std::string& path,
     for (std::size_t i = 0; i < doc.bound_count; ++i) {
       const bound& b = doc.bounds[i];
       double v = static_cast<double>(value);
-      bool ok = b.kind == bound::ge ? v >= b.value : b.kind == bound::gt ? v > b.value
-                                               : b.kind == bound::le ? v <= b.value
-                                                                     : v < b.value;
+      bool ok = b.kind == bound::ge   ? v >= b.value
+                : b.kind == bound::gt ? v > b.value
+                : b.kind == bound::le ? v <= b.value
+                                      : v < b.value;
       if (ok) continue;
       static constexpr std::string_view words[] = {"greater than or equal to", "greater than",
                                                    "less than or equal to", "less than"};
@@ -269,11 +274,13 @@ void decode_struct(const toml::table& table, T& out, const std::string& path, de
             auto& field = boost::pfr::get<I>(out);
             std::size_t errors_before = ctx.out->size();
             decode_value(value, field, field_path, ctx);
-            if (ctx.out->size() == errors_before) check_bounds(field, doc_of<T>.fields[I], field_path, value, ctx);
+            if (ctx.out->size() == errors_before)
+              check_bounds(field, doc_of<T>.fields[I], field_path, value, ctx);
             ctx.record(field_path, value);
           }(),
           ...);
-    }(std::make_index_sequence<n>{});
+    }
+    (std::make_index_sequence<n>{});
     if (!found) report_unknown_key<T>(key, value, path, ctx, is_union);
   }
 }
@@ -302,7 +309,8 @@ void decode_union(const toml::table& table, std::variant<A...>& out, const std::
       ctx.forget_below(path);
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((I == index ? void(out.template emplace<I>()) : void()), ...);
-      }(std::index_sequence_for<A...>{});
+      }
+      (std::index_sequence_for<A...>{});
     }
     ctx.record(tag_path, *tag);
   }
@@ -328,7 +336,8 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
     if (const auto* b = node.as_boolean())
       out = b->get();
     else
-      ctx.error(error_kind::bool_type, path, node, fmt::format("expected true or false, got {}", type_name_of(node)));
+      ctx.error(error_kind::bool_type, path, node,
+                fmt::format("expected true or false, got {}", type_name_of(node)));
   } else if constexpr (is_integer_v<T>) {
     decode_integer(node, out, path, ctx);
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -337,7 +346,8 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
     if (const auto* s = node.as_string())
       out = T(s->get());
     else
-      ctx.error(error_kind::string_type, path, node, fmt::format("expected a string, got {}", type_name_of(node)));
+      ctx.error(error_kind::string_type, path, node,
+                fmt::format("expected a string, got {}", type_name_of(node)));
   } else if constexpr (std::is_enum_v<T>) {
     decode_enum(node, out, path, ctx);
   } else if constexpr (is_optional_v<T>) {
@@ -352,7 +362,8 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
   } else if constexpr (is_vector_v<T>) {
     const auto* array = node.as_array();
     if (!array) {
-      ctx.error(error_kind::array_type, path, node, fmt::format("expected an array, got {}", type_name_of(node)));
+      ctx.error(error_kind::array_type, path, node,
+                fmt::format("expected an array, got {}", type_name_of(node)));
       return;
     }
     T result;
@@ -366,7 +377,8 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
   } else if constexpr (is_string_map_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node, fmt::format("expected a table, got {}", type_name_of(node)));
+      ctx.error(error_kind::table_type, path, node,
+                fmt::format("expected a table, got {}", type_name_of(node)));
       return;
     }
     for (auto&& [key, value] : *table) {
@@ -377,7 +389,8 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
   } else if constexpr (is_variant_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node, fmt::format("expected a table, got {}", type_name_of(node)));
+      ctx.error(error_kind::table_type, path, node,
+                fmt::format("expected a table, got {}", type_name_of(node)));
       return;
     }
     decode_union(*table, out, path, ctx);
@@ -389,14 +402,16 @@ void decode_value(const toml::node& node, T& out, const std::string& path, decod
       if (parsed) table = parsed->get("v") ? parsed->get("v")->as_table() : nullptr;
     }
     if (!table) {
-      ctx.error(error_kind::table_type, path, node, fmt::format("expected a table, got {}", type_name_of(node)));
+      ctx.error(error_kind::table_type, path, node,
+                fmt::format("expected a table, got {}", type_name_of(node)));
       return;
     }
     merge_tables(out.value, *table);
   } else if constexpr (is_struct_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node, fmt::format("expected a table, got {}", type_name_of(node)));
+      ctx.error(error_kind::table_type, path, node,
+                fmt::format("expected a table, got {}", type_name_of(node)));
       return;
     }
     decode_struct(*table, out, path, ctx);

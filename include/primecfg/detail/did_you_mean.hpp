@@ -18,7 +18,8 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
     for (std::size_t j = 1; j <= b.size(); ++j) {
       std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
   return d[a.size()][b.size()];
@@ -35,7 +36,8 @@ inline std::string snake_case(std::string_view s) {
 template <class Range>
 std::string closest_match(std::string_view word, const Range& candidates) {
   std::string w = snake_case(word);
-  std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(w.begin(), w.end(), w.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   std::size_t limit = std::clamp<std::size_t>(w.size() / 3, 1, 3);
   std::string best;
   std::size_t best_distance = limit + 1;

@@ -55,7 +55,8 @@ template <class E, int... V>
 constexpr auto collect_enumerators(std::integer_sequence<int, V...> seq) noexcept {
   std::array<enum_entry<E>, count_enumerators<E>(seq)> out{};
   std::size_t i = 0;
-  ((enumerator_name<E, V>().empty() ? void() : void(out[i++] = {static_cast<E>(V), enumerator_name<E, V>()})), ...);
+  ((enumerator_name<E, V>().empty() ? void() : void(out[i++] = {static_cast<E>(V), enumerator_name<E, V>()})),
+   ...);
   return out;
 }
 

@@ -27,12 +27,14 @@ bool deep_equal(const T& a, const T& b) {
     return true;
   } else if constexpr (is_variant_v<T>) {
     if (a.index() != b.index()) return false;
-    return std::visit([&](const auto& x) { return deep_equal(x, std::get<std::decay_t<decltype(x)>>(b)); }, a);
+    return std::visit([&](const auto& x) { return deep_equal(x, std::get<std::decay_t<decltype(x)>>(b)); },
+                      a);
   } else if constexpr (is_struct_v<T>) {
     bool equal = true;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((equal = equal && deep_equal(boost::pfr::get<I>(a), boost::pfr::get<I>(b))), ...);
-    }(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    }
+    (std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
     return equal;
   } else {
     return a == b;

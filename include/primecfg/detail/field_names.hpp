@@ -14,7 +14,8 @@
 #include <string_view>
 #include <utility>
 
-#if defined(BOOST_PFR_CORE_NAME_ENABLED) && BOOST_PFR_CORE_NAME_ENABLED && !defined(PRIMECFG_FORCE_NAME_FALLBACK)
+#if defined(BOOST_PFR_CORE_NAME_ENABLED) && BOOST_PFR_CORE_NAME_ENABLED && \
+    !defined(PRIMECFG_FORCE_NAME_FALLBACK)
 #include <boost/pfr/core_name.hpp>
 #define PRIMECFG_NATIVE_PFR_NAMES 1
 #else
@@ -68,8 +69,8 @@ constexpr std::string_view member_name_from_signature(std::string_view sig) noex
 
 template <class T, std::size_t I>
 constexpr std::string_view fallback_field_name() noexcept {
-  constexpr std::string_view name = member_name_from_signature(
-      signature_of<&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>())>());
+  constexpr std::string_view name =
+      member_name_from_signature(signature_of<&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>())>());
   static_assert(!name.empty(), "primecfg: could not read a field name from __PRETTY_FUNCTION__");
   return name;
 }
@@ -102,7 +103,8 @@ constexpr std::size_t field_index_of(M T::*member) noexcept {
   const void* target = &(fake_object<T>().*member);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((fake_member_address<T, I>() == target ? (found = I, 0) : 0), ...);
-  }(std::make_index_sequence<n>{});
+  }
+  (std::make_index_sequence<n>{});
   return found;
 }
 

@@ -45,8 +45,8 @@ template <class T>
 inline constexpr bool is_variant_v = is_variant<T>::value;
 
 template <class T>
-inline constexpr bool is_integer_v = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
-                                     !std::is_same_v<T, char>;
+inline constexpr bool is_integer_v =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
 template <class T>
 inline constexpr bool is_numeric_v = is_integer_v<T> || std::is_floating_point_v<T>;
 
@@ -58,7 +58,7 @@ inline constexpr bool is_scalar_leaf_v =
 // A nested config struct: an aggregate class that is none of the above.
 template <class T>
 inline constexpr bool is_struct_v =
-    std::is_class_v<T> && std::is_aggregate_v<T> && !is_optional_v<T> && !is_vector_v<T> &&
+    std::is_class_v<T>&& std::is_aggregate_v<T> && !is_optional_v<T> && !is_vector_v<T> &&
     !is_string_map_v<T> && !is_variant_v<T> && !std::is_same_v<T, opaque_table> &&
     !std::is_same_v<T, std::string> && !std::is_same_v<T, std::filesystem::path>;
 

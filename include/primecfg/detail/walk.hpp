@@ -30,10 +30,11 @@ void walk(T& value, const std::string& path, Pre&& pre, Post&& post) {
   } else if constexpr (is_struct_v<std::remove_const_t<T>>) {
     constexpr auto names = field_names<std::remove_const_t<T>>();
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (walk(boost::pfr::get<I>(value), path.empty() ? std::string(names[I]) : path + "." + std::string(names[I]),
-            pre, post),
+      (walk(boost::pfr::get<I>(value),
+            path.empty() ? std::string(names[I]) : path + "." + std::string(names[I]), pre, post),
        ...);
-    }(std::make_index_sequence<names.size()>{});
+    }
+    (std::make_index_sequence<names.size()>{});
   }
   post(value, path);
 }
@@ -45,7 +46,8 @@ void for_each_field(T& value, F&& f) {
   constexpr auto names = field_names<S>();
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (f(boost::pfr::get<I>(value), names[I], doc_of<S>.fields[I]), ...);
-  }(std::make_index_sequence<names.size()>{});
+  }
+  (std::make_index_sequence<names.size()>{});
 }
 
 }  // namespace primecfg::detail

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The primecfg command-line tool: exit codes and reports, as a user sees them.
+set -u
+primecfg=$1
+root=$2
+corpus="$root/tests/corpus/prime-rl-configs/559b44772"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+expect() {  # expect DESCRIPTION EXIT_CODE COMMAND...
+  local what=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: $what: exit $got, wanted $want"; cat "$tmp/out" "$tmp/err"; failures=$((failures + 1))
+  fi
+}
+contains() {  # contains DESCRIPTION FILE TEXT
+  if ! grep -qF -- "$3" "$2"; then
+    echo "FAIL: $1: '$3' not in:"; cat "$2"; failures=$((failures + 1))
+  fi
+}
+
+expect "a valid SFT file" 0 "$primecfg" validate --as sft "$corpus/configs/basic/reverse-text/sft.toml"
+contains "success message" "$tmp/out" "ok: valid SFTConfig"
+expect "the root type is inferred" 0 "$primecfg" validate "$corpus/examples/basic/reverse-text/rl.toml"
+expect "options after the files" 0 "$primecfg" validate "$corpus/configs/debug/fake/sft.toml" --model.offload=none --as sft
+
+cat >"$tmp/four.toml" <<'TOML'
+[model]
+offload = "full"
+nmae = "x"
+
+[optim]
+type = "muon"
+lr = -1.0
+
+[data]
+type = "fake"
+length = "fixd"
+TOML
+expect "four mistakes" 1 "$primecfg" validate --as sft "$tmp/four.toml"
+contains "unknown key" "$tmp/err" "four.toml:3:1: error: model.nmae: unknown key 'nmae' in [model]; did you mean 'name'? [extra_forbidden]"
+contains "bad enum" "$tmp/err" "four.toml:11:10: error: data.length: expected one of 'fixed', 'variable'; did you mean 'fixed'? [literal_error]"
+contains "negative lr" "$tmp/err" "four.toml:7:6: error: optim.lr: must be greater than or equal to 0 [greater_than_equal]"
+contains "offload rule" "$tmp/err" "four.toml:2:11: error: model.offload: offload = \"full\" supports only optimizer type adamw or sign_sgd"
+contains "summary" "$tmp/err" "4 errors in SFTConfig"
+
+expect "the same as JSON" 1 "$primecfg" validate --as sft "$tmp/four.toml" --errors=json
+python3 - "$tmp/err" <<'PY' || failures=$((failures + 1))
+import json, sys
+errors = json.load(open(sys.argv[1]))
+kinds = sorted(e["kind"] for e in errors)
+assert kinds == ["extra_forbidden", "greater_than_equal", "literal_error", "value_error"], kinds
+assert all(e["file"].endswith("four.toml") and e["line"] > 0 for e in errors), errors
+PY
+
+printf 'max_steps = 3\n[model]\nname = = "x"\n' >"$tmp/syntax.toml"
+expect "a TOML syntax error" 1 "$primecfg" validate --as sft "$tmp/syntax.toml"
+contains "syntax position" "$tmp/err" "syntax.toml:3:8: error: invalid TOML"
+
+expect "a missing file" 2 "$primecfg" validate --as sft "$tmp/nope.toml"
+contains "missing file message" "$tmp/err" "nope.toml: error: cannot open"
+expect "a directory" 2 "$primecfg" validate --as sft "$tmp"
+expect "a bad --as" 2 "$primecfg" validate --as ppo "$tmp/four.toml"
+expect "an unknown command" 2 "$primecfg" frobnicate
+expect "an override that names no field" 1 "$primecfg" validate --as sft "$corpus/configs/debug/fake/sft.toml" --model.ofload=full
+contains "flag suggestion" "$tmp/err" "did you mean '--model.offload'?"
+
+expect "dump" 0 "$primecfg" dump --as sft "$corpus/configs/debug/fake/sft.toml" --model.offload=none
+cp "$tmp/out" "$tmp/dumped.toml"
+contains "provenance comment" "$tmp/dumped.toml" 'offload = "none"  # command line --model.offload'
+expect "the dump is valid" 0 "$primecfg" validate --as sft "$tmp/dumped.toml"
+expect "dumping the dump" 0 "$primecfg" dump --as sft "$tmp/dumped.toml" --format=json
+cp "$tmp/out" "$tmp/second.json"
+expect "JSON of the original" 0 "$primecfg" dump --as sft "$corpus/configs/debug/fake/sft.toml" --model.offload=none --format=json
+if ! cmp -s "$tmp/out" "$tmp/second.json"; then echo "FAIL: dump round trip changed the config"; failures=$((failures + 1)); fi
+
+expect "help" 0 "$primecfg" help --as sft
+contains "help lists offload" "$tmp/out" "--model.offload {none|optimizer|full}"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "all tool checks passed"
