@@ -10,7 +10,7 @@
 //   6. run_sft(): device/dtype choice and the visit_offload dispatch.
 #include "trainer.hpp"
 
-#include "cpu_kernels.hpp"
+#include "cpu_optim/cpu_optim.hpp"
 #include "data.hpp"
 #include "model.hpp"
 #include "safetensors.hpp"
