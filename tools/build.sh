@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures (once) and builds everything into build/: the library's tools,
+# the tests and, where LibTorch is installed, primecfg-train.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -f build/build.ninja ]; then
+  meson setup build --buildtype=release
+else
+  meson configure build -Dtrainer=auto -Dtests=true >/dev/null
+fi
+ninja -C build -j"$(nproc)"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, builds, and trains the reference
+# model on its embedded default (a small Llama-style model learning to
+# reverse text, on CPU or GPU). Arguments go to primecfg-train.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/bootstrap.sh
+bash tools/build.sh
+exec ./build/reference_trainer/primecfg-train "$@"
