@@ -1,0 +1,160 @@
+// The memory planner behind `primecfg-train --plan`: predicts the peak GPU
+// memory and the host memory of a config in each offload mode, from the model
+// shape and the config alone (no LibTorch, nothing allocated).
+//
+// The model of memory follows what reference_trainer/model.cpp and trainer.cpp
+// really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
+#pragma once
+
+#include <primecfg/offload.hpp>
+#include <primecfg/sft.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace primecfg::train::plan {
+
+// A failure to plan (unknown model, unreadable config.json, ...).
+struct plan_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One parameter tensor of the model, in the trainer's order (model.cpp's params()).
+struct ParamShape {
+  std::string name;
+  std::int64_t rows = 0, cols = 1;  // cols = 1 for vectors (norm weights)
+  int block = -1;                   // transformer block, -1 outside the blocks
+  std::int64_t numel() const { return rows * cols; }
+  bool is_matrix() const { return cols > 1; }
+};
+
+// The shape of a Llama/Qwen3-style decoder (the same fields as model.hpp's ModelArgs).
+struct ModelShape {
+  std::int64_t vocab_size = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0,
+               intermediate = 0;
+  bool qk_norm = false;
+  bool tie_embeddings = false;
+
+  std::vector<ParamShape> params() const;
+  std::int64_t total_params() const;
+};
+
+// The trainer's presets by model.name (primecfg/tiny, Qwen/Qwen3-0.6B, Llama-3.2-1B/3B,
+// Meta-Llama-3-8B, and the aliases the trainer accepts).
+std::optional<ModelShape> preset_shape(std::string_view name);
+// An HF config.json (llama, qwen2 without biases, qwen3), read like the trainer reads it.
+ModelShape shape_from_hf_config(const std::filesystem::path& config_json);
+// model.name resolved as the trainer does (preset, else a local HF directory), with
+// model.debug.num_layers applied. Throws plan_error.
+ModelShape resolve_model(const ModelConfig& model);
+
+// Machine facts and allocator behaviour the prediction depends on. The defaults
+// describe the H200 machine and LibTorch's CUDA allocators.
+struct Assumptions {
+  int compute_bytes = 2;                       // bf16 compute (the trainer's default on CUDA); 4 for fp32
+  bool cuda = true;                            // pinned host buffers and cuBLAS workspace exist
+  std::int64_t device_block = 512;             // CUDA caching allocator rounds every tensor up to this
+  bool pinned_pow2 = true;                     // pinned host allocator rounds each tensor to a power of two
+  std::int64_t cublas_workspace = 32ll << 20;  // one stream's cuBLAS workspace (sm90), in the allocator
+  std::int64_t cuda_context = 768ll << 20;     // CUDA context + loaded kernels, outside the allocator
+  double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
+  std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
+  std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
+  std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
+  std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
+};
+
+// One named amount of memory.
+struct Term {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::string what;  // one line: what it is
+};
+
+// A moment of the step and the memory alive then (a sum of terms).
+struct Phase {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::vector<std::string> terms;  // names of the terms it adds up
+};
+
+struct MemoryPlan {
+  std::vector<Term> terms;
+  std::vector<Phase> phases;
+  std::string peak_phase;
+  std::int64_t peak = 0;
+
+  std::int64_t term(std::string_view name) const;  // 0 when absent
+  const Phase* phase(std::string_view name) const;
+};
+
+struct ModePlan {
+  Offload mode = Offload::none;
+  bool ac = false;  // activation checkpointing as planned here
+  MemoryPlan gpu;   // peak = peak allocated bytes (what the trainer reports as peak_device_mem_gib)
+  MemoryPlan host;  // peak = resident host bytes
+  std::int64_t gpu_total = 0;  // gpu.peak with allocator slack + CUDA context: what the device must hold
+  std::optional<bool> gpu_fits, host_fits;
+  bool fits() const { return gpu_fits.value_or(true) && host_fits.value_or(true); }
+};
+
+// Activation bytes for one micro-batch, with and without checkpointing (for the report).
+struct ActivationSummary {
+  std::int64_t tokens = 0;                  // micro_batch_size x seq_len
+  std::int64_t per_block_full = 0;          // what one block keeps for backward
+  std::int64_t per_block_checkpointed = 0;  // what a checkpointed block keeps (its input)
+  std::int64_t saved_without_ac = 0;        // all blocks, model.ac off
+  std::int64_t saved_with_ac = 0;           // all blocks, model.ac with the config's freq (1 if unset)
+  std::int64_t ce_chunk_tokens = 0;         // fused LM head + cross-entropy chunk
+};
+
+struct Plan {
+  std::string model_name;
+  ModelShape shape;
+  std::int64_t params = 0;
+  std::int64_t micro_batch = 0, seq_len = 0, batch = 0;
+  std::string optimizer;
+  bool ac = false;
+  std::int64_t ac_freq = 1;
+  bool attention_mask = false;  // packed rows need a document mask
+  Assumptions assumptions;
+  ActivationSummary activations;
+  std::vector<ModePlan> modes;        // none, optimizer, full, with the config's ac
+  std::vector<ModePlan> modes_other;  // the same with model.ac toggled
+  std::vector<std::string> notes;
+
+  const ModePlan& mode(Offload m, bool toggled_ac = false) const;
+};
+
+// Plans cfg in all three modes. Throws plan_error when the model cannot be resolved.
+Plan make_plan(const SFTConfig& cfg, const Assumptions& a);
+// The same for an already resolved shape (tests, and callers that know the shape).
+Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a);
+
+std::string format_text(const Plan& p);
+std::string format_json(const Plan& p);
+
+// What to tell the user after a device out-of-memory error in `mode`: the planner's
+// prediction for that mode and which mode (or setting) is predicted to fit.
+std::string oom_advice(const Plan& p, Offload mode);
+
+// Machine facts. Total memory of CUDA device `index` through the driver API
+// (dlopen of libcuda; nullopt without a driver or device), and host memory from
+// /proc/meminfo (MemTotal, MemAvailable).
+std::optional<std::int64_t> cuda_device_memory(int index);
+struct HostMemory {
+  std::int64_t total = 0, available = 0;
+};
+std::optional<HostMemory> host_memory();
+
+// Parses a size in GiB ("139", "80.5"); nullopt on anything else.
+std::optional<std::int64_t> parse_gib(std::string_view text);
+
+std::string_view mode_name(Offload m);
+
+}  // namespace primecfg::train::plan
