@@ -34,10 +34,17 @@ struct fake_holder {
 template <class T>
 extern const fake_holder<T> fake_object_holder;
 
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wundefined-var-template"  // never defined, on purpose
+#endif
 template <class T>
 constexpr const T& fake_object() noexcept {
   return fake_object_holder<T>.value;
 }
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
 
 // All members of the fake object, as a tuple of references.
 template <class T>
@@ -55,22 +62,39 @@ constexpr std::string_view signature_of() noexcept {
   return __PRETTY_FUNCTION__;
 }
 
+// clang (14 at least) refuses a pointer to a subobject as a template argument
+// but takes one held in a class-type argument, printed as "{&...}".
+template <class P>
+struct pointer_holder {
+  P pointer;
+};
+template <class P>
+constexpr pointer_holder<P> hold_pointer(P p) noexcept {
+  return {p};
+}
+
 // Extracts "field" from "... Ptr = (& holder<T>.fake_holder<T>::value.T::field); ..."
-// (g++) or "... Ptr = &fake_object_holder.value.field]" (clang).
+// (g++) or "... Ptr = {&fake_object_holder.value.field}]" (clang).
 constexpr std::string_view member_name_from_signature(std::string_view sig) noexcept {
   std::size_t start = sig.find("Ptr = ");
   if (start == std::string_view::npos) return {};
   std::size_t end = sig.find_first_of(";]", start);
   std::string_view expr = sig.substr(start, end - start);
-  while (!expr.empty() && (expr.back() == ')' || expr.back() == ' ')) expr.remove_suffix(1);
+  while (!expr.empty() && (expr.back() == ')' || expr.back() == '}' || expr.back() == ' '))
+    expr.remove_suffix(1);
   std::size_t cut = expr.find_last_of(".:>");
   return cut == std::string_view::npos ? expr : expr.substr(cut + 1);
 }
 
 template <class T, std::size_t I>
 constexpr std::string_view fallback_field_name() noexcept {
+#if defined(__clang__)
+  constexpr std::string_view name = member_name_from_signature(
+      signature_of<hold_pointer(&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>()))>());
+#else
   constexpr std::string_view name =
       member_name_from_signature(signature_of<&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>())>());
+#endif
   static_assert(!name.empty(), "primecfg: could not read a field name from __PRETTY_FUNCTION__");
   return name;
 }
