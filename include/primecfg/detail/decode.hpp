@@ -262,7 +262,11 @@ void decode_struct(const toml::table& table, T& out, const std::string& path, de
                    bool is_union = false) {
   constexpr auto names = field_names<T>();
   constexpr std::size_t n = names.size();
-  for (auto&& [key, value] : table) {
+  for (auto&& entry : table) {
+    // Plain references, not a structured binding: clang before 16 cannot
+    // capture structured bindings in the lambdas below.
+    const toml::key& key = entry.first;
+    const toml::node& value = entry.second;
     if (is_union && key.str() == "type") continue;  // the union consumed it
     bool found = false;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
