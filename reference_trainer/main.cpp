@@ -3,8 +3,11 @@
 // Reads an SFTConfig (or a TrainerConfig with [data.fake]) through primecfg,
 // rejects what the trainer does not implement, and trains. Without config files
 // it runs the embedded default: a tiny model learning to reverse text on the CPU.
+#include "planner.hpp"
 #include "support.hpp"
 #include "trainer.hpp"
+
+#include <c10/util/Exception.h>
 
 #include <primecfg/cli.hpp>
 #include <primecfg/load.hpp>
@@ -17,10 +20,14 @@
 #endif
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 namespace {
+
+namespace train = primecfg::train;
 
 // The run with no config file: about a minute on two CPU cores.
 constexpr const char* kDefaultConfig = R"toml(
@@ -58,6 +65,11 @@ embedded default (a tiny model on the built-in reverse-text task).
   --device=cpu|cuda      where to run (default: cuda when available)
   --compute-dtype=bf16|fp32  compute dtype (default: bf16 on CUDA, fp32 on CPU)
   --print-default        print the embedded default config and exit
+  --plan                 print the predicted peak GPU and host memory of the config in
+                         each offload mode, and which modes fit; runs nothing
+  --plan-format=text|json      output of --plan (default text)
+  --plan-gpu-memory=GiB  GPU capacity for --plan (default: the CUDA device's, else 139)
+  --plan-host-memory=GiB host memory for --plan (default: MemAvailable of /proc/meminfo)
   --help                 this text
 
 Model presets (model.name): primecfg/tiny, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B,
@@ -80,12 +92,104 @@ primecfg::SFTConfig from_trainer_config(const primecfg::TrainerConfig& t) {
   return s;
 }
 
+struct PlanFlags {
+  bool plan = false;
+  bool json = false;
+  std::optional<std::int64_t> gpu_memory, host_memory;
+  std::vector<std::string> given;  // --plan-* flags seen (an error without --plan)
+};
+
+// CUDA device index of --device ("cuda", "cuda:1"); 0 by default.
+int device_index(const train::RunOptions& run) {
+  if (!run.device) return 0;
+  auto pos = run.device->find(':');
+  if (pos == std::string::npos) return 0;
+  try {
+    return std::stoi(run.device->substr(pos + 1));
+  } catch (...) {
+    return 0;
+  }
+}
+
+// What the planner assumes about this machine: the GPU's memory from the CUDA
+// driver (or the flag, or the H200's 139 GiB), host memory from /proc/meminfo.
+train::plan::Assumptions machine(const train::RunOptions& run, const PlanFlags& f) {
+  namespace plan = train::plan;
+  plan::Assumptions a;
+  a.compute_bytes = run.bf16.value_or(true) ? 2 : 4;
+  // The trainer's staging rings and moment window follow this variable too.
+  if (const char* ring = std::getenv("PRIMECFG_OFFLOAD_RING_MB"); ring && *ring) {
+    char* end = nullptr;
+    const double mb = std::strtod(ring, &end);
+    if (end && *end == '\0' && mb > 0 && mb < 1e9) a.ring_bytes = static_cast<std::int64_t>(mb * (1 << 20));
+  }
+  if (f.gpu_memory) {
+    a.gpu_capacity = f.gpu_memory;
+    a.gpu_capacity_source = "--plan-gpu-memory";
+  } else if (auto dev = plan::cuda_device_memory(device_index(run))) {
+    a.gpu_capacity = dev;
+    a.gpu_capacity_source = "CUDA device " + std::to_string(device_index(run));
+  } else {
+    a.gpu_capacity = std::int64_t{139} << 30;
+    a.gpu_capacity_source = "no CUDA device here: H200 default, set --plan-gpu-memory";
+  }
+  if (f.host_memory) {
+    a.host_capacity = f.host_memory;
+    a.host_capacity_source = "--plan-host-memory";
+  } else if (auto h = plan::host_memory()) {
+    a.host_capacity = h->available;
+    a.host_capacity_source = "MemAvailable, of " + std::to_string(h->total >> 30) + " GiB total";
+  } else {
+    a.host_capacity_source = "/proc/meminfo unreadable";
+  }
+  return a;
+}
+
+// Leftovers of a checkpoint that was being written when the run stopped.
+void remove_partial_checkpoints(const primecfg::SFTConfig& cfg) {
+  if (!cfg.ckpt) return;
+  namespace fs = std::filesystem;
+  const fs::path root = cfg.ckpt->output_dir.value_or(cfg.output_dir / "checkpoints");
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  std::vector<fs::path> partial;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".step_", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0)
+      partial.push_back(e.path());
+  }
+  for (const auto& p : partial) fs::remove_all(p, ec);
+}
+
+// A device out-of-memory error: what failed, what the planner predicted, what would fit.
+int report_oom(const primecfg::SFTConfig& cfg, const train::RunOptions& run, const std::string& what) {
+  std::string first = what.substr(0, what.find('\n'));
+  std::fprintf(stderr, "primecfg-train: error: %s\n", first.c_str());
+  try {
+    auto plan = train::plan::make_plan(cfg, machine(run, PlanFlags{}));
+    std::fprintf(stderr, "primecfg-train: %s", train::plan::oom_advice(plan, cfg.model.offload).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "primecfg-train: (no memory plan: %s)\n", e.what());
+  }
+  std::fprintf(stderr,
+               "primecfg-train: see `primecfg-train --plan` with the same arguments for the breakdown\n");
+  remove_partial_checkpoints(cfg);
+  return 1;
+}
+
+bool looks_like_oom(std::string_view what) {
+  return what.find("out of memory") != std::string_view::npos ||
+         what.find("CUBLAS_STATUS_ALLOC_FAILED") != std::string_view::npos ||
+         what.find("cudaErrorMemoryAllocation") != std::string_view::npos;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace primecfg;
   std::vector<std::string> args;
   train::RunOptions run;
+  PlanFlags plan_flags;
   run.demo = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -103,8 +207,36 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a == "--plan") {
-      std::fputs("primecfg-train: --plan (the memory planner) is not implemented yet\n", stderr);
-      return 2;
+      plan_flags.plan = true;
+      continue;
+    }
+    if (a.rfind("--plan-", 0) == 0) {
+      const std::string flag = a.substr(0, a.find('='));
+      std::optional<std::string> v;
+      if (flag == "--plan-format" || flag == "--plan-gpu-memory" || flag == "--plan-host-memory")
+        v = value_of(flag);
+      if (!v) {
+        std::fprintf(stderr, "primecfg-train: unknown option or missing value: %s (see --help)\n", a.c_str());
+        return 1;
+      }
+      plan_flags.given.push_back(flag);
+      if (flag == "--plan-format") {
+        if (*v != "text" && *v != "json") {
+          std::fprintf(stderr, "primecfg-train: --plan-format must be text or json, not \"%s\"\n",
+                       v->c_str());
+          return 1;
+        }
+        plan_flags.json = *v == "json";
+      } else {
+        auto bytes = train::plan::parse_gib(*v);
+        if (!bytes) {
+          std::fprintf(stderr, "primecfg-train: %s takes a positive size in GiB, not \"%s\"\n", flag.c_str(),
+                       v->c_str());
+          return 1;
+        }
+        (flag == "--plan-gpu-memory" ? plan_flags.gpu_memory : plan_flags.host_memory) = bytes;
+      }
+      continue;
     }
     if (a.rfind("--device", 0) == 0) {
       if (auto v = value_of("--device")) {
@@ -124,6 +256,15 @@ int main(int argc, char** argv) {
       }
     }
     args.push_back(std::move(a));
+  }
+  if (!plan_flags.plan && !plan_flags.given.empty()) {
+    std::fprintf(stderr, "primecfg-train: %s only applies with --plan\n", plan_flags.given.front().c_str());
+    return 1;
+  }
+  if (plan_flags.plan && run.device && run.device->rfind("cuda", 0) != 0) {
+    std::fprintf(stderr, "primecfg-train: --plan models a CUDA run; --device=%s is not supported with it\n",
+                 run.device->c_str());
+    return 1;
   }
 
   // The embedded default underlies a run without config files (overrides still apply).
@@ -153,6 +294,18 @@ int main(int argc, char** argv) {
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
   if (!cfg.ok()) return 1;
 
+  if (plan_flags.plan) {
+    try {
+      auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
+      std::fputs((plan_flags.json ? train::plan::format_json(plan) : train::plan::format_text(plan)).c_str(),
+                 stdout);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
+
 #if defined(PRIMECFG_TRAIN_HAVE_DUMP)
   run.resolved_config = dump_toml(cfg.value, cfg.provenance);
 #endif
@@ -162,10 +315,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "done: steps %lld..%lld, loss %.4f -> %.4f\n",
                    static_cast<long long>(result.first_step), static_cast<long long>(result.last_step),
                    result.losses.front(), result.losses.back());
+  } catch (const c10::OutOfMemoryError& e) {
+    return report_oom(cfg.value, run, e.what_without_backtrace());
   } catch (const train::run_error& e) {
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 1;
+  } catch (const c10::Error& e) {
+    if (looks_like_oom(e.what_without_backtrace()))
+      return report_oom(cfg.value, run, e.what_without_backtrace());
+    std::fprintf(stderr, "primecfg-train: error: %s\n", e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
+    if (looks_like_oom(e.what())) return report_oom(cfg.value, run, e.what());
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 1;
   }

@@ -242,26 +242,36 @@ int moment_count(const OptInfo& o, const ParamShape& p) {
 }
 
 // Device bytes allocated while the optimizer updates one parameter, beyond the
-// persistent state (trainer.cpp's update_param / update_on_device).
-i64 update_transient(const OptInfo& o, const ParamShape& p, bool moments_on_host) {
+// persistent state (trainer.cpp's update_on_device; AdamW runs as one in-place
+// multi-tensor kernel, and OptimizerOffload's moments sit in the persistent window).
+i64 update_transient(const OptInfo& o, const ParamShape& p) {
   const i64 n = p.numel();
-  const i64 window = moments_on_host ? 4 * n * moment_count(o, p) : 0;  // moments copied in
   switch (o.kind) {
     case OptKind::adamw:
-      return window;  // _fused_adamw_ works in place
+      return 0;
     case OptKind::sign_sgd:
       return 4 * n;  // grad.sign()
     case OptKind::sgd:
-      return window + (o.momentum && o.nesterov ? 4 * n : 0);  // grad.add(m1, momentum)
+      return o.momentum && o.nesterov ? 4 * n : 0;  // grad.add(m1, momentum)
     case OptKind::muon: {
-      if (!muon_handles(p)) return window;
+      if (!muon_handles(p)) return 0;
       // grad + momentum (fp32), bf16 iterate x and its successor, a*x, B@x, their sum,
       // and the Gram matrices A, A@A, B of the short side k.
       const i64 k = std::min(p.rows, p.cols);
-      return window + 4 * n + 2 * n * 4 + 2 * k * k * 4;
+      return 4 * n + 2 * n * 4 + 2 * k * k * 4;
     }
   }
   return 0;
+}
+
+// Capacity of a staging ring or moment window (trainer.cpp's PipelineKnobs::ring_for):
+// room for two of the largest tensors, at least 512 MiB when there is that much, never
+// less than the largest; PRIMECFG_OFFLOAD_RING_MB overrides.
+i64 ring_capacity(i64 largest, i64 total, std::optional<i64> ring_bytes) {
+  const i64 slack = 4096;
+  if (ring_bytes && *ring_bytes > 0) return std::max(*ring_bytes, largest + slack);
+  const i64 want = std::max<i64>(2 * largest, i64{512} << 20);
+  return std::max(largest, std::min(want, total)) + slack;
 }
 
 struct Builder {
@@ -301,6 +311,7 @@ struct Workload {
   i64 ac_freq = 1;
   bool masked = false;
   i64 ce_chunk = 0;
+  i64 micro_batches = 1;  // per optimizer step
   bool ckpt = false, ckpt_optimizer = false;
   i64 hf_weight_bytes = 0;  // safetensors files mapped while loading an HF directory
   i64 jsonl_bytes = 0;      // size of data.path
@@ -354,9 +365,20 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   if (masters_dev) b.add("masters", masters, "FP32 master weights");
   if (grads_dev) b.add("grads", grads, "FP32 gradient accumulators");
   if (moments_dev) b.add("moments", moments, "optimizer moments (FP32)");
+  i64 largest_moments = 0, total_moments = 0;
+  for (const auto& p : w.params) {
+    largest_moments = std::max(largest_moments, 4 * p.numel() * moment_count(w.opt, p));
+    total_moments += 4 * p.numel() * moment_count(w.opt, p);
+  }
+  if (mode == Offload::optimizer && w.a.cuda)
+    b.add("moment_window", round_up(ring_capacity(largest_moments, total_moments, w.a.ring_bytes), blk),
+          "device window the moments stream through (kept after the first step)");
   if (w.a.cuda)
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
-  const std::vector<std::string> persistent = {"weights", "masters", "grads", "moments", "workspace"};
+  const std::vector<std::string> persistent = {"weights", "masters",       "grads",
+                                               "moments", "moment_window", "workspace"};
+  // Startup: each weight is drawn in fp32 on the device, then converted.
+  b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
   // --- Activations of one micro-batch ----------------------------------------
   const BlockBytes bb = block_bytes(s, dt);
@@ -389,9 +411,11 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
   b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
-  // Per chunk: fp32 logits, fp32 softmax/grad, and for bf16 its bf16 copy and the fp32
-  // transpose that addmm_ takes; small c x D pieces beside.
-  const i64 chunk = c * V * (dt == 2 ? 14 : 8) + c * D * (2 * dt + (dt == 2 ? 4 : 0)) + c * 24 + N * 8;
+  // Per chunk: fp32 logits and fp32 softmax/gradient; with bf16 compute also the
+  // gradient's bf16 copy and the bf16 V x D product added into the fp32 grad_w (fp32
+  // compute adds in place with addmm_). Beside them the chunk's hidden rows, indices.
+  const i64 chunk = dt == 2 ? 10 * c * V + V * D * dt + 2 * c * D * dt + c * 24 + N * 8
+                            : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
   const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
   b.add("ce_chunk", std::max(chunk, tail),
         fmt::format("logits chunk of {} tokens x vocab (fp32 logits, softmax, casts)", c));
@@ -413,15 +437,11 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   if (s.tie_embeddings) b.add("embed_grad_held", V * D * dt, "tied embedding's LM-head gradient, held");
 
   // --- Optimizer step -----------------------------------------------------------
+  // (The global gradient norm is a multi-tensor reduction to one scalar per tensor.)
   if (mode != Offload::full) {
     i64 update = 0;
-    for (const auto& p : w.params)
-      update = std::max(update, update_transient(w.opt, p, mode == Offload::optimizer));
-    // global_grad_norm: every FP32 gradient goes through float64 and square().
-    const i64 norm = 16 * max_n;
-    b.add("step_transient", std::max(update, norm),
-          mode == Offload::optimizer ? "moments window of the largest parameter / grad-norm temporaries"
-                                     : "grad-norm temporaries (float64) / optimizer temporaries");
+    for (const auto& p : w.params) update = std::max(update, update_transient(w.opt, p));
+    b.add("step_transient", update, "optimizer temporaries of the largest parameter");
   }
 
   auto with = [&](std::vector<std::string> extra) {
@@ -429,68 +449,74 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  b.phase("forward: LM head + CE chunk", with({"activations", "mask", "inputs", "final_norm", "hidden",
-                                               "ce_grad_h", "ce_grad_w", "ce_chunk"}));
-  b.phase("backward: LM head", with({"activations", "mask", "inputs", "final_norm", "ce_backward"}));
-  b.phase("backward: last block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
-                                        "block_recompute", "backward_temps", "embed_grad_held"}));
-  b.phase("backward: embedding", with({"inputs", "embed_grad"}));
-  if (mode != Offload::full) b.phase("optimizer step", with({"step_transient"}));
+  b.phase("startup", {"weights", "init_draw"});
+  b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
+                           "ce_chunk"}));
+  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward"}));
+  b.phase("backward_block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
+                                  "block_recompute", "backward_temps", "embed_grad_held"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad"}));
+  if (mode != Offload::full) b.phase("optimizer_step", with({"step_transient"}));
   return b.done();
 }
 
 MemoryPlan host_plan(const Workload& w, Offload mode) {
   const i64 dt = w.dt;
-  auto pin = [&](i64 bytes) { return w.a.cuda && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
-  i64 masters = 0, grads = 0, moments = 0, upload = 0, model_bytes = 0, masters_plain = 0, moments_plain = 0,
-      max_n = 0;
+  const bool pinned = w.a.cuda;
+  auto pin = [&](i64 bytes) { return pinned && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
+  i64 masters = 0, grads = 0, moments_pinned = 0, moments_plain = 0, model_bytes = 0, max_n = 0;
   for (const auto& p : w.params) {
     const i64 n = p.numel();
     const int k = moment_count(w.opt, p);
-    masters += pin(4 * n);
-    grads += pin(4 * n);
-    moments += k * pin(4 * n);
-    upload += pin(2 * n);
+    // FullOffload keeps bf16-model masters in pageable memory; fp32 weights upload
+    // straight from pinned masters.
+    masters += dt == 2 || !pinned ? 4 * n : pin(4 * n);
+    grads += 4 * n;
+    moments_pinned += k * pin(4 * n);
+    moments_plain += k * 4 * n;
     model_bytes += n * dt;
-    masters_plain += 4 * n;
-    moments_plain += 4 * n * k;
     max_n = std::max(max_n, n);
   }
   Builder b;
   b.add("runtime", w.a.host_runtime, "LibTorch + CUDA runtime resident in the process");
   b.add("data", w.batch * w.T * 32 + w.N * 32 + w.jsonl_bytes * 9,
         "one step's token vectors (+ a JSONL file's tokens)");
-  if (mode != Offload::none)
-    b.add("moments", moments, w.a.cuda ? "optimizer moments, pinned" : "optimizer moments");
+  if (mode == Offload::optimizer)
+    b.add("moments", moments_pinned, pinned ? "optimizer moments, pinned" : "optimizer moments");
   if (mode == Offload::full) {
-    b.add("masters", masters, w.a.cuda ? "FP32 master weights, pinned" : "FP32 master weights");
-    b.add("grads", grads, w.a.cuda ? "FP32 gradient accumulators, pinned" : "FP32 gradient accumulators");
-    if (w.a.cuda && dt == 2) b.add("upload", upload, "pinned bf16 upload buffer per parameter");
-    // D2H of a bf16 gradient: a bf16 staging copy on the host, then the fp32 result.
-    b.add("grad_staging", (dt == 2 ? 6 : 4) * max_n, "largest gradient while it is copied and converted");
+    b.add("moments", moments_plain, "optimizer moments");
+    b.add("masters", masters, "FP32 master weights");
+    // Accumulators exist only when a step has several micro-batches.
+    if (w.micro_batches > 1) b.add("grads", grads, "FP32 gradient accumulators (gradient accumulation)");
+    const i64 ring = ring_capacity(max_n * dt, model_bytes, w.a.ring_bytes);
+    b.add("grad_ring", pin(ring), "pinned staging ring the gradients land in");
+    if (pinned && dt == 2) b.add("upload_ring", pin(ring), "pinned ring of new bf16 weights going up");
+    // Startup copies the bf16 weights into the FP32 masters through a bf16 host copy;
+    // with accumulation the worker squares an FP32 accumulator for the norm.
+    b.add("state_transient", std::max(dt == 2 && pinned ? 2 * max_n : 0, w.micro_batches > 1 ? 4 * max_n : 0),
+          "largest parameter's host temporaries (master init / norm)");
   }
-  // Startup: each parameter is drawn in fp32 on the host, converted to bf16 on the host
-  // before the upload; an HF directory's safetensors files are mapped while loading.
-  b.add("init", std::max((dt == 2 && w.a.cuda ? 6 : 4) * max_n, w.hf_weight_bytes),
-        "largest parameter drawn on the host / mapped safetensors files");
+  // Startup: an HF directory's safetensors files are mapped while loading.
+  b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
   if (w.ckpt) {
     // Tensors not already on the host are copied there before writing.
     i64 opt_bundle = 0;
     if (w.ckpt_optimizer) {
-      if (mode != Offload::full) opt_bundle += masters_plain;
+      if (mode != Offload::full) opt_bundle += 4 * (model_bytes / dt);
       if (mode == Offload::none) opt_bundle += moments_plain;
     }
     b.add("checkpoint", std::max(model_bytes, opt_bundle), "host copies gathered while saving a checkpoint");
   }
-  const std::vector<std::string> state = {"runtime", "data", "moments", "masters", "grads", "upload"};
+  const std::vector<std::string> state = {"runtime", "data",      "moments",    "masters",
+                                          "grads",   "grad_ring", "upload_ring"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> v = state;
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
   b.phase("startup", {"runtime", "data", "init"});
-  b.phase("training step", with({"grad_staging"}));
-  if (w.ckpt) b.phase("checkpoint save", with({"checkpoint"}));
+  b.phase("step", with({"state_transient"}));
+  if (w.ckpt) b.phase("checkpoint", with({"checkpoint"}));
   return b.done();
 }
 
@@ -502,6 +528,16 @@ ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
   m.host = host_plan(w, mode);
   const double slack = m.gpu.peak * w.a.allocator_slack;
   m.gpu_total = m.gpu.peak + static_cast<i64>(slack) + (w.a.cuda ? w.a.cuda_context : 0);
+  if (mode == Offload::full && w.a.cuda) {
+    // Freed gradients stay reserved until their copy into the staging ring ran; the
+    // ring bounds how many are in flight.
+    i64 model_bytes = 0, max_n = 0;
+    for (const auto& p : w.params) {
+      model_bytes += p.numel() * w.dt;
+      max_n = std::max(max_n, p.numel());
+    }
+    m.gpu_total += ring_capacity(max_n * w.dt, model_bytes, w.a.ring_bytes);
+  }
   if (w.a.gpu_capacity) m.gpu_fits = m.gpu_total <= *w.a.gpu_capacity;
   if (w.a.host_capacity) m.host_fits = m.host.peak <= *w.a.host_capacity;
   return m;
@@ -551,6 +587,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   const i64 chunk = cfg.model.fused_lm_head_token_chunk_size.value_or(
       std::max<i64>(256, (i64{1} << 27) / std::max<i64>(1, shape.vocab_size)));
   w.ce_chunk = std::min(chunk, w.N);
+  w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B));
   w.ckpt = cfg.ckpt.has_value();
   w.ckpt_optimizer = cfg.ckpt && !cfg.ckpt->skip_optimizer;
   if (!preset_shape(cfg.model.name) && !(cfg.model.debug && cfg.model.debug->random_init))
@@ -649,7 +686,9 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"masters", "FP32 masters"},
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
+      {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
+      {"init_draw", "startup: fp32 draw"},
       {"activations", "activations (all blocks)"},
       {"activations_below_top", "  of which below the last block"},
       {"block_recompute", "last block in backward"},
@@ -671,12 +710,37 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
   return l;
 }
 
+const std::vector<std::pair<std::string, std::string>>& phase_labels() {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward", "end of forward (LM head + CE)"},
+      {"backward_head", "backward of the LM head"},
+      {"backward_block", "backward of the last block"},
+      {"backward_embedding", "backward of the embedding"},
+      {"optimizer_step", "optimizer step"},
+      {"startup", "startup"},
+      {"step", "training step"},
+      {"checkpoint", "checkpoint save"},
+  };
+  return l;
+}
+
+std::string label(const std::vector<std::pair<std::string, std::string>>& labels, const std::string& key) {
+  for (const auto& [k, v] : labels)
+    if (k == key) return v;
+  return key;
+}
+
 const std::vector<std::pair<std::string, std::string>>& host_labels() {
   static const std::vector<std::pair<std::string, std::string>> l = {
-      {"runtime", "LibTorch + CUDA runtime"},   {"data", "data"},
-      {"moments", "optimizer moments"},         {"masters", "FP32 masters"},
-      {"grads", "FP32 gradient accumulators"},  {"upload", "bf16 upload buffers"},
-      {"grad_staging", "gradient D2H staging"}, {"init", "startup (init / HF load)"},
+      {"runtime", "LibTorch + CUDA runtime"},
+      {"data", "data"},
+      {"moments", "optimizer moments"},
+      {"masters", "FP32 masters"},
+      {"grads", "FP32 gradient accumulators"},
+      {"grad_ring", "gradient staging ring (pinned)"},
+      {"upload_ring", "weight upload ring (pinned)"},
+      {"state_transient", "host temporaries"},
+      {"init", "safetensors mapped at startup"},
       {"checkpoint", "checkpoint save copies"},
   };
   return l;
@@ -721,7 +785,7 @@ std::string format_text(const Plan& p) {
   out += "  phases (sum of the terms alive then):\n";
   for (std::size_t i = 0; i < p.modes.front().gpu.phases.size(); ++i) {
     const std::string& name = p.modes.front().gpu.phases[i].name;
-    out += fmt::format("    {:<32}", name);
+    out += fmt::format("    {:<32}", label(phase_labels(), name));
     for (const auto& m : p.modes) {
       const Phase* ph = m.gpu.phase(name);
       out += fmt::format("{:>13}", ph ? human(ph->bytes) : "-");
@@ -732,11 +796,7 @@ std::string format_text(const Plan& p) {
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu.peak));
   out += "\n";
   out += fmt::format("  {:<34}", "  at");
-  for (const auto& m : p.modes) {
-    std::string ph = m.gpu.peak_phase;
-    if (ph.size() > 12) ph = ph.substr(0, ph.find(':'));
-    out += fmt::format("{:>13}", ph);
-  }
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", m.gpu.peak_phase.substr(0, 12));
   out += "\n";
   out += fmt::format("  {:<34}", "device total (+slack, context)");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu_total));
@@ -750,6 +810,9 @@ std::string format_text(const Plan& p) {
   table(out, h, host_labels());
   out += fmt::format("  {:<34}", "PEAK RESIDENT");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host.peak));
+  out += "\n";
+  out += fmt::format("  {:<34}", "  at");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", m.host.peak_phase.substr(0, 12));
   out += "\n";
   out += fmt::format("  {:<34}", "fits the host");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.host_fits));

@@ -64,6 +64,7 @@ struct Assumptions {
   std::int64_t cuda_context = 768ll << 20;     // CUDA context + loaded kernels, outside the allocator
   double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
   std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
+  std::optional<std::int64_t> ring_bytes;      // PRIMECFG_OFFLOAD_RING_MB (staging rings, moment window)
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
