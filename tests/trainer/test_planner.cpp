@@ -1,0 +1,407 @@
+// The memory planner (`primecfg-train --plan`): hand-computed arithmetic on a tiny
+// shape, the ordering of the modes, activation checkpointing, allocator rounding,
+// the model shapes against the trainer's real model, the JSON output and the
+// out-of-memory advice.
+#include "json.hpp"
+#include "planner.hpp"
+#include "trainer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace primecfg;
+namespace plan = primecfg::train::plan;
+
+namespace {
+
+// A shape small enough to add up by hand: q = 2 x 4 = 8, kv = 1 x 4 = 4.
+plan::ModelShape hand_shape() {
+  plan::ModelShape s;
+  s.vocab_size = 16;
+  s.hidden = 8;
+  s.layers = 2;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 4;
+  s.intermediate = 16;
+  s.qk_norm = true;
+  s.tie_embeddings = true;
+  return s;
+}
+
+// No rounding, no fixed overheads: every byte below comes from the formulas.
+plan::Assumptions exact() {
+  plan::Assumptions a;
+  a.compute_bytes = 2;
+  a.device_block = 1;
+  a.pinned_pow2 = false;
+  a.cublas_workspace = 0;
+  a.cuda_context = 0;
+  a.allocator_slack = 0;
+  a.host_runtime = 0;
+  return a;
+}
+
+// Fake fixed-length data, one row of seq_len tokens per step, AdamW.
+SFTConfig fake_config(std::string model, std::int64_t seq_len) {
+  SFTConfig c;
+  c.model.name = std::move(model);
+  FakeDataConfig d;
+  d.seq_len = seq_len;
+  d.batch_size = 1;
+  d.micro_batch_size = 1;
+  c.data = d;
+  c.max_steps = 1;
+  return c;
+}
+
+std::int64_t peak_of(const plan::Plan& p, Offload m) { return p.mode(m).gpu.peak; }
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("primecfg-planner-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Parameter names and sizes of the trainer's real model (built through run_sft with
+// zero steps, which returns every parameter when collect_weights is set).
+std::vector<std::pair<std::string, std::int64_t>> real_params(const SFTConfig& base) {
+  SFTConfig c = base;
+  c.max_steps = 0;
+  c.model.compile = std::nullopt;
+  c.output_dir = temp_dir("real-model");
+  SFTDataConfig d;
+  d.seq_len = 16;
+  d.batch_size = 2;
+  d.micro_batch_size = 1;
+  c.data = d;
+  train::RunOptions o;
+  o.print = false;
+  o.collect_weights = true;
+  o.device = "cpu";
+  auto r = train::run_sft(c, o);
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& [name, w] : r.weights) out.emplace_back(name, static_cast<std::int64_t>(w.size()));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> planned_params(const plan::ModelShape& s) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& p : s.params()) out.emplace_back(p.name, p.numel());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("planner: hand-computed terms of a tiny shape") {
+  // Parameters: embedding 16x8 = 128; per block norms 8+8, q 64, k 32, v 32, o 64,
+  // q/k-norm 4+4, gate/up/down 128 each = 600; final norm 8. Total 1336.
+  const auto s = hand_shape();
+  CHECK(s.total_params() == 1336);
+  auto cfg = fake_config("hand", 4);  // N = 4 tokens
+  auto p = plan::make_plan(cfg, s, exact());
+
+  const auto& none = p.mode(Offload::none).gpu;
+  CHECK(none.term("weights") == 1336 * 2);
+  CHECK(none.term("masters") == 1336 * 4);
+  CHECK(none.term("grads") == 1336 * 4);
+  CHECK(none.term("moments") == 1336 * 8);  // AdamW: two FP32 moments
+  // Per token and block: x 16+4, h 16, q/k before QK-norm 24 + rstd 12,
+  // SDPA q,k,v,out 48 + lse 8, x1 16+4, rmsnorm(x1) 16, gate/silu/up/product 128 = 292.
+  CHECK(p.activations.per_block_full == 4 * 292);
+  CHECK(none.term("activations") == 2 * 4 * 292);
+  CHECK(none.term("inputs") == 4 * 24 + 2 * 4 * 4 * 2);  // ids/positions/targets + cos/sin
+  CHECK(none.term("final_norm") == 4 * (16 + 4));
+  CHECK(none.term("hidden") == 64);
+  CHECK(none.term("ce_grad_h") == 64);
+  CHECK(none.term("ce_grad_w") == 16 * 8 * 4);
+  // Chunk of 4 tokens: 10 B per logit (fp32 logits, fp32 softmax, its bf16 copy) = 640,
+  // the bf16 16 x 8 product added into grad_w 256, c x D pieces 2 x 4 x 8 x 2 = 128,
+  // per-token indices 96 + rows 32.
+  CHECK(p.activations.ce_chunk_tokens == 4);
+  CHECK(none.term("ce_chunk") == 640 + 256 + 128 + 96 + 32);
+  CHECK(none.term("ce_backward") == 2 * (64 + 256));
+  CHECK(none.term("backward_temps") == 4 * (8 + 2 * 16) * 2);  // the MLP stage
+  CHECK(none.term("embed_grad") == 2 * 16 * 8 * 2);
+  CHECK(none.term("step_transient") == 0);   // AdamW: one in-place multi-tensor kernel
+  CHECK(none.term("init_draw") == 4 * 128);  // fp32 draw of the embedding at startup
+
+  // Phases: persistent 24048 = 2672 + 5344 + 5344 + 10688; the end of forward adds
+  // activations 2336, inputs 160, final norm 80, hidden 64, grad_h 64, grad_w 512, chunk 1152.
+  REQUIRE(none.phase("forward"));
+  CHECK(none.phase("startup")->bytes == 2672 + 512);
+  CHECK(none.phase("forward")->bytes == 24048 + 4368);
+  CHECK(none.phase("backward_head")->bytes == 24048 + 2336 + 160 + 80 + 640);
+  CHECK(none.phase("backward_block")->bytes == 24048 + 1168 + 160 + 1168 + 320 + 256);
+  CHECK(none.phase("backward_embedding")->bytes == 24048 + 160 + 512);
+  CHECK(none.phase("optimizer_step")->bytes == 24048);
+  CHECK(none.peak == 24048 + 4368);
+  CHECK(none.peak_phase == "forward");
+
+  // Optimizer offload: moments leave, a window for them comes: room for two of the
+  // largest (2 x 1024), at least 512 MiB, at most all of them (10688), + 4096.
+  const auto& opt = p.mode(Offload::optimizer).gpu;
+  CHECK(opt.term("moments") == 0);
+  CHECK(opt.term("moment_window") == 10688 + 4096);
+  CHECK(opt.peak == 13360 + 14784 + 4368);
+  CHECK(p.mode(Offload::full).gpu.peak == 2672 + 4368);
+  CHECK(p.mode(Offload::full).gpu.phase("optimizer_step") == nullptr);
+  // With PRIMECFG_OFFLOAD_RING_MB set below the largest moments, the window is those + 4096.
+  auto small_ring = exact();
+  small_ring.ring_bytes = 100;
+  CHECK(plan::make_plan(cfg, s, small_ring).mode(Offload::optimizer).gpu.term("moment_window") ==
+        1024 + 4096);
+
+  // Host: data 4 x 32 (one step) + 4 x 32 (tensors of a micro-batch).
+  CHECK(p.mode(Offload::none).host.peak == 256);
+  CHECK(p.mode(Offload::optimizer).host.peak == 256 + 10688);
+  // Full: moments, masters (pageable), two staging rings (all 2672 bf16 bytes + 4096
+  // each), and the bf16 host copy of the embedding while the masters are initialised.
+  const auto& fh = p.mode(Offload::full).host;
+  CHECK(fh.term("grads") == 0);  // one micro-batch: no accumulators
+  CHECK(fh.term("grad_ring") == 2672 + 4096);
+  CHECK(fh.peak == 256 + 10688 + 5344 + 2 * (2672 + 4096) + 2 * 128);
+  // Two micro-batches per step: FP32 accumulators on the host.
+  auto cfg2 = cfg;
+  std::get<FakeDataConfig>(cfg2.data).batch_size = 2;
+  CHECK(plan::make_plan(cfg2, s, exact()).mode(Offload::full).host.term("grads") == 1336 * 4);
+
+  // Activation checkpointing, every block: inputs only (4 x 16 per block); the last
+  // block is recomputed whole in backward, with its output.
+  auto cfg_ac = cfg;
+  cfg_ac.model.ac = ActivationCheckpointConfig{};
+  auto pa = plan::make_plan(cfg_ac, s, exact());
+  const auto& ac = pa.mode(Offload::none).gpu;
+  CHECK(ac.term("activations") == 2 * 4 * 16);
+  CHECK(ac.term("block_recompute") == 4 * 292 + 4 * 16);
+  CHECK(ac.phase("backward_block")->bytes == 24048 + 64 + 160 + 1232 + 320 + 256);
+  CHECK(ac.peak == 24048 + 128 + 160 + 80 + 64 + 64 + 512 + 1152);
+}
+
+TEST_CASE("planner: optimizers change the moments and the step") {
+  const auto s = hand_shape();
+  auto cfg = fake_config("hand", 4);
+  cfg.optim = SignSGDConfig{};
+  auto p = plan::make_plan(cfg, s, exact());
+  CHECK(p.mode(Offload::none).gpu.term("moments") == 0);
+  CHECK(p.mode(Offload::full).host.term("moments") == 0);
+
+  SGDConfig sgd;
+  sgd.momentum = 0.9;
+  cfg.optim = sgd;
+  p = plan::make_plan(cfg, s, exact());
+  CHECK(p.mode(Offload::none).gpu.term("moments") == 1336 * 4);
+
+  // Muon: one momentum for block matrices, two AdamW moments for the rest
+  // (embedding 128, norms 2 x 24 + 8 = 56).
+  cfg.optim = MuonConfig{};
+  p = plan::make_plan(cfg, s, exact());
+  const std::int64_t matrices = 2 * (64 + 32 + 32 + 64 + 3 * 128);
+  CHECK(p.mode(Offload::none).gpu.term("moments") == matrices * 4 + (1336 - matrices) * 8);
+}
+
+TEST_CASE("planner: allocator rounding") {
+  plan::ModelShape s;  // sizes that are not powers of two: vocab 10, MLP 12, untied
+  s.vocab_size = 10;
+  s.hidden = 8;
+  s.layers = 1;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 4;
+  s.intermediate = 12;
+  s.qk_norm = false;
+  s.tie_embeddings = false;
+  auto a = exact();
+  a.pinned_pow2 = true;
+  a.device_block = 512;
+  auto p = plan::make_plan(fake_config("odd", 4), s, a);
+  // Pinned moments (optimizer offload), FP32 bytes per tensor 320, 32, 256, 128, 128,
+  // 256, 32, 384 x 3, 32, 320: pinned memory rounds 320 and 384 up to 512.
+  CHECK(p.mode(Offload::optimizer).host.term("moments") == 2 * 3424);
+  // The staging rings of full offload: all 1328 bf16 bytes + 4096 = 5424 -> 8192.
+  CHECK(p.mode(Offload::full).host.term("grad_ring") == 8192);
+  CHECK(p.mode(Offload::full).host.term("masters") == 4 * 664);  // pageable: not rounded
+  a.pinned_pow2 = false;
+  auto q = plan::make_plan(fake_config("odd", 4), s, a);
+  CHECK(q.mode(Offload::optimizer).host.term("moments") == 2 * 4 * 664);
+  CHECK(q.mode(Offload::full).host.term("grad_ring") == 5424);
+  // Every one of the 12 bf16 weights is under 512 bytes: one 512-byte block each.
+  CHECK(p.mode(Offload::none).gpu.term("weights") == 12 * 512);
+}
+
+TEST_CASE("planner: modes order GPU and host memory oppositely") {
+  // Models whose moments exceed the optimizer-offload window (two of the largest, at
+  // least 512 MiB); below that the window holds them all and equals NoOffload.
+  for (const char* model : {"Qwen/Qwen3-0.6B", "meta-llama/Llama-3.2-3B", "meta-llama/Meta-Llama-3-8B"}) {
+    CAPTURE(model);
+    for (std::int64_t seq : {128, 8192}) {
+      CAPTURE(seq);
+      auto p = plan::make_plan(fake_config(model, seq), plan::Assumptions{});
+      CHECK(peak_of(p, Offload::full) < peak_of(p, Offload::optimizer));
+      CHECK(peak_of(p, Offload::optimizer) < peak_of(p, Offload::none));
+      CHECK(p.mode(Offload::none).host.peak < p.mode(Offload::optimizer).host.peak);
+      CHECK(p.mode(Offload::optimizer).host.peak < p.mode(Offload::full).host.peak);
+      // Full offload frees at least the 12 bytes per parameter of FP32 state it moves.
+      CHECK(peak_of(p, Offload::none) - peak_of(p, Offload::full) >= 12 * p.params);
+    }
+  }
+  auto tiny = plan::make_plan(fake_config("primecfg/tiny", 128), plan::Assumptions{});
+  CHECK(peak_of(tiny, Offload::full) < peak_of(tiny, Offload::none));
+  CHECK(peak_of(tiny, Offload::optimizer) <= peak_of(tiny, Offload::none) + 4096 + 512);
+  CHECK(tiny.mode(Offload::none).host.peak < tiny.mode(Offload::full).host.peak);
+}
+
+TEST_CASE("planner: activation checkpointing reduces activations and the peak") {
+  auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
+  auto off = plan::make_plan(cfg, plan::Assumptions{});
+  cfg.model.ac = ActivationCheckpointConfig{};
+  auto on = plan::make_plan(cfg, plan::Assumptions{});
+  CHECK(on.activations.saved_with_ac < on.activations.saved_without_ac);
+  CHECK(on.activations.saved_with_ac * 10 < on.activations.saved_without_ac);
+  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+    CHECK(on.mode(m).gpu.term("activations") < off.mode(m).gpu.term("activations"));
+    CHECK(on.mode(m).gpu.peak < off.mode(m).gpu.peak);
+    // The toggled plan of one is the plan of the other.
+    CHECK(off.mode(m, true).gpu.peak == on.mode(m).gpu.peak);
+  }
+  // Checkpointing every second block keeps about half the blocks whole.
+  cfg.model.ac->freq = 2;
+  auto half = plan::make_plan(cfg, plan::Assumptions{});
+  CHECK(half.mode(Offload::none).gpu.term("activations") > on.mode(Offload::none).gpu.term("activations"));
+  CHECK(half.mode(Offload::none).gpu.term("activations") < off.mode(Offload::none).gpu.term("activations"));
+}
+
+TEST_CASE("planner: presets have the published parameter counts") {
+  CHECK(plan::preset_shape("Qwen/Qwen3-0.6B")->total_params() == 596049920);
+  CHECK(plan::preset_shape("meta-llama/Llama-3.2-1B")->total_params() == 1235814400);
+  CHECK(plan::preset_shape("meta-llama/Llama-3.2-3B")->total_params() == 3212749824);
+  CHECK(plan::preset_shape("meta-llama/Meta-Llama-3-8B")->total_params() == 8030261248);
+  CHECK(plan::preset_shape("meta-llama/Llama-3.1-8B")->total_params() == 8030261248);
+  CHECK_FALSE(plan::preset_shape("gpt2"));
+  ModelConfig m;
+  m.name = "no/such-model";
+  CHECK_THROWS_AS(plan::resolve_model(m), plan::plan_error);
+  m.name = "Qwen/Qwen3-0.6B";
+  m.debug = ModelDebugConfig{};
+  m.debug->num_layers = 3;
+  CHECK(plan::resolve_model(m).layers == 3);
+}
+
+TEST_CASE("planner: parameters match the trainer's real model (tiny preset)") {
+  auto cfg = fake_config("primecfg/tiny", 16);
+  auto real = real_params(cfg);
+  auto shape = plan::resolve_model(cfg.model);
+  CHECK(real == planned_params(shape));
+  std::int64_t n = 0;
+  for (const auto& [name, numel] : real) n += numel;
+  CHECK(n == shape.total_params());
+  CHECK(n > 0);
+}
+
+TEST_CASE("planner: an HF directory is read like the trainer reads it") {
+  // Llama-style (no QK-norm), untied, grouped-query attention, head_dim from hidden/heads.
+  auto dir = temp_dir("hf-llama");
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 64,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 96, "tie_word_embeddings": false})";
+  auto cfg = fake_config(dir.string(), 16);
+  cfg.model.debug = ModelDebugConfig{};
+  cfg.model.debug->random_init = true;  // no safetensors: the trainer draws weights
+  auto shape = plan::resolve_model(cfg.model);
+  CHECK(shape.head_dim == 16);
+  CHECK_FALSE(shape.qk_norm);
+  CHECK_FALSE(shape.tie_embeddings);
+  CHECK(real_params(cfg) == planned_params(shape));
+
+  std::ofstream(dir / "config.json") << R"({"model_type": "mixtral", "vocab_size": 3})";
+  CHECK_THROWS_AS(plan::resolve_model(cfg.model), plan::plan_error);
+  std::ofstream(dir / "config.json") << "{not json";
+  CHECK_THROWS_AS(plan::resolve_model(cfg.model), plan::plan_error);
+}
+
+TEST_CASE("planner: packed SFT rows add the document masks") {
+  auto cfg = fake_config("primecfg/tiny", 64);
+  auto fixed = plan::make_plan(cfg, plan::Assumptions{});
+  CHECK_FALSE(fixed.attention_mask);
+  CHECK(fixed.mode(Offload::none).gpu.term("mask") == 0);
+  SFTDataConfig d;
+  d.seq_len = 64;
+  d.batch_size = 2;
+  d.micro_batch_size = 2;
+  cfg.data = d;
+  auto packed = plan::make_plan(cfg, plan::Assumptions{});
+  CHECK(packed.attention_mask);
+  // bool mask B x T x T + one bf16 additive mask per block (2 blocks).
+  CHECK(packed.mode(Offload::none).gpu.term("mask") == 2 * 64 * 64 + 2 * 2 * 64 * 64 * 2);
+}
+
+TEST_CASE("planner: JSON output carries the per-term breakdown") {
+  auto a = plan::Assumptions{};
+  a.gpu_capacity = std::int64_t{139} << 30;
+  a.host_capacity = std::int64_t{120} << 30;
+  auto p = plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a);
+  auto doc = train::json::parse(plan::format_json(p));
+  CHECK(doc.find("model")->find("params")->as_int() == 596049920);
+  const auto& modes = doc.find("modes")->as_array();
+  REQUIRE(modes.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(modes[i].find("gpu")->find("peak_bytes")->as_int() == p.modes[i].gpu.peak);
+    CHECK(modes[i].find("gpu")->find("terms")->find("weights")->as_int() == p.modes[i].gpu.term("weights"));
+    CHECK(modes[i].find("host")->find("peak_bytes")->as_int() == p.modes[i].host.peak);
+  }
+  CHECK(modes[0].find("offload")->as_string() == "none");
+  CHECK(doc.find("modes_ac_toggled")->as_array().size() == 3);
+  auto text = plan::format_text(p);
+  CHECK(text.find("PEAK ALLOCATED") != std::string::npos);
+  CHECK(text.find("Fits this machine") != std::string::npos);
+}
+
+TEST_CASE("planner: out-of-memory advice names a mode that fits") {
+  auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
+  auto base = plan::make_plan(cfg, plan::Assumptions{});
+  const auto full = base.mode(Offload::full).gpu_total, opt = base.mode(Offload::optimizer).gpu_total;
+  plan::Assumptions a;
+  a.gpu_capacity = (full + opt) / 2;  // only full offload fits
+  a.host_capacity = std::int64_t{1} << 50;
+  auto p = plan::make_plan(cfg, a);
+  CHECK_FALSE(p.mode(Offload::none).gpu_fits.value());
+  CHECK(p.mode(Offload::full).gpu_fits.value());
+  auto advice = plan::oom_advice(p, Offload::none);
+  CHECK(advice.find("model.offload = \"none\"") != std::string::npos);
+  CHECK(advice.find("model.offload = \"full\"") != std::string::npos);
+  CHECK(advice.find("\"optimizer\" (") == std::string::npos);
+
+  // A device too small for any mode without checkpointing, large enough with it.
+  auto cfg_ac = cfg;
+  cfg_ac.model.ac = ActivationCheckpointConfig{};
+  a.gpu_capacity = plan::make_plan(cfg_ac, plan::Assumptions{}).mode(Offload::full).gpu_total + 1;
+  p = plan::make_plan(cfg, a);
+  CHECK(p.mode(Offload::full).gpu_fits == false);
+  advice = plan::oom_advice(p, Offload::full);
+  CHECK(advice.find("--model.ac") != std::string::npos);
+
+  a.gpu_capacity = std::int64_t{1} << 30;
+  advice = plan::oom_advice(plan::make_plan(cfg, a), Offload::none);
+  CHECK(advice.find("No offload mode") != std::string::npos);
+}
+
+TEST_CASE("planner: GiB parsing and host memory") {
+  CHECK(plan::parse_gib("139") == std::int64_t{139} << 30);
+  CHECK(plan::parse_gib("0.5") == std::int64_t{1} << 29);
+  CHECK_FALSE(plan::parse_gib(""));
+  CHECK_FALSE(plan::parse_gib("-1"));
+  CHECK_FALSE(plan::parse_gib("0"));
+  CHECK_FALSE(plan::parse_gib("12GiB"));
+  CHECK_FALSE(plan::parse_gib("nan"));
+  CHECK_FALSE(plan::parse_gib("inf"));
+  auto h = plan::host_memory();
+  REQUIRE(h);
+  CHECK(h->total > 0);
+  CHECK(h->available <= h->total);
+}
