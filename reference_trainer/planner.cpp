@@ -326,15 +326,21 @@ struct BlockBytes {
   i64 full() const { return attn_norm + qkv_in + qk_norm + sdpa + mlp_norm + mlp; }
 };
 
-BlockBytes block_bytes(const ModelShape& s, i64 dt) {
+// What an RMSNorm over `width` elements keeps per row, besides its FP32 rstd: the fused
+// kernel (CUDA) keeps its input; LibTorch's composite fallback (CPU) keeps an FP32 copy
+// of the input and the FP32 normalised values.
+i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
+
+BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm) {
   const i64 D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
   BlockBytes b{};
-  b.attn_norm = D * dt + 4;                                                // x, rstd
-  b.qkv_in = D * dt;                                                       // rmsnorm(x)
-  b.qk_norm = s.qk_norm ? (q + kv) * dt + (s.heads + s.kv_heads) * 4 : 0;  // q, k before norm, rstd
-  b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;                            // q, k, v, out, lse
-  b.mlp_norm = 2 * D * dt + 4;                                             // x1, rstd, rmsnorm(x1)
-  b.mlp = 4 * I * dt;                                                      // gate, silu, up, product
+  b.attn_norm = norm_saved(D, dt, fused_norm) + 4;  // x, rstd
+  b.qkv_in = D * dt;                                // rmsnorm(x)
+  b.qk_norm = s.qk_norm ? norm_saved(q + kv, dt, fused_norm) + (s.heads + s.kv_heads) * 4
+                        : 0;                                // q, k before their norms, rstd
+  b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;             // q, k, v, out, lse
+  b.mlp_norm = norm_saved(D, dt, fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
+  b.mlp = 4 * I * dt;                                       // gate, silu, up, product
   return b;
 }
 
@@ -381,7 +387,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
   // --- Activations of one micro-batch ----------------------------------------
-  const BlockBytes bb = block_bytes(s, dt);
+  const BlockBytes bb = block_bytes(s, dt, w.a.fused_rms_norm);
   const i64 full_tok = bb.full(), ckpt_tok = D * dt;
   const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
   const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;
@@ -407,7 +413,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
 
   // --- LM head + cross-entropy (model.cpp's LinearCrossEntropy) ---------------
   const i64 c = w.ce_chunk;
-  b.add("final_norm", N * (D * dt + 4), "input of the final RMSNorm + rstd");
+  b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
   b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
@@ -606,7 +612,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.attention_mask = w.masked;
   p.assumptions = a;
 
-  const BlockBytes bb = block_bytes(shape, w.dt);
+  const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm);
   auto& act = p.activations;
   act.tokens = w.N;
   act.per_block_full = w.N * bb.full();

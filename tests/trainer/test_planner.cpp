@@ -184,6 +184,17 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(ac.peak == 24048 + 128 + 160 + 80 + 64 + 64 + 512 + 1152);
 }
 
+TEST_CASE("planner: RMSNorm without the fused kernel keeps FP32 copies") {
+  // LibTorch's composite RMSNorm (CPU) keeps an FP32 copy of its input and the FP32
+  // normalised values: 8 B per element instead of 2. Per token and block: input norm
+  // 8 x 8 + 4, QK-norms 8 x 12 + 12, post-attention norm 8 x 8 + 4 (+ its output 16).
+  auto a = exact();
+  a.fused_rms_norm = false;
+  auto p = plan::make_plan(fake_config("hand", 4), hand_shape(), a);
+  CHECK(p.activations.per_block_full == 4 * (292 + 48 + 72 + 48));
+  CHECK(p.mode(Offload::none).gpu.term("final_norm") == 4 * (8 * 8 + 4));
+}
+
 TEST_CASE("planner: optimizers change the moments and the step") {
   const auto s = hand_shape();
   auto cfg = fake_config("hand", 4);
