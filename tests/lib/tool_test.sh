@@ -81,5 +81,10 @@ if ! cmp -s "$tmp/out" "$tmp/second.json"; then echo "FAIL: dump round trip chan
 expect "help" 0 "$primecfg" help --as sft
 contains "help lists offload" "$tmp/out" "--model.offload {none|optimizer|full}"
 
+expect "reference" 0 "$primecfg" reference
+if ! cmp -s "$tmp/out" "$root/docs/config-reference.md"; then
+  echo "FAIL: docs/config-reference.md is stale: run 'ninja -C build docs' and commit it"; failures=$((failures + 1))
+fi
+
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all tool checks passed"
