@@ -17,6 +17,10 @@
 
 #include <toml++/toml.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -89,30 +93,49 @@ struct loaded {
 
 namespace detail {
 
-// Reads a whole file, or says why it cannot.
+// Reads a whole file, or says why it cannot. Read errors are reported, not
+// taken for the end of the file (an EIO used to look like an empty, valid
+// config), and at most max_config_bytes + 1 bytes are read, so a device or a
+// pipe that never ends (/dev/zero) is refused instead of filling memory.
 inline bool read_config_file(const std::string& path, std::string& text, std::string& why) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     why = "is a directory, not a config file";
     return false;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     why = fmt::format("cannot open: {}", std::strerror(errno));
     return false;
   }
-  auto size = std::filesystem::file_size(path, ec);
-  if (!ec && size > max_config_bytes) {
-    why = fmt::format("is {} bytes; config files are limited to {} MiB", size, max_config_bytes >> 20);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<std::uintmax_t>(st.st_size) > max_config_bytes) {
+    why = fmt::format("is {} bytes; config files are limited to {} MiB", st.st_size, max_config_bytes >> 20);
+    ::close(fd);
     return false;
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    why = fmt::format("read failed: {}", std::strerror(errno));
-    return false;
+  std::string buffer;
+  char chunk[65536];
+  while (true) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      why = fmt::format("read failed: {}", std::strerror(errno));
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    buffer.append(chunk, static_cast<std::size_t>(n));
+    if (buffer.size() > max_config_bytes) {
+      why = fmt::format("holds more than {} MiB; config files are limited to {} MiB", max_config_bytes >> 20,
+                        max_config_bytes >> 20);
+      ::close(fd);
+      return false;
+    }
   }
-  text = std::move(buffer).str();
+  ::close(fd);
+  text = std::move(buffer);
   return true;
 }
 
