@@ -118,6 +118,8 @@ cli parse_args(int argc, char** argv) {
   return c;
 }
 
+// Read errors are reported (an EIO is not an empty file), and reading stops
+// past the limit, so a device that never ends (/dev/zero) is refused too.
 bool read_file(const std::string& path, std::string& out, std::string& err) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -126,22 +128,31 @@ bool read_file(const std::string& path, std::string& out, std::string& err) {
   }
   // Configs are a few KiB; refuse what cannot be one instead of chewing on it.
   constexpr std::uintmax_t max_bytes = 16u << 20;
-  if (auto size = fs::file_size(path, ec); !ec && size > max_bytes) {
-    err = "larger than 16 MiB, not a config";
-    return false;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     err = std::strerror(errno);
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    err = "read failed";
-    return false;
+  std::string data;
+  char chunk[65536];
+  while (true) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = std::string("read failed: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    data.append(chunk, static_cast<std::size_t>(n));
+    if (data.size() > max_bytes) {
+      err = "larger than 16 MiB, not a config";
+      ::close(fd);
+      return false;
+    }
   }
-  out = ss.str();
+  ::close(fd);
+  out = std::move(data);
   return true;
 }
 
