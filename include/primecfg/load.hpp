@@ -11,6 +11,7 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/decode.hpp>
+#include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/walk.hpp>
 #include <primecfg/error.hpp>
 #include <primecfg/validate.hpp>
@@ -141,6 +142,15 @@ inline bool read_config_file(const std::string& path, std::string& text, std::st
 
 inline std::optional<toml::table> parse_document(const std::string& text, const std::string& name,
                                                  std::vector<diagnostic>& out) {
+  if (std::optional<deep_key> deep = find_deep_key(text)) {
+    diagnostic d;
+    d.kind = error_kind::toml_syntax;
+    d.where = provenance::in_file(name, static_cast<std::uint32_t>(deep->line), 1);
+    d.message =
+        fmt::format("keys nested {} tables deep; more than {} is refused", deep->depth, max_key_depth);
+    out.push_back(std::move(d));
+    return std::nullopt;
+  }
   try {
     return toml::parse(std::string_view(text), std::string_view(name));
   } catch (const toml::parse_error& e) {

@@ -2,6 +2,8 @@
 
 #include "steps.hpp"
 
+#include <primecfg/detail/key_depth.hpp>
+
 #include <algorithm>
 #include <optional>
 
@@ -25,6 +27,14 @@ std::string format(std::string_view file, const diagnostic& d) {
 namespace {
 
 std::optional<toml::table> parse(const std::string& text, std::vector<diagnostic>& diags, bool ours) {
+  // Keys nested deeper than this overflow the stack inside toml++.
+  if (auto deep = primecfg::detail::find_deep_key(text)) {
+    diags.push_back({level::error, ours ? 0 : deep->line,
+                     std::string(ours ? "internal error: the migrated text has " : "") + "keys nested " +
+                         std::to_string(deep->depth) + " tables deep; more than " +
+                         std::to_string(primecfg::detail::max_key_depth) + " is refused"});
+    return std::nullopt;
+  }
   try {
     return toml::parse(text);
   } catch (const toml::parse_error& e) {

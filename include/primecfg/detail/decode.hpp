@@ -10,6 +10,7 @@
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/merge.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/detail/value_text.hpp>
@@ -118,6 +119,7 @@ inline constexpr bool reads_text_as_toml =
 inline std::optional<toml::table> parse_cli_text(std::string_view text) {
   std::string doc = "v = ";
   doc += text;
+  if (find_deep_key(doc)) return std::nullopt;
   try {
     return toml::parse(std::string_view(doc), std::string_view("<command line>"));
   } catch (const toml::parse_error&) {
