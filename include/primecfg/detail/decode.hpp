@@ -121,7 +121,10 @@ inline std::optional<toml::table> parse_cli_text(std::string_view text) {
   doc += text;
   if (find_deep_key(doc)) return std::nullopt;
   try {
-    return toml::parse(std::string_view(doc), std::string_view("<command line>"));
+    toml::table parsed = toml::parse(std::string_view(doc), std::string_view("<command line>"));
+    // "5\nother = 1" parses too; text after the value would be silently dropped.
+    if (parsed.size() != 1) return std::nullopt;
+    return parsed;
   } catch (const toml::parse_error&) {
     return std::nullopt;
   }
