@@ -12,6 +12,7 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/decode.hpp>
 #include <primecfg/detail/key_depth.hpp>
+#include <primecfg/detail/utf8.hpp>
 #include <primecfg/detail/walk.hpp>
 #include <primecfg/error.hpp>
 #include <primecfg/validate.hpp>
@@ -250,6 +251,14 @@ loaded<T> load(const sources& src) {
   ctx.sources = &result.provenance;
   for (const sources::layer& layer : src.layers()) {
     if (layer.what == sources::layer::kind::override_value) {
+      if (!detail::is_valid_utf8(layer.name) || !detail::is_valid_utf8(layer.content)) {
+        diagnostic d;
+        d.kind = error_kind::string_type;
+        d.where = provenance::on_command_line(layer.flag);
+        d.message = "the flag or its value is not valid UTF-8 (configs are UTF-8 text, as TOML requires)";
+        result.diagnostics.push_back(std::move(d));
+        continue;
+      }
       ctx.file.clear();
       ctx.flag = layer.flag;
       detail::decode_struct(detail::override_table(layer.name, layer.content), result.value, "", ctx);
