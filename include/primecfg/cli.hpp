@@ -44,7 +44,8 @@ inline std::vector<std::string> split_dotted(std::string_view s) {
 }
 
 template <class T>
-flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i, const std::string& path) {
+[[gnu::noinline]] flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i,
+                                           const std::string& path) {
   if constexpr (is_optional_v<T>) {
     flag_lookup r = resolve_flag<typename T::value_type>(segments, i, path);
     if (i == segments.size() && r.kind == flag_kind::section) r.kind = flag_kind::optional_section;

@@ -201,43 +201,26 @@ inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src)
   });
 }
 
+// Required fields that no source set, then every validate(), children first.
 template <class T>
-void check_required(loaded<T>& result) {
-  walk(
-      result.value, "",
-      [&](auto& value, const std::string& path) {
-        using V = std::remove_cvref_t<decltype(value)>;
-        if constexpr (is_struct_v<V>) {
-          for_each_field(value, [&](auto&, std::string_view name, const field_doc& doc) {
-            std::string field_path = path.empty() ? std::string(name) : path + "." + std::string(name);
-            if (doc.required && !result.provenance.contains(field_path)) {
-              diagnostic d;
-              d.kind = error_kind::missing;
-              d.path = field_path;
-              d.where = path.empty() ? provenance{} : result.source_of(path);
-              d.message = fmt::format("required field '{}' is missing", name);
-              result.diagnostics.push_back(std::move(d));
-            }
-          });
-        }
-      },
-      [](auto&, const std::string&) {});
-}
-
-template <class T>
-void run_rules(loaded<T>& result) {
+void check_and_validate(loaded<T>& result) {
+  value_index index;
+  index_value(result.value, "", nullptr, index);
   validation v(result.diagnostics, result.provenance);
-  walk(
-      result.value, "",
-      [&](auto& value, const std::string& path) {
-        v.add_field(&value, std::type_index(typeid(std::remove_cvref_t<decltype(value)>)), path);
-      },
-      [](auto&, const std::string&) {});
-  walk(
-      result.value, "", [](auto&, const std::string&) {},
-      [&](auto& value, const std::string&) {
-        if constexpr (requires { value.validate(v); }) value.validate(v);
-      });
+  for (const value_index::field_entry& f : index.fields) {
+    v.add_field(f.address, f.type, f.path);
+    if (f.doc && f.doc->required && !result.provenance.contains(f.path)) {
+      diagnostic d;
+      d.kind = error_kind::missing;
+      d.path = f.path;
+      std::size_t dot = f.path.rfind('.');
+      d.where = dot == std::string::npos ? provenance{} : result.source_of(f.path.substr(0, dot));
+      d.message = fmt::format("required field '{}' is missing",
+                              f.path.substr(dot == std::string::npos ? 0 : dot + 1));
+      result.diagnostics.push_back(std::move(d));
+    }
+  }
+  for (auto& [object, rule] : index.rules) rule(object, v);
 }
 
 }  // namespace detail
@@ -282,8 +265,7 @@ loaded<T> load(const sources& src) {
     ctx.flag.clear();
     detail::decode_struct(*doc, result.value, "", ctx);
   }
-  detail::check_required(result);
-  detail::run_rules(result);
+  detail::check_and_validate(result);
   detail::sort_diagnostics(result.diagnostics, src);
   return result;
 }

@@ -105,7 +105,7 @@ struct decode_context {
 };
 
 template <class T>
-void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx);
+[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx);
 
 // ---------------------------------------------------------------- leaves ---
 
@@ -263,7 +263,7 @@ void check_bounds(const M& value, const field_doc& doc, const std::string& path,
 }
 
 template <class T>
-void decode_struct(const toml::table& table, T& out, const std::string& path, decode_context& ctx,
+[[gnu::noinline]] void decode_struct(const toml::table& table, T& out, const std::string& path, decode_context& ctx,
                    bool is_union = false) {
   constexpr auto names = field_names<T>();
   constexpr std::size_t n = names.size();
@@ -329,7 +329,7 @@ void decode_union(const toml::table& table, std::variant<A...>& out, const std::
 // ------------------------------------------------------------ dispatcher ---
 
 template <class T>
-void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
+[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
   if constexpr (reads_text_as_toml<T>) {
     if (ctx.from_command_line() && node.is_string()) {
       std::optional<toml::table> parsed = parse_cli_text(node.as_string()->get());

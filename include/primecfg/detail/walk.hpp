@@ -1,53 +1,70 @@
-// Visiting every field of a config value with its dotted path.
+// One pass over a loaded config value that records what the rules need: the
+// address, type and dotted path of every field (parents first), and the
+// validate() of every struct that has one (children first).
+//
+// It is a single template walk on purpose: each walk instantiates code for
+// every type of the config tree, and that code is most of what a translation
+// unit that loads a config costs to compile.
 #pragma once
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/type_traits.hpp>
-
-#include <fmt/format.h>
+#include <primecfg/validate.hpp>
 
 #include <string>
+#include <string_view>
+#include <typeindex>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace primecfg::detail {
 
-// Calls pre(value, path) for `value` and everything inside it, parents first,
-// and post(value, path) on the way back up (children first). Only the active
-// alternative of a union and engaged optionals are visited.
-template <class T, class Pre, class Post>
-void walk(T& value, const std::string& path, Pre&& pre, Post&& post) {
-  pre(value, path);
-  if constexpr (is_optional_v<std::remove_const_t<T>>) {
-    if (value) walk(*value, path, pre, post);
-  } else if constexpr (is_vector_v<std::remove_const_t<T>>) {
-    for (std::size_t i = 0; i < value.size(); ++i) walk(value[i], fmt::format("{}[{}]", path, i), pre, post);
-  } else if constexpr (is_string_map_v<std::remove_const_t<T>>) {
-    for (auto& [key, item] : value) walk(item, path.empty() ? key : path + "." + key, pre, post);
-  } else if constexpr (is_variant_v<std::remove_const_t<T>>) {
-    std::visit([&](auto& alternative) { walk(alternative, path, pre, post); }, value);
-  } else if constexpr (is_struct_v<std::remove_const_t<T>>) {
-    constexpr auto names = field_names<std::remove_const_t<T>>();
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (walk(boost::pfr::get<I>(value),
-            path.empty() ? std::string(names[I]) : path + "." + std::string(names[I]), pre, post),
-       ...);
-    }
-    (std::make_index_sequence<names.size()>{});
-  }
-  post(value, path);
+struct value_index {
+  struct field_entry {
+    const void* address;
+    std::type_index type;
+    std::string path;
+    const field_doc* doc;  // null for values that are not a struct's field (list items, optional contents)
+  };
+  using rule_fn = void (*)(void* object, validation& v);
+
+  std::vector<field_entry> fields;               // parents first
+  std::vector<std::pair<void*, rule_fn>> rules;  // children first
+};
+
+[[gnu::noinline]] inline std::string child_path(const std::string& parent, std::string_view name) {
+  std::string out;
+  out.reserve(parent.size() + name.size() + 1);
+  if (!parent.empty()) out.append(parent).push_back('.');
+  out.append(name);
+  return out;
 }
 
-// The same, over the described fields of struct T only, with each field's doc.
-template <class T, class F>
-void for_each_field(T& value, F&& f) {
-  using S = std::remove_const_t<T>;
-  constexpr auto names = field_names<S>();
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (f(boost::pfr::get<I>(value), names[I], doc_of<S>.fields[I]), ...);
+template <class T>
+[[gnu::noinline]] void index_value(T& value, const std::string& path, const field_doc* doc,
+                                   value_index& out) {
+  out.fields.push_back({&value, std::type_index(typeid(T)), path, doc});
+  if constexpr (is_optional_v<T>) {
+    if (value) index_value(*value, path, nullptr, out);
+  } else if constexpr (is_vector_v<T>) {
+    for (std::size_t i = 0; i < value.size(); ++i)
+      index_value(value[i], path + "[" + std::to_string(i) + "]", nullptr, out);
+  } else if constexpr (is_string_map_v<T>) {
+    for (auto& [key, item] : value) index_value(item, child_path(path, key), nullptr, out);
+  } else if constexpr (is_variant_v<T>) {
+    std::visit([&](auto& alternative) { index_value(alternative, path, nullptr, out); }, value);
+  } else if constexpr (is_struct_v<T>) {
+    constexpr auto names = field_names<T>();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (index_value(boost::pfr::get<I>(value), child_path(path, names[I]), &doc_of<T>.fields[I], out), ...);
+    }
+    (std::make_index_sequence<names.size()>{});
+    if constexpr (requires(validation & v) { value.validate(v); })
+      out.rules.emplace_back(&value,
+                             [](void* object, validation& v) { static_cast<T*>(object)->validate(v); });
   }
-  (std::make_index_sequence<names.size()>{});
 }
 
 }  // namespace primecfg::detail
