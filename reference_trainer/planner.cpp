@@ -264,13 +264,16 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
   return 0;
 }
 
-// Capacity of a staging ring or moment window (trainer.cpp's PipelineKnobs::ring_for):
-// room for two of the largest tensors, at least 512 MiB when there is that much, never
-// less than the largest; PRIMECFG_OFFLOAD_RING_MB overrides.
+// Capacity of a staging ring or moment window (mirrors trainer.cpp's
+// PipelineKnobs::ring_for): room for two of the largest tensors, at least kRingFloor
+// when there is that much, never less than the largest; PRIMECFG_OFFLOAD_RING_MB
+// overrides.
+constexpr i64 kRingFloor = i64{2} << 30;
+
 i64 ring_capacity(i64 largest, i64 total, std::optional<i64> ring_bytes) {
   const i64 slack = 4096;
   if (ring_bytes && *ring_bytes > 0) return std::max(*ring_bytes, largest + slack);
-  const i64 want = std::max<i64>(2 * largest, i64{512} << 20);
+  const i64 want = std::max<i64>(2 * largest, kRingFloor);
   return std::max(largest, std::min(want, total)) + slack;
 }
 
@@ -418,9 +421,11 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
   b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
   // Per chunk: fp32 logits and fp32 softmax/gradient; with bf16 compute also the
-  // gradient's bf16 copy and the bf16 V x D product added into the fp32 grad_w (fp32
+  // gradient's bf16 copy, and, unless the GEMM accumulates straight into the fp32
+  // grad_w (addmm with an fp32 output, CUDA), a bf16 V x D product added into it (fp32
   // compute adds in place with addmm_). Beside them the chunk's hidden rows, indices.
-  const i64 chunk = dt == 2 ? 10 * c * V + V * D * dt + 2 * c * D * dt + c * 24 + N * 8
+  const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
+  const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
                             : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
   const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
   b.add("ce_chunk", std::max(chunk, tail),
