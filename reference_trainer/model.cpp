@@ -7,9 +7,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -124,12 +126,28 @@ void write_hf_config(const std::filesystem::path& path, const ModelArgs& a) {
 Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::ScalarType dtype,
                          std::uint64_t seed)
     : args_(a), device_(device), dtype_(dtype) {
-  // Random values are drawn on the CPU in FP32 from a private generator, so the
-  // same seed gives the same model on every device and in every dtype.
+  // Random values are drawn in FP32 from a generator seeded here. On the CPU it is a
+  // private generator, so the same seed gives the same model in every dtype. On a
+  // GPU they are drawn there from the device's generator (a billion-parameter
+  // preset would take minutes on one CPU thread): the same seed gives the same
+  // model on that kind of device, not the CPU's.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::optional<at::Generator> dev_gen;
+  if (!device_.is_cpu()) {
+    dev_gen = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(dev_gen->mutex());
+    dev_gen->set_current_seed(seed);
+  }
   auto make = [&](std::string name, std::vector<std::int64_t> shape, int block, bool is_norm) {
     torch::NoGradGuard no_grad;
-    Tensor t = is_norm ? torch::ones(shape) : at::normal(0.0, 0.02, shape, gen);
+    Tensor t;
+    if (is_norm)
+      t = torch::ones(shape);
+    else if (dev_gen)
+      t = at::normal(0.0, 0.02, shape, *dev_gen,
+                     torch::TensorOptions().device(device_).dtype(torch::kFloat32));
+    else
+      t = at::normal(0.0, 0.02, shape, gen);
     t = t.to(device_, dtype_).requires_grad_(true);
     params_.push_back({std::move(name), t, block});
   };
@@ -318,6 +336,9 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
 // each chunk computes the logits, the loss and, right away, the gradients with
 // respect to the hidden states and the head weight; backward only scales them.
 // Peak memory is one chunk of logits instead of all of them.
+// Whether this LibTorch has the mixed-dtype GEMM (bf16 in, FP32 out); cleared at the first refusal.
+std::atomic<bool> fp32_out_gemm{true};
+
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets,
                         double scale, std::int64_t chunk) {
@@ -341,7 +362,19 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       g.mul_(scale);
       Tensor gc = g.to(h.scalar_type());
       grad_h.index_copy_(0, idx, torch::matmul(gc, w));
-      grad_w.addmm_(gc.t().to(torch::kFloat32), hc.to(torch::kFloat32));
+      if (gc.scalar_type() == torch::kFloat32) {
+        grad_w.addmm_(gc.t(), hc);
+      } else if (fp32_out_gemm && gc.is_cuda()) {
+        // bf16 GEMM accumulating straight into the FP32 sum (no bf16 product in memory).
+        try {
+          at::addmm_out(grad_w, grad_w, gc.t(), hc, torch::kFloat32);
+        } catch (const c10::Error&) {
+          fp32_out_gemm = false;
+          grad_w.add_(torch::matmul(gc.t(), hc));
+        }
+      } else {  // a bf16 GEMM (FP32 accumulation inside), summed over chunks in FP32
+        grad_w.add_(torch::matmul(gc.t(), hc));
+      }
     }
     if (want_grad) ctx->save_for_backward({grad_h, grad_w.to(w.scalar_type())});
     return loss * scale;

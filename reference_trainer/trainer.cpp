@@ -12,17 +12,20 @@
 
 #include "cpu_optim/cpu_optim.hpp"
 #include "data.hpp"
+#include "device_streams.hpp"
 #include "model.hpp"
+#include "numa/numa_binding.hpp"
 #include "safetensors.hpp"
+#include "staging_ring.hpp"
 
 #include <primecfg/offload.hpp>
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
+#include <torch/cuda.h>
 #if defined(PRIMECFG_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <torch/cuda.h>
 #endif
 
 #include <fmt/format.h>
@@ -33,12 +36,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <numbers>
+#include <thread>
 
 namespace primecfg::train {
 
@@ -171,11 +178,19 @@ void update_on_device(const OptSettings& o, const NamedParam& p, Tensor& master,
   }
 }
 
-// The same update through the fused CPU kernels (FullOffload). Only the
-// element-wise optimizers exist there; the config rules enforce it.
-void update_on_cpu_kernel(const OptSettings& o, Tensor& master, const Tensor& grad, Tensor* m1, Tensor* m2,
-                          std::uint16_t* weight_bf16_out, double lr, std::int64_t step) {
+// The same update through the fused CPU kernels (FullOffload), split over the
+// pool. The gradient is FP32 (an accumulator) or bf16 (straight from the staging
+// ring). Only the element-wise optimizers exist there; the config rules enforce it.
+void update_on_cpu_kernel(const OptSettings& o, cpu::ThreadPool& pool, Tensor& master, const Tensor& grad,
+                          Tensor* m1, Tensor* m2, std::uint16_t* weight_bf16_out, double lr,
+                          std::int64_t step) {
   const auto n = master.numel();
+  TORCH_CHECK(grad.device().is_cpu() && grad.is_contiguous() && grad.numel() == n,
+              "CPU optimizer: gradient must be a contiguous host tensor of the parameter's size");
+  const bool g16 = grad.scalar_type() == torch::kBFloat16;
+  TORCH_CHECK(g16 || grad.scalar_type() == torch::kFloat32, "CPU optimizer: gradient must be bf16 or fp32");
+  const auto* gb = g16 ? reinterpret_cast<const std::uint16_t*>(grad.data_ptr()) : nullptr;
+  const auto* gf = g16 ? nullptr : grad.data_ptr<float>();
   switch (o.kind) {
     case OptKind::adamw: {
       cpu::AdamWStep s{static_cast<float>(lr),
@@ -185,13 +200,19 @@ void update_on_cpu_kernel(const OptSettings& o, Tensor& master, const Tensor& gr
                        static_cast<float>(o.weight_decay),
                        step,
                        1.0f};
-      cpu::adamw(master.data_ptr<float>(), m1->data_ptr<float>(), m2->data_ptr<float>(),
-                 grad.data_ptr<float>(), weight_bf16_out, n, s);
+      float *p = master.data_ptr<float>(), *a = m1->data_ptr<float>(), *b = m2->data_ptr<float>();
+      if (g16)
+        cpu::parallel_adamw(pool, p, a, b, gb, weight_bf16_out, n, s);
+      else
+        cpu::parallel_adamw(pool, p, a, b, gf, weight_bf16_out, n, s);
       return;
     }
     case OptKind::sign_sgd: {
       cpu::SignSGDStep s{static_cast<float>(lr), static_cast<float>(o.weight_decay), 1.0f};
-      cpu::sign_sgd(master.data_ptr<float>(), grad.data_ptr<float>(), weight_bf16_out, n, s);
+      if (g16)
+        cpu::parallel_sign_sgd(pool, master.data_ptr<float>(), gb, weight_bf16_out, n, s);
+      else
+        cpu::parallel_sign_sgd(pool, master.data_ptr<float>(), gf, weight_bf16_out, n, s);
       return;
     }
     default:
@@ -204,13 +225,12 @@ void update_on_cpu_kernel(const OptSettings& o, Tensor& master, const Tensor& gr
 // ===========================================================================
 
 // FP32 training state of one parameter. Where each tensor lives is the strategy's
-// decision (see OffloadState::allocate).
+// decision (see the OffloadState constructor).
 struct ParamState {
   NamedParam* p = nullptr;
   Tensor master;  // FP32 weights the optimizer updates
-  Tensor grad;    // FP32 gradient accumulator over micro-batches
+  Tensor grad;    // FP32 gradient accumulator over micro-batches (FullOffload: host, made when needed)
   Tensor m1, m2;  // moments (AdamW: exp_avg, exp_avg_sq; SGD/Muon: momentum)
-  int chunk = 0;  // update group (FullOffload): one per transformer block
 };
 
 // Fires after autograd accumulated a parameter's gradient; forwards to the strategy.
@@ -220,30 +240,116 @@ struct GradReadyHook final : torch::autograd::PostAccumulateGradHook {
   void operator()(const torch::autograd::Variable& t) override { fn(t); }
 };
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Knobs of the copy pipelines, from the environment (tests shrink the rings;
+// nothing here changes results).
+//   PRIMECFG_OFFLOAD_RING_MB    size of each staging ring / GPU moment window (default: automatic)
+//   PRIMECFG_OFFLOAD_TIMEOUT_S  how long a pipeline wait may take before it fails (default 600)
+//   PRIMECFG_OFFLOAD_THREADS    CPU optimizer threads (default: the usable CPUs minus one)
+struct PipelineKnobs {
+  std::size_t ring_bytes = 0;
+  std::chrono::milliseconds timeout{600'000};
+  int threads = 0;
+
+  static PipelineKnobs from_env() {
+    PipelineKnobs k;
+    auto num = [](const char* name) -> std::optional<double> {
+      const char* v = std::getenv(name);
+      if (!v || !*v) return std::nullopt;
+      try {
+        return std::stod(v);
+      } catch (...) {
+        throw run_error(fmt::format("{}=\"{}\" is not a number", name, v));
+      }
+    };
+    if (auto v = num("PRIMECFG_OFFLOAD_RING_MB")) k.ring_bytes = static_cast<std::size_t>(*v * 1024 * 1024);
+    if (auto v = num("PRIMECFG_OFFLOAD_TIMEOUT_S"))
+      k.timeout = std::chrono::milliseconds(std::llround(*v * 1e3));
+    if (auto v = num("PRIMECFG_OFFLOAD_THREADS")) k.threads = static_cast<int>(*v);
+    return k;
+  }
+
+  // Capacity of a ring for tensors of at most `largest` bytes, `total` bytes in all:
+  // room for two of the largest (so one fills while the other drains), at least
+  // 2 GiB when the model has that much (so backward rarely waits for the consumer),
+  // never less than the largest.
+  std::size_t ring_for(std::size_t largest, std::size_t total) const {
+    const std::size_t slack = 4096;
+    if (ring_bytes) return std::max(ring_bytes, largest + slack);
+    const std::size_t want = std::max<std::size_t>(2 * largest, std::size_t{2} << 30);
+    return std::max(largest, std::min(want, total)) + slack;
+  }
+};
+
+// A typed view of `bytes` bytes at `offset` in a byte buffer.
+Tensor ring_view(const Tensor& buf, std::size_t offset, torch::ScalarType dtype, torch::IntArrayRef sizes) {
+  const auto elem = static_cast<std::int64_t>(c10::elementSize(dtype));
+  std::int64_t n = 1;
+  for (auto d : sizes) n *= d;
+  return buf.narrow(0, static_cast<std::int64_t>(offset), n * elem).view(dtype).view(sizes);
+}
+
+// Where the FP32 state lives and when the update runs, per strategy:
+//
+//  NoOffload        all on the device; after backward one multi-tensor update.
+//  OptimizerOffload moments in pinned host memory. After backward, each parameter's
+//                   moments go up through a bounded device window on a copy stream,
+//                   the update runs on the compute stream as soon as they are in, and
+//                   they go back on a second copy stream; the three overlap, and the
+//                   last write-backs overlap the next forward.
+//  FullOffload      masters, moments and accumulators in host RAM. The hook of each
+//                   parameter queues its gradient on a copy stream into a pinned
+//                   staging ring and hands it to a CPU worker thread; the worker waits
+//                   for the copy, runs the fused CPU kernel over the thread pool (bf16
+//                   weights written into a pinned upload ring) and queues the upload on
+//                   a second copy stream, while backward goes on. finish_step() drains
+//                   the worker, updates parameters that got no gradient, and makes the
+//                   compute stream wait for the last upload.
+// On the CPU the same code runs with host memory: no streams, copies are synchronous.
 template <offload_strategy Strategy>
 class OffloadState {
+  static constexpr bool kHostUpdate = Strategy::masters_on_host;  // FullOffload
+
  public:
-  OffloadState(Transformer& model, const OptSettings& opt) : model_(model), opt_(opt) {
+  OffloadState(Transformer& model, const OptSettings& opt, const RunOptions& run) : model_(model), opt_(opt) {
     device_ = model.device();
-    host_ =
-        torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(device_.is_cuda());
+    knobs_ = PipelineKnobs::from_env();
+    if (run.offload_ring_bytes) knobs_.ring_bytes = run.offload_ring_bytes;
+    if (run.offload_threads > 0) knobs_.threads = run.offload_threads;
+    const bool cuda = !device_.is_cpu();
+    auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
+    auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
     dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
-    int max_chunk = 0;
     for (auto& p : model.params()) {
       ParamState s;
       s.p = &p;
-      s.chunk = p.block < 0 ? model.args().layers : p.block;
-      max_chunk = std::max(max_chunk, s.chunk);
-      auto where = [&](bool on_host) { return on_host ? host_ : dev_; };
-      s.master = torch::empty(p.tensor.sizes(), where(Strategy::masters_on_host));
-      s.grad = torch::zeros(p.tensor.sizes(), where(Strategy::grads_on_host));
+      const bool bf16_weights = p.tensor.scalar_type() == torch::kBFloat16;
+      if constexpr (kHostUpdate) {
+        // Masters are uploaded straight from host memory only for FP32 weights;
+        // moments and accumulators never leave the host.
+        s.master = torch::empty(p.tensor.sizes(), bf16_weights ? plain : pinned);
+      } else {
+        s.master = torch::empty(p.tensor.sizes(), dev_);
+        s.grad = torch::zeros(p.tensor.sizes(), dev_);
+      }
+      const auto moments_at = Strategy::moments_on_host ? (kHostUpdate ? plain : pinned) : dev_;
       const int moments = moment_count(opt, p);
-      if (moments >= 1) s.m1 = torch::zeros(p.tensor.sizes(), where(Strategy::moments_on_host));
-      if (moments >= 2) s.m2 = torch::zeros(p.tensor.sizes(), where(Strategy::moments_on_host));
+      if (moments >= 1) s.m1 = torch::zeros(p.tensor.sizes(), moments_at);
+      if (moments >= 2) s.m2 = torch::zeros(p.tensor.sizes(), moments_at);
       states_.push_back(std::move(s));
     }
-    chunk_pending_.assign(max_chunk + 1, 0);
     masters_from_model();
+    if constexpr (kHostUpdate) start_host_pipeline();
+    if constexpr (Strategy::moments_on_host && !kHostUpdate) {
+      if (cuda) {
+        h2d_ = dev::side_stream(device_);
+        d2h_ = dev::side_stream(device_);
+        overlap_ = !opt.max_norm;
+      }
+    }
     for (std::size_t i = 0; i < states_.size(); ++i) {
       torch::autograd::impl::set_post_acc_grad_hooks(
           states_[i].p->tensor,
@@ -256,6 +362,19 @@ class OffloadState {
 
   ~OffloadState() {
     for (auto& s : states_) torch::autograd::impl::set_post_acc_grad_hooks(s.p->tensor, nullptr);
+    if (worker_.joinable()) {
+      {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      worker_.join();
+    }
+    try {
+      dev::synchronize(d2h_);
+      dev::synchronize(h2d_);
+    } catch (...) {
+    }
   }
 
   std::vector<ParamState>& states() { return states_; }
@@ -263,48 +382,106 @@ class OffloadState {
   // Masters start as (or are reset to) the model's forward weights.
   void masters_from_model() {
     torch::NoGradGuard ng;
+    sync_host();
     for (auto& s : states_) s.master.copy_(s.p->tensor);
+  }
+
+  // Waits for copies still writing host state (before a checkpoint reads it).
+  void sync_host() {
+    dev::synchronize(d2h_);
+    dev::synchronize(h2d_);
   }
 
   // Called once per optimizer step, before the first micro-batch.
   void begin_step(double lr, std::int64_t step, bool single_micro_batch) {
     lr_ = lr;
     step_ = step;
+    single_micro_ = single_micro_batch;
     last_micro_ = single_micro_batch;
-    grad_sq_ = 0.0;
-    for (auto& s : states_) s.grad.zero_();
-    std::fill(chunk_pending_.begin(), chunk_pending_.end(), 0);
-    for (auto& s : states_) ++chunk_pending_[s.chunk];
-    updated_.assign(states_.size(), false);
+    stats_ = Stats{};
+    if constexpr (kHostUpdate) {
+      updated_.assign(states_.size(), 0);
+      acc_valid_.assign(states_.size(), 0);
+      gsq_host_ = 0.0;
+      if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
+      gsq_dev_.zero_();
+    } else {
+      for (auto& s : states_) s.grad.zero_();
+      if (overlap_) {
+        ensure_window();
+        std::fill(updated_.begin(), updated_.end(), 0);
+        if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
+        gsq_dev_.zero_();
+      }
+    }
   }
-  // Called before the last micro-batch's backward (FullOffload updates during it).
-  void begin_last_micro_batch() { last_micro_ = true; }
+  // Called before the last micro-batch's backward (FullOffload and, without
+  // clipping, OptimizerOffload update during it).
+  void begin_last_micro_batch() {
+    last_micro_ = true;
+    if (overlap_) {
+      // Fetch ahead in the order the last step's hooks fired (the first step has
+      // none to go by and fetches as gradients come).
+      const bool known = !seen_.empty();
+      plan_order();
+      if (known)
+        fetch_ahead();  // runs beside the forward pass
+      else
+        next_fetch_ = order_.size();
+    }
+  }
 
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
   double finish_step() {
-    if constexpr (Strategy::grads_on_host && !Strategy::supports_grad_clipping) {
-      // Parameters that got no gradient this step still take their (zero-gradient) update.
+    if constexpr (kHostUpdate) {
+      return finish_host_step();
+    } else if (overlap_) {
+      // Parameters that got no gradient in the last micro-batch.
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (!updated_[i]) {
-          grad_sq_ += states_[i].grad.square().sum().item<double>();
-          update_param(i);
+          gsq_dev_.add_(at::linalg_vector_norm(states_[i].grad, 2).to(torch::kFloat64).square());
+          update_one_streamed(i);
+          fetch_ahead();
         }
-      return std::sqrt(grad_sq_);
+      return std::sqrt(gsq_dev_.item<double>());
     } else {
-      double norm = global_grad_norm();
-      if (opt_.max_norm && norm > *opt_.max_norm) {
-        const double coef = *opt_.max_norm / (norm + 1e-6);
-        for (auto& s : states_) s.grad.mul_(coef);
+      // Norm and clipping stay on the device (no host round trip before the update).
+      std::vector<Tensor> grads;
+      for (auto& s : states_) grads.push_back(s.grad);
+      Tensor norm = at::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).square().sum().sqrt();
+      if (opt_.max_norm)
+        at::_foreach_mul_(grads,
+                          (norm + 1e-6).reciprocal().mul(*opt_.max_norm).clamp_max(1.0).to(torch::kFloat32));
+      if (Strategy::moments_on_host && h2d_)
+        update_streamed();
+      else
+        update_resident();
+      return norm.item<double>();
+    }
+  }
+
+  // What the copy pipelines did in the last step.
+  std::map<std::string, double> pipeline_stats() const {
+    if constexpr (!Strategy::moments_on_host) {
+      return {};
+    } else {
+      std::map<std::string, double> out{{"d2h_gib", stats_.d2h_bytes / (1024.0 * 1024 * 1024)},
+                                        {"h2d_gib", stats_.h2d_bytes / (1024.0 * 1024 * 1024)}};
+      if (kHostUpdate) {
+        out["cpu_update_s"] = stats_.cpu_update_s;
+        out["copy_wait_s"] = stats_.copy_wait_s;
+        out["ring_wait_s"] = stats_.ring_wait_s;
+        out["drain_s"] = stats_.drain_s;
+        out["cpu_threads"] = pool_ ? pool_->size() : 0;
       }
-      for (std::size_t i = 0; i < states_.size(); ++i) update_param(i);
-      return norm;
+      return out;
     }
   }
 
   // Bytes of FP32 state in host memory, by category.
   std::map<std::string, double> host_bytes() const {
-    std::map<std::string, double> out{{"masters", 0}, {"grads", 0}, {"moments", 0}};
+    std::map<std::string, double> out{{"masters", 0}, {"grads", 0}, {"moments", 0}, {"staging", 0}};
     auto add = [](double& acc, const Tensor& t) {
       if (t.defined() && t.device().is_cpu()) acc += static_cast<double>(t.nbytes());
     };
@@ -314,98 +491,511 @@ class OffloadState {
       add(out["moments"], s.m1);
       add(out["moments"], s.m2);
     }
+    add(out["staging"], grad_ring_buf_);
+    add(out["staging"], up_ring_buf_);
     return out;
   }
 
  private:
-  // The post-accumulate-grad hook: move the fresh gradient into the FP32
-  // accumulator (on the host for FullOffload) and free the model's copy. On the last
-  // micro-batch, FullOffload updates a chunk as soon as all its gradients are in,
-  // while backward goes on with earlier blocks.
+  // --- Device-resident update (NoOffload; OptimizerOffload on the CPU) -------------
+
+  void update_resident() {
+    torch::NoGradGuard ng;
+    if (opt_.kind == OptKind::adamw) {
+      // One multi-tensor launch for all parameters (the same arithmetic as one
+      // call per parameter).
+      std::vector<Tensor> ps, gs, a, b;
+      for (auto& s : states_) {
+        ps.push_back(s.master);
+        gs.push_back(s.grad);
+        a.push_back(s.m1);
+        b.push_back(s.m2);
+      }
+      Tensor step_t = torch::full({}, static_cast<double>(step_), states_[0].master.options());
+      std::vector<Tensor> steps(states_.size(), step_t);
+      at::_fused_adamw_(ps, gs, a, b, {}, steps, lr_, opt_.beta1, opt_.beta2, opt_.weight_decay, opt_.eps,
+                        false, false);
+    } else {
+      for (auto& s : states_)
+        update_on_device(opt_, *s.p, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr,
+                         s.m2.defined() ? &s.m2 : nullptr, lr_, step_);
+    }
+    for (auto& s : states_) s.p->tensor.detach().copy_(s.master);
+  }
+
+  // --- OptimizerOffload on a GPU: moments stream through a bounded window ------------
+  //
+  // Each parameter's moments go up into the window on the h2d stream, the update
+  // waits for them on the compute stream, and they go back on the d2h stream; a
+  // window region is reused once its write-back ran (a wait queued on the h2d
+  // stream, never on the host). Without clipping the update of a parameter runs in
+  // its gradient hook, during backward, and the moments of the parameters whose
+  // gradients come next (in the order the previous step saw) are fetched ahead while
+  // the window has room; with clipping, all updates run after backward, in the
+  // same fetch-ahead order.
+
+  struct WindowEntry {
+    std::size_t param = 0;
+    bool queued = false;  // its update (and write-back) are queued: the region may be reused after `free`
+    dev::Marker free;
+  };
+
+  void ensure_window() {
+    if (window_.defined()) return;
+    std::size_t largest = 0, total = 0;
+    for (auto& s : states_) {
+      const std::size_t b = moment_bytes(s);
+      largest = std::max(largest, b);
+      total += b;
+    }
+    window_ring_ = StagingRing(knobs_.ring_for(largest, total));
+    window_ = torch::empty({static_cast<std::int64_t>(window_ring_.capacity())}, dev_.dtype(torch::kUInt8));
+    slot_.assign(states_.size(), std::nullopt);
+    ready_.assign(states_.size(), dev::Marker());
+    written_.assign(states_.size(), dev::Marker());
+    updated_.assign(states_.size(), 0);
+  }
+
+  std::pair<Tensor, Tensor> window_views(std::size_t i, std::size_t offset) {
+    ParamState& s = states_[i];
+    const auto n = s.master.numel();
+    Tensor region = ring_view(window_, offset, torch::kFloat32, {s.m2.defined() ? 2 * n : n});
+    Tensor m1 = region.narrow(0, 0, n).view(s.master.sizes());
+    Tensor m2 = s.m2.defined() ? region.narrow(0, n, n).view(s.master.sizes()) : Tensor();
+    return {m1, m2};
+  }
+
+  // Queues the upload of parameter i's moments into the window; false when the
+  // window is full of moments whose updates are not queued yet.
+  bool fetch(std::size_t i) {
+    ParamState& s = states_[i];
+    const std::size_t bytes = moment_bytes(s);
+    std::optional<StagingRing::Range> r;
+    for (;;) {
+      if ((r = window_ring_.try_acquire(bytes))) break;
+      if (window_entries_.empty() || !window_entries_.front().queued) return false;
+      window_entries_.front().free.wait_on(h2d_);
+      window_entries_.pop_front();
+      window_ring_.release(*window_ring_.oldest());
+    }
+    written_[i].wait_on(h2d_);  // host moments are read only after their last write-back
+    auto [m1, m2] = window_views(i, r->offset);
+    {
+      dev::StreamScope on(h2d_);
+      m1.copy_(s.m1, /*non_blocking=*/true);
+      if (m2.defined()) m2.copy_(s.m2, /*non_blocking=*/true);
+    }
+    ready_[i] = dev::Marker::record(h2d_);
+    slot_[i] = r->offset;
+    window_entries_.push_back(WindowEntry{i, false, dev::Marker()});
+    stats_.h2d_bytes += static_cast<double>(bytes);
+    return true;
+  }
+
+  // Fetches ahead along the expected order while the window has room.
+  void fetch_ahead() {
+    while (next_fetch_ < order_.size()) {
+      const std::size_t i = order_[next_fetch_];
+      if (!updated_[i] && !slot_[i] && moment_bytes(states_[i]) > 0 && !fetch(i)) return;
+      ++next_fetch_;
+    }
+  }
+
+  // Updates parameter i with its moments from the window (queued work only).
+  void update_one_streamed(std::size_t i) {
+    torch::NoGradGuard ng;
+    ParamState& s = states_[i];
+    const auto compute = dev::current_stream(device_);
+    updated_[i] = 1;
+    if (moment_bytes(s) == 0) {
+      update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_);
+      s.p->tensor.detach().copy_(s.master);
+      return;
+    }
+    Tensor m1, m2;
+    const bool windowed = slot_[i] || fetch(i);
+    if (windowed) {
+      std::tie(m1, m2) = window_views(i, *slot_[i]);
+      ready_[i].wait_on(compute);
+    } else {
+      // Window full of moments fetched for parameters whose gradients have not come
+      // yet (hooks out of the expected order): this one goes through temporary memory.
+      written_[i].wait_on(compute);
+      m1 = s.m1.to(device_, /*non_blocking=*/true);
+      if (s.m2.defined()) m2 = s.m2.to(device_, /*non_blocking=*/true);
+      stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
+    }
+    update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_);
+    s.p->tensor.detach().copy_(s.master);
+    dev::Marker::record(compute).wait_on(d2h_);
+    {
+      dev::StreamScope on(d2h_);
+      s.m1.copy_(m1, /*non_blocking=*/true);
+      if (m2.defined()) s.m2.copy_(m2, /*non_blocking=*/true);
+    }
+    if (!windowed) {
+      m1.record_stream(*d2h_);
+      if (m2.defined()) m2.record_stream(*d2h_);
+    }
+    written_[i] = dev::Marker::record(d2h_);
+    stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
+    if (windowed) {
+      for (auto& e : window_entries_)
+        if (e.param == i && !e.queued) {
+          e.queued = true;
+          e.free = written_[i];
+          break;
+        }
+      slot_[i].reset();
+    }
+  }
+
+  // The order to fetch in: what the last step's hooks saw, then anything else.
+  void plan_order() {
+    std::vector<char> in(states_.size(), 0);
+    order_ = seen_;
+    for (auto i : order_) in[i] = 1;
+    for (std::size_t i = 0; i < states_.size(); ++i)
+      if (!in[i]) order_.push_back(i);
+    next_fetch_ = 0;
+    seen_.clear();
+  }
+
+  // After backward, with clipping: every update, in fetch order.
+  void update_streamed() {
+    ensure_window();
+    std::fill(updated_.begin(), updated_.end(), 0);
+    plan_order();
+    fetch_ahead();
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      update_one_streamed(order_[k]);
+      fetch_ahead();
+    }
+  }
+
+  static std::size_t moment_bytes(const ParamState& s) {
+    return (s.m1.defined() ? s.m1.nbytes() : 0) + (s.m2.defined() ? s.m2.nbytes() : 0);
+  }
+
+  // --- FullOffload: the host pipeline -------------------------------------------------
+
+  void start_host_pipeline() {
+    const bool cuda = !device_.is_cpu();
+    std::size_t largest = 0, total = 0;
+    for (auto& s : states_) {
+      largest = std::max(largest, s.p->tensor.nbytes());
+      total += s.p->tensor.nbytes();
+    }
+    const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(cuda);
+    grad_ring_ = StagingRing(knobs_.ring_for(largest, total));
+    grad_ring_buf_ = torch::empty({static_cast<std::int64_t>(grad_ring_.capacity())}, bytes);
+    if (cuda) {
+      d2h_ = dev::side_stream(device_);
+      h2d_ = dev::side_stream(device_);
+      up_ring_ = StagingRing(knobs_.ring_for(largest, total));
+      up_ring_buf_ = torch::empty({static_cast<std::int64_t>(up_ring_.capacity())}, bytes);
+    }
+
+    // CPU threads: the cores this process may use, less one for the thread that
+    // drives the GPU; bound to the GPU's NUMA node when it has one.
+    cpu::ThreadPoolOptions po;
+    const int usable = static_cast<int>(cpu::allowed_cpus().size());
+    po.threads = knobs_.threads > 0 ? knobs_.threads : std::max(1, usable - 1);
+    if (cuda) {
+      const std::string bus = dev::pci_bus_id(device_);
+      auto b = numa::find_gpu_binding(bus);
+      if (!b.ok) throw run_error(fmt::format("offload = \"full\": {}", b.message));
+      if (!b.message.empty())
+        std::fprintf(stderr, "primecfg-train: warning: %s; CPU optimizer threads are not bound\n",
+                     b.message.c_str());
+      if (b.bind) {
+        po.cpus = b.cpus;
+        bind_cpus_ = b.cpus;
+      }
+    }
+    pool_ = std::make_unique<cpu::ThreadPool>(po);
+    worker_ = std::thread([this] { worker_main(); });
+  }
+
+  // The hook's side of FullOffload: stage the gradient and queue it for the worker.
+  void submit_gradient(std::size_t i, const Tensor& g) {
+    if (single_micro_) {
+      // The norm of this step's gradient, on the device, while it is still there.
+      gsq_dev_.add_(
+          at::linalg_vector_norm(g, 2, std::nullopt, false, torch::kFloat32).to(torch::kFloat64).square());
+    }
+    const std::size_t bytes = g.nbytes();
+    StagingRing::Range r;
+    const auto t_ring = std::chrono::steady_clock::now();
+    {
+      std::unique_lock lk(mu_);
+      const auto deadline = std::chrono::steady_clock::now() + knobs_.timeout;
+      for (;;) {
+        if (error_) std::rethrow_exception(error_);
+        if (auto got = grad_ring_.try_acquire(bytes)) {
+          r = *got;
+          break;
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+          throw run_error(diagnose_locked(
+              fmt::format("timed out after {} s waiting for room for the gradient of {} ({} bytes)",
+                          knobs_.timeout.count() / 1000.0, states_[i].p->name, bytes)));
+        cv_.wait_until(lk, deadline);
+      }
+      stats_.ring_wait_s += seconds_since(t_ring);
+      stats_.d2h_bytes += static_cast<double>(bytes);
+    }
+    Tensor staged = ring_view(grad_ring_buf_, r.offset, g.scalar_type(), g.sizes());
+    dev::Marker ready;
+    if (d2h_) {
+      dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
+      {
+        dev::StreamScope on(d2h_);
+        staged.copy_(g, /*non_blocking=*/true);
+      }
+      g.record_stream(*d2h_);  // the caching allocator keeps g until the copy ran
+      ready = dev::Marker::record(d2h_);
+    } else {
+      staged.copy_(g);
+    }
+    {
+      std::lock_guard lk(mu_);
+      queue_.push_back(Job{i, r, std::move(ready), last_micro_});
+      ++submitted_;
+    }
+    cv_.notify_all();
+  }
+
+  struct Job {
+    std::size_t param = 0;
+    StagingRing::Range slot;
+    dev::Marker ready;
+    bool last = false;
+  };
+
+  void worker_main() {
+    if (!bind_cpus_.empty()) {
+      std::string err = numa::bind_current_thread(bind_cpus_);
+      if (!err.empty()) std::fprintf(stderr, "primecfg-train: warning: %s\n", err.c_str());
+    }
+    for (;;) {
+      Job job;
+      bool skip = false;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = static_cast<std::ptrdiff_t>(job.param);
+        skip = error_ != nullptr;
+      }
+      try {
+        const auto t_wait = std::chrono::steady_clock::now();
+        job.ready.synchronize();
+        const double waited = seconds_since(t_wait);
+        {
+          std::lock_guard lk(mu_);
+          stats_.copy_wait_s += waited;
+        }
+        if (!skip) consume(job);
+      } catch (...) {
+        std::lock_guard lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      {
+        std::lock_guard lk(mu_);
+        grad_ring_.release(job.slot);
+        ++processed_;
+        busy_ = -1;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  // On the worker: one staged gradient. Earlier micro-batches accumulate into the
+  // FP32 host accumulator; on the last one the parameter is updated right away.
+  void consume(const Job& job) {
+    torch::NoGradGuard ng;
+    ParamState& s = states_[job.param];
+    const Tensor& w = s.p->tensor;
+    Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), w.sizes());
+    if (!job.last) {
+      if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
+      if (acc_valid_[job.param])
+        s.grad.add_(staged);
+      else
+        s.grad.copy_(staged);
+      acc_valid_[job.param] = 1;
+      return;
+    }
+    Tensor grad = staged;
+    if (acc_valid_[job.param]) {
+      s.grad.add_(staged);
+      grad = s.grad;
+    }
+    if (!single_micro_) gsq_host_ += grad.to(torch::kFloat32).square().sum().item<double>();
+    update_host(job.param, grad);
+  }
+
+  // Runs the CPU kernel on one parameter and queues its new weights for the device.
+  void update_host(std::size_t i, const Tensor& grad) {
+    ParamState& s = states_[i];
+    Tensor w = s.p->tensor.detach();
+    const bool bf16 = w.scalar_type() == torch::kBFloat16;
+    Tensor out;
+    if (bf16) out = (w.is_cpu() && w.is_contiguous()) ? w : upload_slot(w);
+    const auto t_kernel = std::chrono::steady_clock::now();
+    update_on_cpu_kernel(opt_, *pool_, s.master, grad, s.m1.defined() ? &s.m1 : nullptr,
+                         s.m2.defined() ? &s.m2 : nullptr,
+                         bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, lr_, step_);
+    const double kernel_s = seconds_since(t_kernel);
+    {
+      std::lock_guard lk(mu_);
+      stats_.cpu_update_s += kernel_s;
+      if (!w.is_cpu()) stats_.h2d_bytes += static_cast<double>(w.nbytes());
+    }
+    if (w.is_cpu()) {
+      if (!bf16) w.copy_(s.master);
+    } else {
+      {
+        dev::StreamScope on(h2d_);
+        w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
+      }
+      auto done = dev::Marker::record(h2d_);
+      if (bf16) up_free_.push_back(done);
+      std::lock_guard lk(mu_);
+      last_upload_ = done;
+    }
+    updated_[i] = 1;
+  }
+
+  // A pinned bf16 buffer for w's new weights; waits for old uploads to finish
+  // when the ring is full (they depend on nothing but the copy engine).
+  Tensor upload_slot(const Tensor& w) {
+    std::optional<StagingRing::Range> r;
+    while (!(r = up_ring_.try_acquire(w.nbytes()))) {
+      up_free_.front().synchronize();
+      up_free_.pop_front();
+      up_ring_.release(*up_ring_.oldest());
+    }
+    return ring_view(up_ring_buf_, r->offset, w.scalar_type(), w.sizes());
+  }
+
+  std::string diagnose_locked(const std::string& what) const {
+    std::string busy = busy_ >= 0 ? states_[static_cast<std::size_t>(busy_)].p->name : "nothing";
+    return fmt::format(
+        "offload = \"full\" pipeline: {}; gradients queued {}, processed {}, waiting {}; staging ring "
+        "{} of {} bytes in use in {} ranges; worker busy with {}",
+        what, submitted_, processed_, queue_.size(), grad_ring_.in_use(), grad_ring_.capacity(),
+        grad_ring_.live(), busy);
+  }
+
+  // End of backward: drain the worker, update what got no gradient, join the uploads.
+  double finish_host_step() {
+    const auto t_drain = std::chrono::steady_clock::now();
+    {
+      std::unique_lock lk(mu_);
+      const bool done = cv_.wait_for(lk, knobs_.timeout, [&] { return processed_ == submitted_ || error_; });
+      if (error_) std::rethrow_exception(error_);
+      if (!done)
+        throw run_error(diagnose_locked(fmt::format("timed out after {} s waiting for the CPU optimizer",
+                                                    knobs_.timeout.count() / 1000.0)));
+    }
+    torch::NoGradGuard ng;
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      if (updated_[i]) continue;
+      // No gradient in the last micro-batch: what earlier ones accumulated, else zero.
+      ParamState& s = states_[i];
+      if (!s.grad.defined()) s.grad = torch::empty(s.p->tensor.sizes(), torch::kFloat32);
+      if (!acc_valid_[i]) s.grad.zero_();
+      gsq_host_ += s.grad.square().sum().item<double>();
+      update_host(i, s.grad);
+    }
+    double norm_sq = gsq_host_ + gsq_dev_.item<double>();
+    dev::Marker last;
+    {
+      std::lock_guard lk(mu_);
+      last = std::move(last_upload_);
+      last_upload_ = dev::Marker();
+    }
+    last.wait_on(dev::current_stream(device_));  // the next forward sees the new weights
+    stats_.drain_s = seconds_since(t_drain);
+    return std::sqrt(norm_sq);
+  }
+
+  // --- Hook -------------------------------------------------------------------------
+
+  // The post-accumulate-grad hook: move the fresh gradient on (device accumulator,
+  // or the host pipeline for FullOffload) and free the model's copy.
   void on_grad_ready(std::size_t i) {
     torch::NoGradGuard ng;
     ParamState& s = states_[i];
     Tensor& g = s.p->tensor.mutable_grad();
     if (!g.defined()) return;
-    if constexpr (Strategy::grads_on_host) {
-      // TODO(issue 5): copy stream + pinned ring instead of a blocking copy.
-      s.grad.add_(g.to(torch::kCPU, torch::kFloat32));
+    if constexpr (kHostUpdate) {
+      submit_gradient(i, g);
     } else {
       s.grad.add_(g);
+      if (overlap_ && last_micro_ && !updated_[i]) {
+        gsq_dev_.add_(at::linalg_vector_norm(s.grad, 2).to(torch::kFloat64).square());
+        seen_.push_back(i);
+        update_one_streamed(i);
+        fetch_ahead();
+      }
     }
     g = Tensor();
-    if constexpr (!Strategy::supports_grad_clipping) {
-      if (last_micro_ && !updated_[i]) {
-        grad_sq_ += s.grad.square().sum().item<double>();
-        if (--chunk_pending_[s.chunk] == 0) {
-          for (std::size_t j = 0; j < states_.size(); ++j)
-            if (states_[j].chunk == s.chunk && !updated_[j]) update_param(j);
-        }
-      }
-    }
-  }
-
-  double global_grad_norm() {
-    Tensor total = torch::zeros({}, dev_.dtype(torch::kFloat64));
-    for (auto& s : states_) total += s.grad.to(torch::kFloat64).square().sum().to(total.device());
-    return std::sqrt(total.item<double>());
-  }
-
-  // Runs the optimizer on one parameter and writes the new forward weight.
-  void update_param(std::size_t i) {
-    torch::NoGradGuard ng;
-    ParamState& s = states_[i];
-    updated_[i] = true;
-    Tensor& w = s.p->tensor;
-    if constexpr (Strategy::masters_on_host) {
-      // FullOffload: the fused CPU kernel updates the host master and moments and,
-      // for bf16 models, writes the bf16 weight in the same pass.
-      const bool bf16 = w.scalar_type() == torch::kBFloat16;
-      Tensor out;
-      if (bf16) out = (w.device().is_cpu() && w.is_contiguous()) ? w.detach() : upload_buffer(w);
-      update_on_cpu_kernel(
-          opt_, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr, s.m2.defined() ? &s.m2 : nullptr,
-          bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr<at::BFloat16>()) : nullptr, lr_, step_);
-      if (!bf16)
-        w.detach().copy_(s.master, /*non_blocking=*/true);
-      else if (!out.is_same(w))
-        w.detach().copy_(out, /*non_blocking=*/true);
-    } else {
-      // NoOffload: everything is on the device already. OptimizerOffload: the
-      // moments come over from (pinned) host memory for the update and go back.
-      // On a CPU run the "device" is the host and the copies are no-ops.
-      Tensor m1 = s.m1.defined() ? s.m1.to(device_, /*non_blocking=*/true) : Tensor();
-      Tensor m2 = s.m2.defined() ? s.m2.to(device_, /*non_blocking=*/true) : Tensor();
-      update_on_device(opt_, *s.p, s.master, s.grad, m1.defined() ? &m1 : nullptr,
-                       m2.defined() ? &m2 : nullptr, lr_, step_);
-      if constexpr (Strategy::moments_on_host) {
-        if (m1.defined() && !m1.is_same(s.m1)) s.m1.copy_(m1, /*non_blocking=*/true);
-        if (m2.defined() && !m2.is_same(s.m2)) s.m2.copy_(m2, /*non_blocking=*/true);
-      }
-      w.detach().copy_(s.master);
-    }
-  }
-
-  // A reusable pinned bf16 buffer for the weight upload of a GPU parameter.
-  Tensor upload_buffer(const Tensor& w) {
-    auto& buf = upload_[w.unsafeGetTensorImpl()];
-    if (!buf.defined() || buf.numel() != w.numel())
-      buf = torch::empty(w.sizes(),
-                         torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(device_.is_cuda()));
-    return buf;
   }
 
   Transformer& model_;
   OptSettings opt_;
   torch::Device device_ = torch::kCPU;
-  torch::TensorOptions host_, dev_;
+  torch::TensorOptions dev_;
+  PipelineKnobs knobs_;
   std::vector<ParamState> states_;
-  std::vector<int> chunk_pending_;
-  std::vector<bool> updated_;
-  std::map<const void*, Tensor> upload_;
-  double lr_ = 0, grad_sq_ = 0;
+  double lr_ = 0;
   std::int64_t step_ = 0;
-  bool last_micro_ = false;
+  bool single_micro_ = true, last_micro_ = false;
+  dev::MaybeStream h2d_, d2h_;  // copy streams (none on the CPU)
+
+  // OptimizerOffload on a GPU
+  bool overlap_ = false;  // updates run in the gradient hooks (no clipping)
+  Tensor window_;
+  StagingRing window_ring_;
+  std::deque<WindowEntry> window_entries_;        // one per live window region, oldest first
+  std::vector<std::optional<std::size_t>> slot_;  // window offset of a fetched parameter
+  std::vector<dev::Marker> ready_;                // its fetch has landed
+  std::vector<std::size_t> order_, seen_;         // fetch order; hook order of this step
+  std::size_t next_fetch_ = 0;
+  std::vector<dev::Marker> written_;  // a parameter's last write-back to host memory
+
+  // FullOffload
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::vector<int> bind_cpus_;
+  StagingRing grad_ring_, up_ring_;
+  Tensor grad_ring_buf_, up_ring_buf_;
+  std::deque<dev::Marker> up_free_;  // worker only
+  std::thread worker_;
+  std::mutex mu_;  // guards the queue, the gradient ring, the counters, error_, last_upload_
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::uint64_t submitted_ = 0, processed_ = 0;
+  std::ptrdiff_t busy_ = -1;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  dev::Marker last_upload_;
+  std::vector<char> updated_, acc_valid_;  // worker writes during backward; main reads after the drain
+  double gsq_host_ = 0;
+  Tensor gsq_dev_;
+
+  // Per-step pipeline figures for the metrics (seconds and bytes).
+  struct Stats {
+    double cpu_update_s = 0;  // inside the CPU kernels
+    double copy_wait_s = 0;   // worker waiting for gradient copies to land
+    double ring_wait_s = 0;   // hooks waiting for staging space
+    double drain_s = 0;       // end of backward to the last update queued
+    double d2h_bytes = 0, h2d_bytes = 0;
+  } stats_;  // worker and hooks write under mu_ or while the other side is idle
 };
 
 // ===========================================================================
@@ -469,6 +1059,7 @@ std::optional<std::int64_t> newest_checkpoint(const fs::path& root) {
 template <class Strategy>
 void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Strategy>& state,
                      const OptSettings& opt, const TrainPosition& pos, const CheckpointConfig& cfg) {
+  state.sync_host();
   fs::create_directories(root);
   const fs::path final_dir = step_dir(root, pos.step);
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
@@ -598,14 +1189,8 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 // Peak dense bf16 FLOP/s of the device for MFU; nullopt when unknown.
 std::optional<double> peak_flops(torch::Device d) {
   if (const char* env = std::getenv("PRIMECFG_PEAK_TFLOPS")) return std::stod(env) * 1e12;
-#if defined(PRIMECFG_WITH_CUDA)
-  if (d.is_cuda()) {
-    auto* prop = at::cuda::getDeviceProperties(d.index() < 0 ? 0 : d.index());
-    std::string name = prop->name;
-    if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989e12;
-  }
-#endif
-  (void)d;
+  const std::string name = dev::device_name(d);
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989e12;
   return std::nullopt;
 }
 
@@ -626,6 +1211,7 @@ struct StepMetrics {
   std::optional<double> mfu;
   double peak_device = 0, host_rss = 0;
   std::map<std::string, double> host_state;
+  std::map<std::string, double> pipeline;
   std::int64_t tokens = 0;
 };
 
@@ -642,17 +1228,19 @@ class Reporter {
   }
 
   void log(const StepMetrics& m) {
-    std::string host;
+    std::string host, pipe;
     for (const auto& [k, v] : m.host_state) host += fmt::format(",\"{}\":{:.6f}", k, v / GiB);
+    for (const auto& [k, v] : m.pipeline)
+      pipe += fmt::format("{}\"{}\":{:.6g}", pipe.empty() ? "" : ",", k, v);
     jsonl_ << fmt::format(
         "{{\"step\":{},\"loss\":{:.6f},\"lr\":{:.6g},\"grad_norm\":{:.6g},\"tokens\":{},\"tokens_per_s\":{:."
         "2f},"
         "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}"
         "}},"
-        "\"offload\":\"{}\"}}\n",
+        "\"offload\":\"{}\"{}}}\n",
         m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.tokens_per_s,
         m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB, m.host_rss / GiB,
-        host, mode_);
+        host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
     jsonl_.flush();
     if (!print_) return;
     std::string mfu = m.mfu ? fmt::format(" mfu {:.1f}%", *m.mfu * 100) : "";
@@ -743,7 +1331,7 @@ class Trainer {
     data::Loader loader = data::make_loader(cfg_.data, args->vocab_size);
     const std::int64_t seq_len = loader.options().seq_len;
     const auto opt = OptSettings::from(cfg_.optim);
-    OffloadState<Strategy> state(model, opt);
+    OffloadState<Strategy> state(model, opt, opts_);
     const bool ac = cfg_.model.ac.has_value();
     const std::int64_t ac_freq = ac ? cfg_.model.ac->freq : 1;
     const std::int64_t ce_chunk = cfg_.model.fused_lm_head_token_chunk_size.value_or(
@@ -793,7 +1381,9 @@ class Trainer {
       const double lr = scheduled_lr(cfg_.scheduler, opt.lr, pos.scheduler_step, max_steps);
       state.begin_step(lr, pos.step + 1, batch.micro.size() == 1);
       const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, batch.loss_tokens));
-      double loss_sum = 0;
+      // Summed on the device, read once per step: the host runs ahead of the GPU
+      // across micro-batches.
+      Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
       for (std::size_t m = 0; m < batch.micro.size(); ++m) {
         const auto& mb = batch.micro[m];
         if (m + 1 == batch.micro.size()) state.begin_last_micro_batch();
@@ -809,15 +1399,16 @@ class Trainer {
         Tensor targets = torch::tensor(mb.targets, i64).to(setup_.device);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk);
         loss.backward();
-        loss_sum += loss.item<double>();
+        loss_acc += loss.detach().to(torch::kFloat64);
       }
       const double grad_norm = state.finish_step();
+      const double loss_sum = loss_acc.item<double>();
       ++pos.step;
       ++pos.scheduler_step;
       pos.data_position = loader.position();
-#if defined(PRIMECFG_WITH_CUDA)
-      if (setup_.device.is_cuda()) torch::cuda::synchronize();
-#endif
+      // The step ends when the compute stream is done (for OptimizerOffload the
+      // last moment write-backs may still run beside the next forward).
+      dev::synchronize(dev::current_stream(setup_.device));
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       result.losses.push_back(loss_sum);
 
@@ -834,6 +1425,7 @@ class Trainer {
       met.peak_device = peak_device_bytes(setup_.device);
       met.host_rss = rss_bytes("VmRSS:");
       met.host_state = state.host_bytes();
+      met.pipeline = state.pipeline_stats();
       reporter.log(met);
 
       if (cfg_.ckpt && ckpt.interval && pos.step % *ckpt.interval == 0)
@@ -844,6 +1436,7 @@ class Trainer {
     result.last_step = pos.step;
 
     if (opts_.collect_weights) {
+      state.sync_host();
       for (auto& s : state.states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
         result.weights.emplace_back(s.p->name,

@@ -4,6 +4,7 @@
 
 #include <primecfg/sft.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -21,6 +22,10 @@ struct RunOptions {
   bool demo = false;                  // print a few generated reversals at the end
   bool collect_weights = false;       // return the final FP32 masters in RunResult
   std::string resolved_config;        // written to <output_dir>/config.toml when not empty
+  // Offload pipelines (0 = automatic or the PRIMECFG_OFFLOAD_* environment variables):
+  // bytes of each staging ring / GPU moment window, and CPU optimizer threads.
+  std::size_t offload_ring_bytes = 0;
+  int offload_threads = 0;
 };
 
 struct RunResult {

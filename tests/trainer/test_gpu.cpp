@@ -1,0 +1,144 @@
+// The offload strategies on a CUDA device: the copy streams, staging rings, CPU
+// worker and moment window must give the same training as NoOffload. Skips (and
+// passes) where LibTorch has no usable CUDA device.
+//
+// Tolerances: FP32 compute (so that differences come from the update alone), 6
+// AdamW steps with lr = 2e-3. OptimizerOffload runs the same fused GPU AdamW on
+// moments that went through host memory: 1e-6 absolute on weights. FullOffload runs
+// the CPU kernel (different evaluation order, ~1 ulp per step) and GPU kernels
+// (reductions in atomics) may order sums differently from run to run: 1e-4 absolute
+// on weights, 1e-4 relative on the loss, which is still 20x below one update (lr):
+// a skipped, repeated or stale update, or a weight uploaded too late, is caught.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "trainer.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/cuda.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+using namespace primecfg;
+
+namespace {
+
+fs::path out_dir(const std::string& name) {
+  return fs::temp_directory_path() / ("primecfg-gpu-test-" + std::to_string(::getpid())) / name;
+}
+
+SFTConfig config(Offload mode, const std::string& name, OptimizerConfig optim, int micro) {
+  SFTConfig c;
+  c.model.name = "primecfg/tiny";
+  c.model.offload = mode;
+  c.model.compile = std::nullopt;
+  SFTDataConfig d;
+  d.seq_len = 64;
+  d.batch_size = 4;
+  d.micro_batch_size = micro;
+  d.seed = 11;
+  c.data = d;
+  c.optim = optim;
+  c.max_steps = 6;
+  c.output_dir = out_dir(name);
+  return c;
+}
+
+train::RunOptions gpu(bool bf16) {
+  train::RunOptions o;
+  o.print = false;
+  o.collect_weights = true;
+  o.device = "cuda";
+  o.bf16 = bf16;
+  return o;
+}
+
+struct Diff {
+  double loss_rel = 0, weight_abs = 0;
+};
+
+Diff compare(const train::RunResult& a, const train::RunResult& b) {
+  Diff d;
+  REQUIRE(a.losses.size() == b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    d.loss_rel = std::max(d.loss_rel, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
+  REQUIRE(a.weights.size() == b.weights.size());
+  for (std::size_t i = 0; i < a.weights.size(); ++i)
+    for (std::size_t k = 0; k < a.weights[i].second.size(); ++k)
+      d.weight_abs = std::max(
+          d.weight_abs, static_cast<double>(std::fabs(a.weights[i].second[k] - b.weights[i].second[k])));
+  return d;
+}
+
+bool have_cuda() {
+  if (torch::cuda::is_available()) return true;
+  MESSAGE("no CUDA device: GPU tests skipped");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "GPU: the three strategies agree (FP32 compute; AdamW and SignSGD; one and two micro-batches; "
+    "clipping)") {
+  if (!have_cuda()) return;
+  AdamWConfig a;
+  a.lr = 2e-3;
+  a.weight_decay = 0.01;
+  a.max_norm = std::nullopt;
+  SignSGDConfig s;
+  s.lr = 1e-3;
+  s.weight_decay = 0.01;
+  s.max_norm = std::nullopt;
+  for (int k = 0; k < 3; ++k) {
+    OptimizerConfig o = k == 1 ? OptimizerConfig{s} : OptimizerConfig{a};
+    const int micro = k == 2 ? 2 : 4;
+    CAPTURE(k);
+    auto none = train::run_sft(config(Offload::none, "none", o, micro), gpu(false));
+    auto opt = train::run_sft(config(Offload::optimizer, "opt", o, micro), gpu(false));
+    auto full = train::run_sft(config(Offload::full, "full", o, micro), gpu(false));
+    CHECK(none.losses.back() < none.losses.front());
+    Diff d1 = compare(opt, none), d2 = compare(full, none);
+    MESSAGE("optimizer vs none: loss " << d1.loss_rel << ", weights " << d1.weight_abs
+                                       << "; full vs none: loss " << d2.loss_rel << ", weights "
+                                       << d2.weight_abs);
+    CHECK(d1.weight_abs < 1e-6);
+    CHECK(d1.loss_rel < 1e-6);
+    CHECK(d2.weight_abs < 1e-4);
+    CHECK(d2.loss_rel < 1e-4);
+  }
+  // With clipping, OptimizerOffload updates after backward (the norm must be known).
+  a.max_norm = 0.05;
+  auto none = train::run_sft(config(Offload::none, "clip-none", a, 2), gpu(false));
+  auto tight = gpu(false);
+  tight.offload_ring_bytes = 1;
+  auto opt = train::run_sft(config(Offload::optimizer, "clip-opt", a, 2), tight);
+  Diff d = compare(opt, none);
+  MESSAGE("clipped: optimizer vs none: loss " << d.loss_rel << ", weights " << d.weight_abs);
+  CHECK(d.weight_abs < 1e-6);
+  CHECK(d.loss_rel < 1e-6);
+}
+
+TEST_CASE("GPU: bf16 full offload with staging rings that hold one tensor learns like NoOffload") {
+  if (!have_cuda()) return;
+  AdamWConfig a;
+  a.lr = 2e-3;
+  a.max_norm = std::nullopt;
+  auto none = train::run_sft(config(Offload::none, "bf16-none", a, 4), gpu(true));
+  auto tight = gpu(true);
+  tight.offload_ring_bytes = 1;  // clamped up to the largest tensor
+  auto full = train::run_sft(config(Offload::full, "bf16-full", a, 4), tight);
+  auto opt = train::run_sft(config(Offload::optimizer, "bf16-opt", a, 4), tight);
+  Diff d1 = compare(full, none), d2 = compare(opt, none);
+  MESSAGE("bf16 full vs none: loss " << d1.loss_rel << ", masters " << d1.weight_abs
+                                     << "; optimizer vs none: loss " << d2.loss_rel << ", masters "
+                                     << d2.weight_abs);
+  // bf16 forward weights round each update differently: loose, but far below a lost step.
+  CHECK(d1.loss_rel < 2e-2);
+  CHECK(d2.loss_rel < 1e-6);
+  CHECK(full.losses.back() < full.losses.front());
+  fs::remove_all(out_dir(""));
+}
