@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The trainer benchmark in one command, on the GPU machine, from the repository root:
+#
+#   bash bench/trainer/run_gpu.sh
+#
+# Runs the GPU tests and the GPU smoke (the default run), then for each shape
+# (Qwen3-0.6B at 8192, Llama-3.2-3B at 8192, Qwen3-0.6B at 32768) primecfg-train in the
+# three offload modes and the PyTorch peer (eager and torch.compile), prints one table
+# and writes docs/performance.md.
+#
+# Environment: PRIMECFG_BIN  folder holding a prebuilt primecfg-train and trainer_gpu_tests
+#                            (else the tree is built into build-bench with meson)
+#              PY            python3 with torch (default /opt/torch/.venv/bin/python3)
+#              RESULTS       results folder (default outputs/bench-trainer)
+#              BUDGET_S      seconds for all rows; rows that would not fit are skipped (900)
+#              COMMIT        commit named in the report (default: git rev-parse)
+#              SHAPES        subset of: qwen0.6b-8k llama3b-8k qwen0.6b-32k
+#              ROWS          order of the rows (shape:ours|eager|compile), see below
+#              SKIP_SMOKE    set: no GPU tests and no default run
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${PY:-/opt/torch/.venv/bin/python3}
+RES=${RESULTS:-$ROOT/outputs/bench-trainer}
+BUDGET=${BUDGET_S:-900}
+START=$(date +%s)
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+SHAPES=${SHAPES:-"qwen0.6b-8k llama3b-8k qwen0.6b-32k"}
+mkdir -p "$RES"
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+NV=$(dirname "$TD")/nvidia
+export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
+export PRIMECFG_OFFLOAD_TIMEOUT_S=${PRIMECFG_OFFLOAD_TIMEOUT_S:-120}
+
+BIN=${PRIMECFG_BIN:-}
+if [ -z "$BIN" ] || ! "$BIN/primecfg-train" --help >/dev/null 2>&1; then
+  [ -n "$BIN" ] && { echo "prebuilt $BIN/primecfg-train does not run here:"; "$BIN/primecfg-train" --help 2>&1 | head -5; }
+  echo "== building with meson"
+  TOML=()
+  [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$ROOT/.deps/tomlpp/usr/include")
+  PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 || { cat "$RES/build.log"; exit 1; }
+  ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train tests/trainer/trainer_gpu_tests \
+    >>"$RES/build.log" 2>&1 || { tail -50 "$RES/build.log"; exit 1; }
+  BIN=$ROOT/build-bench
+  [ -x "$BIN/primecfg-train" ] || BIN=$ROOT/build-bench/reference_trainer
+  echo "build took $(($(date +%s) - START)) s"
+fi
+TRAIN=$BIN/primecfg-train
+[ -x "$TRAIN" ] || TRAIN=$BIN/reference_trainer/primecfg-train
+GPUTESTS=$BIN/trainer_gpu_tests
+[ -x "$GPUTESTS" ] || GPUTESTS=$BIN/tests/trainer/trainer_gpu_tests
+
+step() {  # name, seconds it may take, command...
+  local name=$1 limit=$2
+  shift 2
+  if [ "$(left)" -lt "$limit" ]; then
+    echo "SKIP $name (budget: $(left) s left, needs up to $limit)"
+    return
+  fi
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$RES/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc, $(($(date +%s) - t0)) s"
+  [ $rc -ne 0 ] && tail -5 "$RES/$name.log"
+}
+
+echo "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
+if [ -z "${SKIP_SMOKE:-}" ]; then
+  step gpu-tests 150 "$GPUTESTS"
+  grep -E "test cases|assertions|MESSAGE|vs none|SKIP|skipped" "$RES/gpu-tests.log" | tail -8
+  step default 150 "$TRAIN" --output-dir="$RES/default"
+  grep -E "^primecfg-train|^step (1|50|100|150|200)/|done:|exact|warning" "$RES/default.log"
+fi
+
+declare -A MODEL=([qwen0.6b-8k]=Qwen/Qwen3-0.6B [llama3b-8k]=meta-llama/Llama-3.2-3B [qwen0.6b-32k]=Qwen/Qwen3-0.6B)
+declare -A SEQ=([qwen0.6b-8k]=8192 [llama3b-8k]=8192 [qwen0.6b-32k]=32768)
+declare -A STEPS=([qwen0.6b-8k]=10 [llama3b-8k]=7 [qwen0.6b-32k]=7)
+declare -A LIMIT=([qwen0.6b-8k]=100 [llama3b-8k]=150 [qwen0.6b-32k]=120)
+# Most valuable rows first: a row that no longer fits the budget is skipped.
+ROWS=${ROWS:-"qwen0.6b-8k:ours qwen0.6b-8k:eager llama3b-8k:ours llama3b-8k:eager qwen0.6b-8k:compile
+  qwen0.6b-32k:ours qwen0.6b-32k:eager llama3b-8k:compile qwen0.6b-32k:compile"}
+for row in $ROWS; do
+  shape=${row%%:*} what=${row##*:}
+  case " $SHAPES " in *" $shape "*) ;; *) continue ;; esac
+  if [ "$what" = ours ]; then
+    for mode in none optimizer full; do
+      step "$shape-$mode" "${LIMIT[$shape]}" "$TRAIN" @ bench/trainer/fake.toml --model.name="${MODEL[$shape]}" \
+        --model.offload=$mode --data.seq-len="${SEQ[$shape]}" --max-steps="${STEPS[$shape]}" \
+        --output-dir="$RES/$shape-$mode"
+      grep -E "^step ${STEPS[$shape]}/|warning|error" "$RES/$shape-$mode.log" | tail -2
+    done
+  else
+    flag=""
+    [ "$what" = compile ] && flag=--compile
+    step "$shape-$what" 240 "$PY" bench/trainer/torch_peer.py --model "${MODEL[$shape]}" \
+      --seq-len "${SEQ[$shape]}" --steps 5 --warmup 3 $flag
+    grep '^{' "$RES/$shape-$what.log" >"$RES/$shape-$what.json"
+    if [ -s "$RES/$shape-$what.json" ]; then
+      "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("  step %.3f s, %.0f tok/s, mfu %.1f%%, peak %.1f GiB, first step %.0f s" % (j["step_time_s"], j["tokens_per_s"], 100*j["mfu"], j["peak_device_mem_gib"], j["first_step_s"]))' "$RES/$shape-$what.json"
+    else
+      rm -f "$RES/$shape-$what.json"
+    fi
+  fi
+done
+
+echo "== report"
+"$PY" bench/trainer/report.py "$RES" docs/performance.md --commit "$COMMIT" \
+  --command "bash bench/trainer/run_gpu.sh" && cp docs/performance.md "$RES/performance.md"
+if [ -n "${OUT:-}" ]; then
+  cp docs/performance.md "$OUT/" 2>/dev/null
+  tar czf "$OUT/results.tar.gz" --exclude=checkpoints -C "$(dirname "$RES")" "$(basename "$RES")"
+fi
+echo "total $(($(date +%s) - START)) s"
