@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <limits>
 #include <optional>
 #include <variant>
 
@@ -45,8 +46,15 @@ inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler,
   if (!max_steps) return;
   std::visit(
       [&](const auto& s) {
+        // Rules run on values that failed their bounds too: the sum saturates
+        // instead of overflowing.
         std::int64_t total = s.warmup_steps;
-        if constexpr (requires { s.decay_steps; }) total += s.decay_steps.value_or(0);
+        if constexpr (requires { s.decay_steps; }) {
+          std::int64_t decay = s.decay_steps.value_or(0);
+          if (__builtin_add_overflow(total, decay, &total))
+            total = decay > 0 ? std::numeric_limits<std::int64_t>::max()
+                              : std::numeric_limits<std::int64_t>::min();
+        }
         if (total > *max_steps)
           v.error(s.warmup_steps,
                   fmt::format("warm-up{} takes {} steps, more than max_steps = {}",
