@@ -171,6 +171,13 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
     ctx.error(error_kind::finite_number, path, node, "expected a finite number");
     return;
   }
+  // Converting a double beyond the range of a narrower type is undefined.
+  if (std::fabs(value) > static_cast<double>(std::numeric_limits<T>::max())) {
+    ctx.error(
+        error_kind::finite_number, path, node,
+        fmt::format("expected a finite number; this field holds at most {}", std::numeric_limits<T>::max()));
+    return;
+  }
   out = static_cast<T>(value);
 }
 
