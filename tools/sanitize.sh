@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then each
+# libFuzzer target for a bounded time (issue 7; docs/reliability.md).
+#
+#   bash tools/sanitize.sh
+#
+# Environment:
+#   FUZZ_SECONDS=60        how long each fuzz target runs (e.g. 10 for a quick local run)
+#   SANITIZE_JOBS=2        parallel compile jobs (and fuzz targets run side by side when >= 2)
+#   SANITIZE_SKIP_FUZZ=1   only the sanitized test suite
+#   SANITIZE_SKIP_TESTS=1  only the fuzz targets
+#
+# Build folders: build-asan (g++, -Db_sanitize=address,undefined) and build-fuzz
+# (clang++, -Dfuzz=true). The fuzz corpora grow in build-fuzz/fuzz-corpus/ and
+# are reused by the next run; a crashing input lands in build-fuzz/fuzz-artifacts/.
+#
+# Not run here: the LibTorch trainer tests (tests/trainer) and cpu_optim_torch.
+# LibTorch itself is not instrumented, so ASan cannot see inside it, and an
+# instrumented trainer build alone would take most of CI's time; the trainer's
+# CPU kernels (cpu_optim, cpu_optim_numa) need no LibTorch and are run.
+# The compile-fail test is skipped too: it checks that code does not compile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=${SANITIZE_JOBS:-2}
+fuzz_seconds=${FUZZ_SECONDS:-60}
+start=$SECONDS
+say() { printf '== sanitize: %s (%ds)\n' "$*" $((SECONDS - start)); }
+
+# Stop at the first report, with a stack, from every instrumented process
+# (the tests start the tools, which inherit this).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
+  say "configuring build-asan"
+  if [ ! -f build-asan/build.ninja ]; then
+    meson setup build-asan -Dtrainer=disabled -Dbuildtype=custom -Doptimization=1 -Ddebug=true \
+      -Db_sanitize=address,undefined \
+      "-Dcpp_args=-fno-sanitize-recover=undefined -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS" >/dev/null
+  fi
+  targets=(tests/lib/primecfg-lib-tests tools/primecfg/primecfg tools/primecfg-migrate/primecfg-migrate
+           tests/migrate/test_migrate tests/bad_input/bad-input-tests)
+  tests=(library 'primecfg tool' migrate 'bad input')
+  # The kernels' tests, when this build has them (they need no LibTorch).
+  for t in cpu_optim cpu_optim_numa; do
+    if meson introspect --tests build-asan | grep -q "\"name\": \"$t\""; then
+      targets+=("tests/cpu_optim/test_$t")
+      tests+=("$t")
+    fi
+  done
+  if command -v check-jsonschema >/dev/null 2>&1; then tests+=(schemas); fi
+  say "building ${#targets[@]} targets with ASan+UBSan"
+  ninja -C build-asan -j "$jobs" "${targets[@]}"
+  say "running: ${tests[*]}"
+  meson test -C build-asan --no-rebuild --print-errorlogs --num-processes "$jobs" "${tests[@]}"
+  say "sanitized tests passed"
+fi
+
+if [ "${SANITIZE_SKIP_FUZZ:-0}" = 1 ]; then
+  say "done (fuzzing skipped)"
+  exit 0
+fi
+
+# libFuzzer comes with clang; Debian 12's clang 14 needs libclang-rt-14-dev for it.
+if ! command -v clang++ >/dev/null 2>&1 || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+    clang++ -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing clang and libFuzzer (clang libclang-rt-14-dev)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
+  else
+    echo "sanitize: clang++ with libFuzzer is needed: apt-get install clang libclang-rt-14-dev" >&2
+    exit 1
+  fi
+fi
+
+say "configuring build-fuzz"
+if [ ! -f build-fuzz/build.ninja ]; then
+  CXX=clang++ meson setup build-fuzz -Dfuzz=true -Dtests=false -Dtrainer=disabled -Dbuildtype=custom \
+    -Doptimization=1 -Ddebug=true >/dev/null
+fi
+say "building the fuzz targets"
+ninja -C build-fuzz -j "$jobs" tests/fuzz/fuzz_load tests/fuzz/fuzz_migrate fuzz_dictionaries
+
+fuzz_dir=build-fuzz/tests/fuzz
+run_target() {  # run_target NAME SEED_DIR...
+  local name=$1
+  shift
+  local corpus=build-fuzz/fuzz-corpus/$name artifacts=build-fuzz/fuzz-artifacts
+  mkdir -p "$corpus" "$artifacts"
+  # -timeout: one input running longer than 20 s counts as a hang (a crash);
+  # -rss_limit_mb: so does using more than 2 GiB.
+  "$fuzz_dir/fuzz_$name" -dict="$fuzz_dir/$name.dict" -max_total_time="$fuzz_seconds" -timeout=20 \
+    -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/$name-" \
+    "$corpus" "$@" >"build-fuzz/fuzz-$name.log" 2>&1
+}
+summary() {  # the figures docs/reliability.md reports
+  local name=$1 log=build-fuzz/fuzz-$1.log
+  local execs cov corpus
+  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)
+  corpus=$(find "build-fuzz/fuzz-corpus/$name" -type f | wc -l)
+  say "fuzz_$name: ${execs} inputs in ${fuzz_seconds}s, ${cov:-no coverage line}, corpus ${corpus} files"
+}
+
+load_seeds=(tests/fuzz/seeds/load tests/corpus/prime-rl-configs tests/lib/schema_cases)
+migrate_seeds=(tests/fuzz/seeds/migrate tests/corpus/prime-rl-configs tests/migrate/golden)
+say "fuzzing each target for ${fuzz_seconds}s"
+status=0
+if [ "$jobs" -ge 2 ]; then
+  run_target load "${load_seeds[@]}" &
+  load_pid=$!
+  run_target migrate "${migrate_seeds[@]}" &
+  migrate_pid=$!
+  wait "$load_pid" || status=1
+  wait "$migrate_pid" || status=1
+else
+  run_target load "${load_seeds[@]}" || status=1
+  run_target migrate "${migrate_seeds[@]}" || status=1
+fi
+summary load
+summary migrate
+if [ "$status" -ne 0 ]; then
+  echo "sanitize: a fuzz target found a problem; the end of its log:" >&2
+  for name in load migrate; do
+    if grep -qE 'ERROR|fuzz property violated|deadly signal|Timeout|out-of-memory' "build-fuzz/fuzz-$name.log"; then
+      tail -n 60 "build-fuzz/fuzz-$name.log" >&2
+    fi
+  done
+  ls build-fuzz/fuzz-artifacts >&2
+  exit 1
+fi
+say "done"
