@@ -197,6 +197,7 @@ enum class OptKind { adamw, sign_sgd, sgd, muon };
 struct OptInfo {
   OptKind kind = OptKind::adamw;
   bool momentum = false;  // SGD: momentum > 0
+  bool clip = false;      // max_norm set
   bool nesterov = false;
   std::string name;
 };
@@ -207,6 +208,7 @@ OptInfo optimizer_info(const OptimizerConfig& cfg) {
       [&](const auto& c) {
         using C = std::decay_t<decltype(c)>;
         o.name = std::string(C::type);
+        o.clip = c.max_norm.has_value();
         if constexpr (std::is_same_v<C, AdamWConfig>) {
           o.kind = OptKind::adamw;
         } else if constexpr (std::is_same_v<C, SignSGDConfig>) {
@@ -464,9 +466,12 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk"}));
   b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward"}));
+  // OptimizerOffload without clipping updates each parameter in its gradient hook, so
+  // the update's temporaries land in backward.
+  const std::string in_hooks = mode == Offload::optimizer && w.a.cuda && !w.opt.clip ? "step_transient" : "";
   b.phase("backward_block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
-                                  "block_recompute", "backward_temps", "embed_grad_held"}));
-  b.phase("backward_embedding", with({"inputs", "embed_grad"}));
+                                  "block_recompute", "backward_temps", "embed_grad_held", in_hooks}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks}));
   if (mode != Offload::full) b.phase("optimizer_step", with({"step_transient"}));
   return b.done();
 }

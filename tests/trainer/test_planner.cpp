@@ -217,6 +217,20 @@ TEST_CASE("planner: optimizers change the moments and the step") {
   p = plan::make_plan(cfg, s, exact());
   CHECK(p.mode(Offload::none).gpu.term("moments") == 1336 * 4);
 
+  // Optimizer offload without clipping updates inside the gradient hooks: grad.sign()
+  // of the embedding (4 x 128) shows up in backward. Persistent: weights, masters, grads
+  // and an empty 4 KiB moment window.
+  SignSGDConfig sign;
+  sign.max_norm = std::nullopt;
+  cfg.optim = sign;
+  p = plan::make_plan(cfg, s, exact());
+  CHECK(p.mode(Offload::optimizer).gpu.phase("backward_embedding")->bytes == 13360 + 4096 + 160 + 512 + 512);
+  sign.max_norm = 1.0;
+  cfg.optim = sign;
+  p = plan::make_plan(cfg, s, exact());
+  CHECK(p.mode(Offload::optimizer).gpu.phase("backward_embedding")->bytes == 13360 + 4096 + 160 + 512);
+  CHECK(p.mode(Offload::optimizer).gpu.phase("optimizer_step")->bytes == 13360 + 4096 + 512);
+
   // Muon: one momentum for block matrices, two AdamW moments for the rest
   // (embedding 128, norms 2 x 24 + 8 = 56).
   cfg.optim = MuonConfig{};
