@@ -705,9 +705,7 @@ class OffloadState {
       const std::string bus = dev::pci_bus_id(device_);
       auto b = numa::find_gpu_binding(bus);
       if (!b.ok) throw run_error(fmt::format("offload = \"full\": {}", b.message));
-      if (!b.message.empty())
-        std::fprintf(stderr, "primecfg-train: warning: %s; CPU optimizer threads are not bound\n",
-                     b.message.c_str());
+      if (!b.message.empty()) std::fprintf(stderr, "primecfg-train: warning: %s\n", b.message.c_str());
       if (b.bind) {
         po.cpus = b.cpus;
         bind_cpus_ = b.cpus;
