@@ -34,10 +34,15 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
   say "configuring build-asan"
+  # toml_assert.hpp: toml++ 3.3.0 asserts wrongly on `[=` in builds without
+  # NDEBUG (see docs/reliability.md); it skips that one assertion only.
+  asan_args="-fno-sanitize-recover=undefined -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS"
+  asan_args+=" -include $PWD/tests/fuzz/toml_assert.hpp"
   if [ ! -f build-asan/build.ninja ]; then
     meson setup build-asan -Dtrainer=disabled -Dbuildtype=custom -Doptimization=1 -Ddebug=true \
-      -Db_sanitize=address,undefined \
-      "-Dcpp_args=-fno-sanitize-recover=undefined -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS" >/dev/null
+      -Db_sanitize=address,undefined "-Dcpp_args=$asan_args" >/dev/null
+  else
+    meson configure build-asan "-Dcpp_args=$asan_args" >/dev/null
   fi
   targets=(tests/lib/primecfg-lib-tests tools/primecfg/primecfg tools/primecfg-migrate/primecfg-migrate
            tests/migrate/test_migrate tests/bad_input/bad-input-tests)
