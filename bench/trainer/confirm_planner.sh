@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The memory planner against real runs, on the GPU machine, from the repository root:
+#
+#   bash bench/trainer/confirm_planner.sh
+#
+# For each row (model, sequence length, offload mode, activation checkpointing) it asks
+# `primecfg-train --plan --plan-format=json` for the predicted peak of allocated GPU
+# memory and whether the row fits, then trains a few steps and reads the measured peak
+# from metrics.jsonl, or the out-of-memory report when the run does not fit. The rows
+# are chosen around the edge: the largest preset each mode can train on this GPU
+# (Meta-Llama-3-8B at 8192 tokens fits `optimizer` and `full` but not `none`), and
+# activation checkpointing, which the main benchmark does not run.
+#
+# Environment: PRIMECFG_BIN  folder with a prebuilt primecfg-train (else build-bench is built)
+#              PY            python3 with torch (default /opt/torch/.venv/bin/python3)
+#              RESULTS       results folder (default outputs/confirm-planner)
+#              ROWS          "model:seq:mode:ac ..." (ac = ac or noac)
+#              BUDGET_S      seconds for all rows; rows that would not fit are skipped (420)
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${PY:-/opt/torch/.venv/bin/python3}
+RES=${RESULTS:-$ROOT/outputs/confirm-planner}
+BUDGET=${BUDGET_S:-420}
+START=$(date +%s)
+mkdir -p "$RES"
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+NV=$(dirname "$TD")/nvidia
+export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
+
+BIN=${PRIMECFG_BIN:-}
+if [ -z "$BIN" ]; then
+  TOML=()
+  [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$ROOT/.deps/tomlpp/usr/include")
+  [ -f build-bench/build.ninja ] ||
+    PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 ||
+    { cat "$RES/build.log"; exit 1; }
+  ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train >>"$RES/build.log" 2>&1 ||
+    { tail -50 "$RES/build.log"; exit 1; }
+  BIN=$ROOT/build-bench/reference_trainer
+fi
+TRAIN=$BIN/primecfg-train
+
+ROWS=${ROWS:-"meta-llama/Meta-Llama-3-8B:8192:none:noac meta-llama/Meta-Llama-3-8B:8192:optimizer:noac
+  meta-llama/Meta-Llama-3-8B:8192:full:noac meta-llama/Llama-3.2-3B:8192:none:ac
+  Qwen/Qwen3-0.6B:32768:none:ac"}
+GPU_GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%.2f", $1 / 1024}')
+echo "== GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $GPU_GIB GiB"
+
+table=$RES/table.md
+{
+  echo "| model | seq | mode | ac | planner: fits (GPU, host) | predicted peak (GiB) | measured peak (GiB) | error | host RSS (GiB) | step (s) | outcome |"
+  echo "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
+} >"$table"
+
+for row in $ROWS; do
+  IFS=: read -r model seq mode ac <<<"$row"
+  name=$(echo "$model-$seq-$mode-$ac" | tr '/' '_')
+  args=(@ bench/trainer/fake.toml --model.name="$model" --model.offload="$mode" --data.seq-len="$seq"
+        --max-steps=5 --output-dir="$RES/$name")
+  [ "$ac" = ac ] && args+=(--model.ac)
+  "$TRAIN" "${args[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
+  read -r predicted fits < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+row = next(m for m in plan["modes"] if m["offload"] == sys.argv[2])
+yn = lambda b: "yes" if b else "no"
+print(f'{row["gpu"]["peak_gib"]:.2f}', f'GPU:{yn(row["gpu"]["fits"])},host:{yn(row["host"]["fits"])}')
+PY
+  )
+  if [ "$(left)" -lt 150 ]; then
+    echo "SKIP $name (budget)"
+    continue
+  fi
+  t0=$(date +%s)
+  timeout 240 "$TRAIN" "${args[@]}" >"$RES/$name.log" 2>&1
+  rc=$?
+  echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB, planner fits: $fits"
+  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" >>"$table" <<'PY'
+import json, os, sys
+out, rc, model, seq, mode, ac, fits, predicted, log = sys.argv[1:]
+rows = []
+path = os.path.join(out, "metrics.jsonl")
+if os.path.exists(path):
+    rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+measured = max((r["peak_device_mem_gib"] for r in rows), default=None)
+rss = max((r["host_mem_gib"]["rss"] for r in rows), default=None)
+step = sorted(r["step_time_s"] for r in rows[1:])[len(rows[1:]) // 2] if len(rows) > 1 else None
+text = open(log, errors="replace").read()
+if rc == "0":
+    outcome = f"trained {len(rows)} steps"
+elif "out of memory" in text.lower():
+    outcome = "out of GPU memory (reported)"
+else:
+    outcome = f"exit {rc}"
+err = f"{100 * (float(predicted) - measured) / measured:+.1f}%" if measured else ""
+fmt = lambda v, f: f.format(v) if v is not None else ""
+print(f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {fits} | {predicted} | "
+      f"{fmt(measured, '{:.2f}')} | {err} | {fmt(rss, '{:.2f}')} | {fmt(step, '{:.3f}')} | {outcome} |")
+PY
+  grep -iE "out of memory|planner|predict" "$RES/$name.log" | head -4
+done
+cat "$table"
+if [ -n "${OUT:-}" ]; then
+  cp "$table" "$OUT/planner-table.md"
+  tar czf "$OUT/confirm-planner.tar.gz" --exclude=checkpoints -C "$(dirname "$RES")" "$(basename "$RES")"
+fi
+echo "total $(($(date +%s) - START)) s"
