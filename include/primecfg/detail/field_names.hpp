@@ -52,11 +52,6 @@ constexpr auto fake_tie() noexcept {
   return boost::pfr::detail::tie_as_tuple(fake_object<T>());
 }
 
-template <class T, std::size_t I>
-constexpr const void* fake_member_address() noexcept {
-  return &boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>());
-}
-
 template <auto Ptr>
 constexpr std::string_view signature_of() noexcept {
   return __PRETTY_FUNCTION__;
@@ -118,18 +113,27 @@ constexpr auto field_names() noexcept {
 #endif
 }
 
+// The address of every member of the fake object, computed once per type
+// (a constant; never needed at run time, so the undefined object is never
+// referenced by generated code).
+template <class T, std::size_t... I>
+constexpr std::array<const void*, sizeof...(I)> collect_member_addresses(std::index_sequence<I...>) noexcept {
+  auto members = fake_tie<T>();
+  return {&boost::pfr::detail::sequence_tuple::get<I>(members)...};
+}
+
+template <class T>
+inline constexpr auto fake_member_addresses =
+    collect_member_addresses<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+
 // Index of the data member `member` points to, computed at compile time by
 // comparing addresses inside the fake object; the field count when not found.
 template <class T, class M>
 constexpr std::size_t field_index_of(M T::*member) noexcept {
-  constexpr std::size_t n = boost::pfr::tuple_size_v<T>;
-  std::size_t found = n;
   const void* target = &(fake_object<T>().*member);
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((fake_member_address<T, I>() == target ? (found = I, 0) : 0), ...);
-  }
-  (std::make_index_sequence<n>{});
-  return found;
+  std::size_t i = 0;
+  while (i < fake_member_addresses<T>.size() && fake_member_addresses<T>[i] != target) ++i;
+  return i;
 }
 
 }  // namespace primecfg::detail
