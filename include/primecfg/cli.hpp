@@ -10,12 +10,14 @@
 
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/error.hpp>
 #include <primecfg/load.hpp>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +47,37 @@ inline std::vector<std::string> split_dotted(std::string_view s) {
 
 template <class T>
 [[gnu::noinline]] flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i,
+                                           const std::string& path);
+
+using flag_resolver = flag_lookup (*)(const std::vector<std::string>& segments, std::size_t i,
+                                      const std::string& path);
+
+template <class T, std::size_t... I>
+constexpr std::array<flag_resolver, sizeof...(I)> resolvers_of(std::index_sequence<I...>) {
+  return {&resolve_flag<field_type_t<T, I>>...};
+}
+
+template <class T>
+inline constexpr auto flag_resolvers = resolvers_of<T>(field_indices<T>);
+
+// segments[i] names a field of a struct: go on in that field's type, or
+// suggest the closest field name.
+[[gnu::noinline]] inline flag_lookup resolve_field_flag(const std::vector<std::string>& segments,
+                                                        std::size_t i, const std::string& path,
+                                                        const struct_shape& shape,
+                                                        const flag_resolver* resolvers) {
+  std::string name = snake_case(segments[i]);
+  for (std::size_t f = 0; f < shape.names.size(); ++f)
+    if (shape.names[f] == name) return resolvers[f](segments, i + 1, join_path(path, name));
+  std::string hint = closest_match(name, shape.names);
+  if (hint.empty()) return {flag_kind::unknown, {}, {}};
+  std::string suggestion = join_path(path, hint);
+  for (std::size_t k = i + 1; k < segments.size(); ++k) suggestion = join_path(suggestion, segments[k]);
+  return {flag_kind::unknown, {}, suggestion};
+}
+
+template <class T>
+[[gnu::noinline]] flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i,
                                            const std::string& path) {
   if constexpr (is_optional_v<T>) {
     flag_lookup r = resolve_flag<typename T::value_type>(segments, i, path);
@@ -58,26 +91,7 @@ template <class T>
       return {flag_kind::value, path, {}};
     }
     if constexpr (is_struct_v<T>) {
-      std::string name = snake_case(segments[i]);
-      constexpr auto names = field_names<T>();
-      flag_lookup found;
-      bool matched = false;
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((!matched && names[I] == name
-              ? void((matched = true,
-                      found =
-                          resolve_flag<std::remove_cvref_t<decltype(boost::pfr::get<I>(std::declval<T&>()))>>(
-                              segments, i + 1, join_path(path, name))))
-              : void()),
-         ...);
-      }
-      (std::make_index_sequence<names.size()>{});
-      if (matched) return found;
-      std::string hint = closest_match(name, names);
-      if (hint.empty()) return {flag_kind::unknown, {}, {}};
-      std::string suggestion = join_path(path, hint);
-      for (std::size_t k = i + 1; k < segments.size(); ++k) suggestion = join_path(suggestion, segments[k]);
-      return {flag_kind::unknown, {}, suggestion};
+      return resolve_field_flag(segments, i, path, shape_of<T>(), flag_resolvers<T>.data());
     } else if constexpr (is_variant_v<T>) {
       std::string name = snake_case(segments[i]);
       if (name == "type" && i + 1 == segments.size()) return {flag_kind::value, join_path(path, "type"), {}};

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <compare>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -184,7 +185,10 @@ inline toml::table override_table(std::string_view dotted_key, const std::string
 }
 
 // Errors in source order: files as given, then the command line, then
-// rules about defaults; by line and column within a file.
+// rules about defaults; by line and column within a file. The keys are
+// sorted (the index keeps equal keys in order) and the diagnostics moved
+// once: a stable sort of the diagnostics themselves instantiated a merge
+// sort of a large type in every program that loads a config.
 inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src) {
   auto rank = [&](const provenance& p) {
     if (p.is_default()) return src.layers().size();
@@ -194,11 +198,21 @@ inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src)
     }
     return src.layers().size();
   };
-  std::stable_sort(diags.begin(), diags.end(), [&](const diagnostic& a, const diagnostic& b) {
-    auto ka = std::tuple(rank(a.where), a.where.line, a.where.column);
-    auto kb = std::tuple(rank(b.where), b.where.line, b.where.column);
-    return ka < kb;
-  });
+  struct sort_key {
+    std::size_t rank;
+    std::uint32_t line, column;
+    std::size_t index;
+    auto operator<=>(const sort_key&) const = default;
+  };
+  std::vector<sort_key> keys;
+  keys.reserve(diags.size());
+  for (std::size_t i = 0; i < diags.size(); ++i)
+    keys.push_back({rank(diags[i].where), diags[i].where.line, diags[i].where.column, i});
+  std::sort(keys.begin(), keys.end());
+  std::vector<diagnostic> sorted;
+  sorted.reserve(diags.size());
+  for (const sort_key& k : keys) sorted.push_back(std::move(diags[k.index]));
+  diags = std::move(sorted);
 }
 
 // Required fields that no source set, then every validate(), children first.

@@ -26,13 +26,22 @@ TEST_CASE("field names come from the fallback reader and match the members") {
 }
 
 TEST_CASE("member names are read from both compilers' signatures") {
-  using primecfg::detail::member_name_from_signature;
-  CHECK(member_name_from_signature(
-            "constexpr std::string_view f() [with auto Ptr = (& holder<S>.fake_holder<S>::value.S::lr); "
-            "std::string_view = std::basic_string_view<char>]") == "lr");
-  CHECK(member_name_from_signature("std::string_view f() [Ptr = &fake_object_holder.value.max_norm]") ==
-        "max_norm");
-  CHECK(member_name_from_signature("no pointer here").empty());
+  using primecfg::detail::member_names_from_signature;
+  constexpr auto gcc = member_names_from_signature<2>(
+      "constexpr std::string_view f() [with auto ...Ptrs = {(& holder<S>.fake_holder<S>::value.S::lr), "
+      "(& holder<S>.fake_holder<S>::value.S::betas)}; std::string_view = std::basic_string_view<char>]");
+  CHECK(gcc[0] == "lr");
+  CHECK(gcc[1] == "betas");
+  constexpr auto clang = member_names_from_signature<2>(
+      "std::string_view f() [Ptrs = <{&fake_object_holder.value.max_norm}, {&fake_object_holder.value.w}>]");
+  CHECK(clang[0] == "max_norm");
+  CHECK(clang[1] == "w");
+  // Template arguments inside a member's expression do not split the list.
+  constexpr auto nested = member_names_from_signature<2>(
+      "[with auto ...Ptrs = {(& h<W<int, 3> >.v.W<int, 3>::a), (& h<W<int, 3> >.v.W<int, 3>::b)}]");
+  CHECK(nested[0] == "a");
+  CHECK(nested[1] == "b");
+  CHECK(member_names_from_signature<1>("no pointer here")[0].empty());
 }
 
 TEST_CASE("a member pointer maps to its field index at compile time") {

@@ -12,6 +12,7 @@
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/merge.hpp>
+#include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
@@ -23,6 +24,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -104,8 +107,16 @@ struct decode_context {
   }
 };
 
+// "expected a table, got an integer": one out-of-line function for every
+// type check, so the per-type decoders stay small.
+[[gnu::noinline]] inline void wrong_type(error_kind kind, std::string_view expected, const std::string& path,
+                                         const toml::node& node, decode_context& ctx) {
+  ctx.error(kind, path, node, fmt::format("expected {}, got {}", expected, type_name_of(node)));
+}
+
 template <class T>
-[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx);
+[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path,
+                                    decode_context& ctx);
 
 // ---------------------------------------------------------------- leaves ---
 
@@ -130,12 +141,19 @@ inline std::optional<toml::table> parse_cli_text(std::string_view text) {
   }
 }
 
+// The command-line string `node` read as a TOML value, held in a one-key
+// table {v = ...}; null when it is not one.
+[[gnu::noinline]] inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
+  std::optional<toml::table> parsed = parse_cli_text(node.as_string()->get());
+  if (!parsed || !parsed->get("v")) return nullptr;
+  return std::make_unique<toml::table>(std::move(*parsed));
+}
+
 template <class T>
 void decode_integer(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
   const auto* v = node.as_integer();
   if (!v) {
-    ctx.error(error_kind::int_type, path, node,
-              fmt::format("expected an integer, got {}", type_name_of(node)));
+    wrong_type(error_kind::int_type, "an integer", path, node, ctx);
     return;
   }
   std::int64_t value = v->get();
@@ -163,8 +181,7 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
   } else if (const auto* i = node.as_integer()) {
     value = static_cast<double>(i->get());
   } else {
-    ctx.error(error_kind::float_type, path, node,
-              fmt::format("expected a number, got {}", type_name_of(node)));
+    wrong_type(error_kind::float_type, "a number", path, node, ctx);
     return;
   }
   if (!std::isfinite(value)) {
@@ -181,41 +198,44 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
   out = static_cast<T>(value);
 }
 
-template <class E>
-void decode_enum(const toml::node& node, E& out, const std::string& path, decode_context& ctx) {
+// Finds a string among `names`, or reports the allowed values; the index
+// found, or names.size(). Shared by every enum type.
+[[gnu::noinline]] inline std::size_t decode_name(const toml::node& node,
+                                                 std::span<const std::string_view> names,
+                                                 const std::string& path, decode_context& ctx) {
   std::string allowed;
-  std::vector<std::string_view> names;
-  for (const auto& e : enum_entries<E>) {
-    allowed += fmt::format("{}'{}'", allowed.empty() ? "" : ", ", e.name);
-    names.push_back(e.name);
+  for (std::string_view name : names) {
+    if (!allowed.empty()) allowed += ", ";
+    allowed.append("'").append(name).append("'");
   }
   const auto* s = node.as_string();
   if (!s) {
     ctx.error(error_kind::literal_error, path, node,
               fmt::format("expected one of {}, got {}", allowed, type_name_of(node)));
-    return;
+    return names.size();
   }
-  for (const auto& e : enum_entries<E>) {
-    if (e.name == s->get()) {
-      out = e.value;
-      return;
-    }
-  }
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == s->get()) return i;
   std::string hint = closest_match(s->get(), names);
   ctx.error(error_kind::literal_error, path, node,
             fmt::format("expected one of {}{}", allowed,
                         hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+  return names.size();
+}
+
+template <class E>
+void decode_enum(const toml::node& node, E& out, const std::string& path, decode_context& ctx) {
+  std::size_t i = decode_name(node, enum_name_list<E>, path, ctx);
+  if (i < enum_entries<E>.size()) out = enum_entries<E>[i].value;
 }
 
 // ---------------------------------------------------------------- structs ---
 
-template <class T>
-void report_unknown_key(const toml::key& key, const toml::node& value, const std::string& parent,
-                        decode_context& ctx, bool is_union) {
-  const auto& doc = doc_of<T>;
+[[gnu::noinline]] inline void report_unknown_key(const toml::key& key, const toml::node& value,
+                                                 const std::string& parent, const struct_shape& shape,
+                                                 decode_context& ctx, bool is_union) {
   std::string path = join_path(parent, key.str());
-  for (std::size_t i = 0; i < doc.retired_count; ++i) {
-    const retired_key& r = doc.retired[i];
+  for (const retired_key& r : shape.retired) {
     if (r.key != key.str()) continue;
     std::string fix = ctx.from_command_line() ? std::string("drop the flag")
                                               : fmt::format("run `{} {}`", r.fix, ctx.where(value).file);
@@ -232,8 +252,7 @@ void report_unknown_key(const toml::key& key, const toml::node& value, const std
     ctx.out->back().where = ctx.where(key);
     return;
   }
-  constexpr auto names = field_names<T>();
-  std::vector<std::string_view> candidates(names.begin(), names.end());
+  std::vector<std::string_view> candidates(shape.names.begin(), shape.names.end());
   if (is_union) candidates.push_back("type");
   std::string hint = closest_match(key.str(), candidates);
   std::string where = parent.empty() ? std::string("at the top level") : fmt::format("in [{}]", parent);
@@ -269,36 +288,52 @@ void check_bounds(const M& value, const field_doc& doc, const std::string& path,
   }
 }
 
+// Decodes one field of type M that sits at `field`, then checks its bounds.
+using field_decoder = void (*)(const toml::node& node, void* field, const std::string& path,
+                               const field_doc& doc, decode_context& ctx);
+
+template <class M>
+void decode_field(const toml::node& node, void* field, const std::string& path, const field_doc& doc,
+                  decode_context& ctx) {
+  M& value = *static_cast<M*>(field);
+  std::size_t errors_before = ctx.out->size();
+  decode_value(node, value, path, ctx);
+  if (ctx.out->size() == errors_before) check_bounds(value, doc, path, node, ctx);
+}
+
+template <class T, std::size_t... I>
+constexpr std::array<field_decoder, sizeof...(I)> decoders_of(std::index_sequence<I...>) {
+  return {&decode_field<field_type_t<T, I>>...};
+}
+
 template <class T>
-[[gnu::noinline]] void decode_struct(const toml::table& table, T& out, const std::string& path, decode_context& ctx,
-                   bool is_union = false) {
-  constexpr auto names = field_names<T>();
-  constexpr std::size_t n = names.size();
+inline constexpr auto field_decoders = decoders_of<T>(field_indices<T>);
+
+// Every key of `table` onto the struct at `object`: known keys through the
+// field's decoder, unknown ones reported. Compiled once for all structs.
+[[gnu::noinline]] inline void decode_fields(const toml::table& table, void* object, const struct_shape& shape,
+                                            const field_decoder* decoders, const std::string& path,
+                                            decode_context& ctx, bool is_union) {
   for (auto&& entry : table) {
-    // Plain references, not a structured binding: clang before 16 cannot
-    // capture structured bindings in the lambdas below.
     const toml::key& key = entry.first;
     const toml::node& value = entry.second;
     if (is_union && key.str() == "type") continue;  // the union consumed it
-    bool found = false;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (
-          [&] {
-            if (found || names[I] != key.str()) return;
-            found = true;
-            std::string field_path = join_path(path, key.str());
-            auto& field = boost::pfr::get<I>(out);
-            std::size_t errors_before = ctx.out->size();
-            decode_value(value, field, field_path, ctx);
-            if (ctx.out->size() == errors_before)
-              check_bounds(field, doc_of<T>.fields[I], field_path, value, ctx);
-            ctx.record(field_path, value);
-          }(),
-          ...);
+    std::size_t i = 0;
+    while (i < shape.names.size() && shape.names[i] != key.str()) ++i;
+    if (i == shape.names.size()) {
+      report_unknown_key(key, value, path, shape, ctx, is_union);
+      continue;
     }
-    (std::make_index_sequence<n>{});
-    if (!found) report_unknown_key<T>(key, value, path, ctx, is_union);
+    std::string field_path = join_path(path, key.str());
+    decoders[i](value, shape.field(object, i), field_path, shape.docs[i], ctx);
+    ctx.record(field_path, value);
   }
+}
+
+template <class T>
+void decode_struct(const toml::table& table, T& out, const std::string& path, decode_context& ctx,
+                   bool is_union = false) {
+  decode_fields(table, &out, shape_of<T>(), field_decoders<T>.data(), path, ctx, is_union);
 }
 
 template <class... A>
@@ -336,11 +371,12 @@ void decode_union(const toml::table& table, std::variant<A...>& out, const std::
 // ------------------------------------------------------------ dispatcher ---
 
 template <class T>
-[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
+[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path,
+                                    decode_context& ctx) {
   if constexpr (reads_text_as_toml<T>) {
     if (ctx.from_command_line() && node.is_string()) {
-      std::optional<toml::table> parsed = parse_cli_text(node.as_string()->get());
-      if (parsed && parsed->get("v")) {
+      std::unique_ptr<toml::table> parsed = parse_cli_value(node);
+      if (parsed) {
         decode_value(*parsed->get("v"), out, path, ctx);
         return;
       }
@@ -352,8 +388,7 @@ template <class T>
     if (const auto* b = node.as_boolean())
       out = b->get();
     else
-      ctx.error(error_kind::bool_type, path, node,
-                fmt::format("expected true or false, got {}", type_name_of(node)));
+      wrong_type(error_kind::bool_type, "true or false", path, node, ctx);
   } else if constexpr (is_integer_v<T>) {
     decode_integer(node, out, path, ctx);
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -362,8 +397,7 @@ template <class T>
     if (const auto* s = node.as_string())
       out = T(s->get());
     else
-      ctx.error(error_kind::string_type, path, node,
-                fmt::format("expected a string, got {}", type_name_of(node)));
+      wrong_type(error_kind::string_type, "a string", path, node, ctx);
   } else if constexpr (std::is_enum_v<T>) {
     decode_enum(node, out, path, ctx);
   } else if constexpr (is_optional_v<T>) {
@@ -378,8 +412,7 @@ template <class T>
   } else if constexpr (is_vector_v<T>) {
     const auto* array = node.as_array();
     if (!array) {
-      ctx.error(error_kind::array_type, path, node,
-                fmt::format("expected an array, got {}", type_name_of(node)));
+      wrong_type(error_kind::array_type, "an array", path, node, ctx);
       return;
     }
     T result;
@@ -393,8 +426,7 @@ template <class T>
   } else if constexpr (is_string_map_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node,
-                fmt::format("expected a table, got {}", type_name_of(node)));
+      wrong_type(error_kind::table_type, "a table", path, node, ctx);
       return;
     }
     for (auto&& [key, value] : *table) {
@@ -405,8 +437,7 @@ template <class T>
   } else if constexpr (is_variant_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node,
-                fmt::format("expected a table, got {}", type_name_of(node)));
+      wrong_type(error_kind::table_type, "a table", path, node, ctx);
       return;
     }
     decode_union(*table, out, path, ctx);
@@ -418,16 +449,14 @@ template <class T>
       if (parsed) table = parsed->get("v") ? parsed->get("v")->as_table() : nullptr;
     }
     if (!table) {
-      ctx.error(error_kind::table_type, path, node,
-                fmt::format("expected a table, got {}", type_name_of(node)));
+      wrong_type(error_kind::table_type, "a table", path, node, ctx);
       return;
     }
     merge_tables(out.value, *table);
   } else if constexpr (is_struct_v<T>) {
     const auto* table = node.as_table();
     if (!table) {
-      ctx.error(error_kind::table_type, path, node,
-                fmt::format("expected a table, got {}", type_name_of(node)));
+      wrong_type(error_kind::table_type, "a table", path, node, ctx);
       return;
     }
     decode_struct(*table, out, path, ctx);

@@ -40,9 +40,24 @@ constexpr std::string_view enumerator_name() noexcept {
   return enumerator_from_signature(enum_signature<static_cast<E>(V)>());
 }
 
+// The name of every value in [0, max_enum_value), empty where no enumerator
+// has that value. Read once per enum type: each read is a constant
+// evaluation over a function signature, which is what costs compile time.
 template <class E, int... V>
-constexpr std::size_t count_enumerators(std::integer_sequence<int, V...>) noexcept {
-  return (std::size_t{0} + ... + (enumerator_name<E, V>().empty() ? 0u : 1u));
+constexpr std::array<std::string_view, sizeof...(V)> read_enumerator_names(
+    std::integer_sequence<int, V...>) noexcept {
+  return {enumerator_name<E, V>()...};
+}
+
+template <class E>
+inline constexpr auto names_by_value =
+    read_enumerator_names<E>(std::make_integer_sequence<int, max_enum_value>{});
+
+template <class E>
+constexpr std::size_t count_enumerators() noexcept {
+  std::size_t n = 0;
+  for (std::string_view name : names_by_value<E>) n += name.empty() ? 0 : 1;
+  return n;
 }
 
 template <class E>
@@ -51,18 +66,25 @@ struct enum_entry {
   std::string_view name;
 };
 
-template <class E, int... V>
-constexpr auto collect_enumerators(std::integer_sequence<int, V...> seq) noexcept {
-  std::array<enum_entry<E>, count_enumerators<E>(seq)> out{};
+template <class E>
+constexpr auto collect_enumerators() noexcept {
+  std::array<enum_entry<E>, count_enumerators<E>()> out{};
   std::size_t i = 0;
-  ((enumerator_name<E, V>().empty() ? void() : void(out[i++] = {static_cast<E>(V), enumerator_name<E, V>()})),
-   ...);
+  for (int v = 0; v < max_enum_value; ++v)
+    if (!names_by_value<E>[v].empty()) out[i++] = {static_cast<E>(v), names_by_value<E>[v]};
   return out;
 }
 
 // Every enumerator with a value in [0, max_enum_value), in value order.
 template <class E>
-inline constexpr auto enum_entries =
-    collect_enumerators<E>(std::make_integer_sequence<int, max_enum_value>{});
+inline constexpr auto enum_entries = collect_enumerators<E>();
+
+// Just the names of enum_entries<E>, in the same order.
+template <class E>
+inline constexpr auto enum_name_list = [] {
+  std::array<std::string_view, enum_entries<E>.size()> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = enum_entries<E>[i].name;
+  return out;
+}();
 
 }  // namespace primecfg::detail

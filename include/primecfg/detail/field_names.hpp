@@ -52,12 +52,10 @@ constexpr auto fake_tie() noexcept {
   return boost::pfr::detail::tie_as_tuple(fake_object<T>());
 }
 
-template <class T, std::size_t I>
-constexpr const void* fake_member_address() noexcept {
-  return &boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>());
-}
-
-template <auto Ptr>
+// One signature lists every member of T: a single instantiation per struct.
+// (One instantiation per field cost g++ about 5 ms each, seconds for the
+// shipped config tree.)
+template <auto... Ptrs>
 constexpr std::string_view signature_of() noexcept {
   return __PRETTY_FUNCTION__;
 }
@@ -73,35 +71,58 @@ constexpr pointer_holder<P> hold_pointer(P p) noexcept {
   return {p};
 }
 
-// Extracts "field" from "... Ptr = (& holder<T>.fake_holder<T>::value.T::field); ..."
-// (g++) or "... Ptr = {&fake_object_holder.value.field}]" (clang).
-constexpr std::string_view member_name_from_signature(std::string_view sig) noexcept {
-  std::size_t start = sig.find("Ptr = ");
-  if (start == std::string_view::npos) return {};
-  std::size_t end = sig.find_first_of(";]", start);
-  std::string_view expr = sig.substr(start, end - start);
+// "field" from one member expression: "(& holder<T>.fake_holder<T>::value.T::field)"
+// (g++) or "{&fake_object_holder.value.field}" (clang).
+constexpr std::string_view member_name_from_expression(std::string_view expr) noexcept {
   while (!expr.empty() && (expr.back() == ')' || expr.back() == '}' || expr.back() == ' '))
     expr.remove_suffix(1);
   std::size_t cut = expr.find_last_of(".:>");
   return cut == std::string_view::npos ? expr : expr.substr(cut + 1);
 }
 
-template <class T, std::size_t I>
-constexpr std::string_view fallback_field_name() noexcept {
-#if defined(__clang__)
-  constexpr std::string_view name = member_name_from_signature(
-      signature_of<hold_pointer(&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>()))>());
-#else
-  constexpr std::string_view name =
-      member_name_from_signature(signature_of<&boost::pfr::detail::sequence_tuple::get<I>(fake_tie<T>())>());
-#endif
-  static_assert(!name.empty(), "primecfg: could not read a field name from __PRETTY_FUNCTION__");
-  return name;
+// The N member names in "... Ptrs = {(&...a), (&...b)}; ..." (g++) or
+// "... [Ptrs = <{&...a}, {&...b}>]" (clang): the list is split at its
+// top-level commas. Empty names when the signature has another shape.
+template <std::size_t N>
+constexpr std::array<std::string_view, N> member_names_from_signature(std::string_view sig) noexcept {
+  std::array<std::string_view, N> out{};
+  std::size_t open = sig.find("Ptrs = ");
+  if (open == std::string_view::npos) return out;
+  open += 7;  // the list's opening '{' or '<'
+  std::size_t piece = open + 1, depth = 0, k = 0;
+  for (std::size_t i = open + 1; i < sig.size() && k < N; ++i) {
+    char c = sig[i];
+    if (depth == 0 && (c == ',' || c == '}' || c == '>')) {
+      out[k++] = member_name_from_expression(sig.substr(piece, i - piece));
+      piece = i + 1;
+    } else if (c == '(' || c == '<' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == '>' || c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return out;
+}
+
+template <std::size_t N>
+constexpr bool all_named(const std::array<std::string_view, N>& names) noexcept {
+  for (std::string_view name : names)
+    if (name.empty()) return false;
+  return true;
 }
 
 template <class T, std::size_t... I>
 constexpr std::array<std::string_view, sizeof...(I)> fallback_names(std::index_sequence<I...>) noexcept {
-  return {fallback_field_name<T, I>()...};
+  constexpr auto members = fake_tie<T>();
+  constexpr std::array<std::string_view, sizeof...(I)> names = member_names_from_signature<sizeof...(I)>(
+#if defined(__clang__)
+      signature_of<hold_pointer(&boost::pfr::detail::sequence_tuple::get<I>(members))...>()
+#else
+      signature_of<&boost::pfr::detail::sequence_tuple::get<I>(members)...>()
+#endif
+  );
+  static_assert(all_named(names), "primecfg: could not read the field names from __PRETTY_FUNCTION__");
+  return names;
 }
 
 template <class T>
@@ -118,18 +139,27 @@ constexpr auto field_names() noexcept {
 #endif
 }
 
+// The address of every member of the fake object, computed once per type
+// (a constant; never needed at run time, so the undefined object is never
+// referenced by generated code).
+template <class T, std::size_t... I>
+constexpr std::array<const void*, sizeof...(I)> collect_member_addresses(std::index_sequence<I...>) noexcept {
+  auto members = fake_tie<T>();
+  return {&boost::pfr::detail::sequence_tuple::get<I>(members)...};
+}
+
+template <class T>
+inline constexpr auto fake_member_addresses =
+    collect_member_addresses<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+
 // Index of the data member `member` points to, computed at compile time by
 // comparing addresses inside the fake object; the field count when not found.
 template <class T, class M>
 constexpr std::size_t field_index_of(M T::*member) noexcept {
-  constexpr std::size_t n = boost::pfr::tuple_size_v<T>;
-  std::size_t found = n;
   const void* target = &(fake_object<T>().*member);
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((fake_member_address<T, I>() == target ? (found = I, 0) : 0), ...);
-  }
-  (std::make_index_sequence<n>{});
-  return found;
+  std::size_t i = 0;
+  while (i < fake_member_addresses<T>.size() && fake_member_addresses<T>[i] != target) ++i;
+  return i;
 }
 
 }  // namespace primecfg::detail

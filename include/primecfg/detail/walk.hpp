@@ -9,9 +9,11 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/validate.hpp>
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <typeindex>
@@ -43,6 +45,32 @@ struct value_index {
 }
 
 template <class T>
+[[gnu::noinline]] void index_value(T& value, const std::string& path, const field_doc* doc, value_index& out);
+
+using field_indexer = void (*)(void* field, const std::string& path, const field_doc* doc, value_index& out);
+
+template <class M>
+void index_field(void* field, const std::string& path, const field_doc* doc, value_index& out) {
+  index_value(*static_cast<M*>(field), path, doc, out);
+}
+
+template <class T, std::size_t... I>
+constexpr std::array<field_indexer, sizeof...(I)> indexers_of(std::index_sequence<I...>) {
+  return {&index_field<field_type_t<T, I>>...};
+}
+
+template <class T>
+inline constexpr auto field_indexers = indexers_of<T>(field_indices<T>);
+
+// The fields of the struct at `object`, through each field's indexer.
+[[gnu::noinline]] inline void index_fields(void* object, const struct_shape& shape,
+                                           const field_indexer* indexers, const std::string& path,
+                                           value_index& out) {
+  for (std::size_t i = 0; i < shape.names.size(); ++i)
+    indexers[i](shape.field(object, i), child_path(path, shape.names[i]), &shape.docs[i], out);
+}
+
+template <class T>
 [[gnu::noinline]] void index_value(T& value, const std::string& path, const field_doc* doc,
                                    value_index& out) {
   out.fields.push_back({&value, std::type_index(typeid(T)), path, doc});
@@ -56,11 +84,7 @@ template <class T>
   } else if constexpr (is_variant_v<T>) {
     std::visit([&](auto& alternative) { index_value(alternative, path, nullptr, out); }, value);
   } else if constexpr (is_struct_v<T>) {
-    constexpr auto names = field_names<T>();
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (index_value(boost::pfr::get<I>(value), child_path(path, names[I]), &doc_of<T>.fields[I], out), ...);
-    }
-    (std::make_index_sequence<names.size()>{});
+    index_fields(&value, shape_of<T>(), field_indexers<T>.data(), path, out);
     if constexpr (requires(validation & v) { value.validate(v); })
       out.rules.emplace_back(&value,
                              [](void* object, validation& v) { static_cast<T*>(object)->validate(v); });
