@@ -14,11 +14,13 @@
 # (clang++, -Dfuzz=true). The fuzz corpora grow in build-fuzz/fuzz-corpus/ and
 # are reused by the next run; a crashing input lands in build-fuzz/fuzz-artifacts/.
 #
-# Not run here: the LibTorch trainer tests (tests/trainer) and cpu_optim_torch.
-# LibTorch itself is not instrumented, so ASan cannot see inside it, and an
-# instrumented trainer build alone would take most of CI's time; the trainer's
-# CPU kernels (cpu_optim, cpu_optim_numa) need no LibTorch and are run.
-# The compile-fail test is skipped too: it checks that code does not compile.
+# The trainer's CPU tests (tests/trainer: training runs, offload equivalence,
+# resume, the planner) run too when LibTorch is installed: primecfg's code
+# around LibTorch is instrumented, LibTorch itself is not (ASan does not need
+# it to be). Leak checking is off for them only: LibTorch keeps allocations
+# alive until exit on purpose (its registries and thread pools).
+# SANITIZE_TRAINER=0 leaves them out.
+# The compile-fail test is skipped: it checks that code does not compile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,11 +40,13 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
   # NDEBUG (see docs/reliability.md); it skips that one assertion only.
   asan_args="-fno-sanitize-recover=undefined -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS"
   asan_args+=" -include $PWD/tests/fuzz/toml_assert.hpp"
+  trainer_opt=auto
+  [ "${SANITIZE_TRAINER:-1}" = 0 ] && trainer_opt=disabled
   if [ ! -f build-asan/build.ninja ]; then
-    meson setup build-asan -Dtrainer=disabled -Dbuildtype=custom -Doptimization=1 -Ddebug=true \
+    meson setup build-asan -Dtrainer=$trainer_opt -Dbuildtype=custom -Doptimization=1 -Ddebug=true \
       -Db_sanitize=address,undefined "-Dcpp_args=$asan_args" >/dev/null
   else
-    meson configure build-asan "-Dcpp_args=$asan_args" >/dev/null
+    meson configure build-asan -Dtrainer=$trainer_opt "-Dcpp_args=$asan_args" >/dev/null
   fi
   targets=(tests/lib/primecfg-lib-tests tools/primecfg/primecfg tools/primecfg-migrate/primecfg-migrate
            tests/migrate/test_migrate tests/bad_input/bad-input-tests)
@@ -55,10 +59,21 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
     fi
   done
   if command -v check-jsonschema >/dev/null 2>&1; then tests+=(schemas); fi
+  trainer_tests=()
+  if meson introspect --tests build-asan | grep -q '"name": "trainer"'; then
+    targets+=(tests/trainer/trainer_tests reference_trainer/primecfg-train)
+    trainer_tests=(trainer trainer-plan trainer-plan-json trainer-plan-bad-size trainer-plan-flag-alone
+                   trainer-plan-bad-model)
+  fi
   say "building ${#targets[@]} targets with ASan+UBSan"
   ninja -C build-asan -j "$jobs" "${targets[@]}"
   say "running: ${tests[*]}"
   meson test -C build-asan --no-rebuild --print-errorlogs --num-processes "$jobs" "${tests[@]}"
+  if ((${#trainer_tests[@]})); then
+    say "running the trainer's CPU tests: ${trainer_tests[*]}"
+    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" meson test -C build-asan --no-rebuild --print-errorlogs \
+      --num-processes 1 --timeout-multiplier 4 "${trainer_tests[@]}"
+  fi
   say "sanitized tests passed"
 fi
 
