@@ -19,29 +19,13 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-PY=${PY:-/opt/torch/.venv/bin/python3}
 RES=${RESULTS:-$ROOT/outputs/confirm-planner}
 BUDGET=${BUDGET_S:-420}
 START=$(date +%s)
 mkdir -p "$RES"
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-NV=$(dirname "$TD")/nvidia
-export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
-
-BIN=${PRIMECFG_BIN:-}
-if [ -z "$BIN" ]; then
-  TOML=()
-  [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$ROOT/.deps/tomlpp/usr/include")
-  [ -f build-bench/build.ninja ] ||
-    PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 ||
-    { cat "$RES/build.log"; exit 1; }
-  ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train >>"$RES/build.log" 2>&1 ||
-    { tail -50 "$RES/build.log"; exit 1; }
-  BIN=$ROOT/build-bench/reference_trainer
-fi
-TRAIN=$BIN/primecfg-train
+source bench/trainer/gpu_env.sh
 
 ROWS=${ROWS:-"meta-llama/Meta-Llama-3-8B:8192:none:noac meta-llama/Meta-Llama-3-8B:8192:optimizer:noac
   meta-llama/Meta-Llama-3-8B:8192:full:noac meta-llama/Llama-3.2-3B:8192:none:ac

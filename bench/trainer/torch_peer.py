@@ -107,6 +107,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--ac", action="store_true", help="checkpoint every block (torch.utils.checkpoint)")
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--trace", help="write a Chrome trace of the last two steps (torch.profiler)")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
@@ -158,11 +159,20 @@ def main():
 
     times, fb_times, losses = [], [], []
     t_compile = time.perf_counter()
-    for i in range(args.warmup + args.steps):
+    total = args.warmup + args.steps
+    prof = None
+    for i in range(total):
+        if args.trace and i == total - 2:
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         losses.append(step().item())
         torch.cuda.synchronize()
+        if prof is not None and i == total - 1:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(args.trace)
         if i == 0:
             t_compile = time.perf_counter() - t_compile
         if i >= args.warmup:

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Where a step's GPU time goes, primecfg-train against the PyTorch peer, on the GPU
+# machine from the repository root:
+#
+#   bash bench/trainer/profile_gpu.sh
+#
+# Records the last two steps of primecfg-train in each offload mode (PRIMECFG_PROFILE,
+# the Kineto profiler) and of the eager PyTorch peer (torch.profiler), all on
+# Qwen3-0.6B at 8192 tokens, and prints bench/trainer/trace_summary.py for
+# none vs eager, optimizer vs none and full vs none. The traces (gzipped Chrome
+# traces, chrome://tracing or ui.perfetto.dev) go to $RES and, when set, $OUT.
+#
+# Environment: MODEL (Qwen/Qwen3-0.6B), SEQ (8192), MODES ("none optimizer full"),
+#              PRIMECFG_BIN, PY, RESULTS as in gpu_env.sh.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+RES=${RESULTS:-$ROOT/outputs/profile}
+MODEL=${MODEL:-Qwen/Qwen3-0.6B}
+SEQ=${SEQ:-8192}
+MODES=${MODES:-"none optimizer full"}
+mkdir -p "$RES"
+source bench/trainer/gpu_env.sh
+
+for mode in $MODES; do
+  PRIMECFG_PROFILE="$RES/ours-$mode.json" timeout 200 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
+    --model.offload="$mode" --data.seq-len="$SEQ" --max-steps=8 --output-dir="$RES/ours-$mode" \
+    >"$RES/ours-$mode.log" 2>&1
+  echo "ours $mode: rc=$? $(grep -E '^step 8/' "$RES/ours-$mode.log")"
+done
+timeout 200 "$PY" bench/trainer/torch_peer.py --model "$MODEL" --seq-len "$SEQ" --steps 5 --warmup 3 \
+  --trace "$RES/peer-eager.json" >"$RES/peer-eager.log" 2>&1
+echo "peer eager: rc=$? $(grep '^{' "$RES/peer-eager.log" | head -c 200)"
+
+summary() { [ -f "$1" ] && [ -f "$2" ] && "$PY" bench/trainer/trace_summary.py "$1" "$2" --top 20; }
+summary "$RES/ours-none.json" "$RES/peer-eager.json" | tee "$RES/none-vs-eager.txt"
+summary "$RES/ours-optimizer.json" "$RES/ours-none.json" | tee "$RES/optimizer-vs-none.txt"
+summary "$RES/ours-full.json" "$RES/ours-none.json" | tee "$RES/full-vs-none.txt"
+if [ -n "${OUT:-}" ]; then
+  cp "$RES"/*.txt "$OUT/" 2>/dev/null
+  for t in "$RES"/*.json; do gzip -c "$t" >"$OUT/$(basename "$t").gz"; done
+fi
