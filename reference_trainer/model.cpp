@@ -339,6 +339,21 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
 // Whether this LibTorch has the mixed-dtype GEMM (bf16 in, FP32 out); cleared at the first refusal.
 std::atomic<bool> fp32_out_gemm{true};
 
+// Whether log_softmax takes bf16/half input with FP32 output in one kernel here.
+std::atomic<bool> fused_log_softmax{true};
+
+Tensor log_softmax_fp32(const Tensor& logits) {
+  if (logits.scalar_type() == torch::kFloat32) return at::_log_softmax(logits, 1, false);
+  if (fused_log_softmax && logits.is_cuda()) {
+    try {
+      return at::_log_softmax(logits, 1, /*half_to_float=*/true);
+    } catch (const c10::Error&) {
+      fused_log_softmax = false;
+    }
+  }
+  return at::_log_softmax(logits.to(torch::kFloat32), 1, false);
+}
+
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets,
                         double scale, std::int64_t chunk) {
@@ -353,14 +368,22 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       Tensor idx = rows.narrow(0, start, std::min(chunk, n - start));
       Tensor hc = h.index_select(0, idx);
       Tensor tc = targets.index_select(0, idx).unsqueeze(1);
-      Tensor logits = torch::matmul(hc, w.t()).to(torch::kFloat32);
-      Tensor lse = logits.logsumexp(-1, true);
-      loss += (lse - logits.gather(1, tc)).sum();
+      // FP32 log-probabilities in one pass over the logits where the backend can
+      // read bf16 and write FP32 in the same kernel; then softmax = exp(logp) in
+      // place, minus one at the target, scaled and cast back in one pass. (Fewer
+      // passes over the largest tensor of the step than logsumexp + exp + casts.)
+      Tensor logp = log_softmax_fp32(torch::matmul(hc, w.t()));
+      loss -= logp.gather(1, tc).sum();
       if (!want_grad) continue;
-      Tensor g = (logits - lse).exp_();  // softmax
+      Tensor g = logp.exp_();
       g.scatter_add_(1, tc, torch::full_like(tc, -1.0, g.options()));
-      g.mul_(scale);
-      Tensor gc = g.to(h.scalar_type());
+      Tensor gc;
+      if (h.scalar_type() == torch::kFloat32) {
+        gc = g.mul_(scale);
+      } else {
+        gc = torch::empty(g.sizes(), g.options().dtype(h.scalar_type()));
+        at::mul_out(gc, g, torch::scalar_tensor(scale, torch::kFloat64));  // a CPU scalar: no device copy
+      }
       grad_h.index_copy_(0, idx, torch::matmul(gc, w));
       if (gc.scalar_type() == torch::kFloat32) {
         grad_w.addmm_(gc.t(), hc);

@@ -422,10 +422,14 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
   b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
-  // Per chunk: fp32 logits and fp32 softmax/gradient; with bf16 compute also the
-  // gradient's bf16 copy, and, unless the GEMM accumulates straight into the fp32
-  // grad_w (addmm with an fp32 output, CUDA), a bf16 V x D product added into it (fp32
-  // compute adds in place with addmm_). Beside them the chunk's hidden rows, indices.
+  // Per chunk, bf16 compute: the bf16 logits, their fp32 copy and the fp32
+  // log-probabilities (10 bytes per logit: LibTorch 2.11's CUDA log_softmax does not
+  // take bf16 in with fp32 out, so the trainer casts first; where it does, the peak is
+  // 6 and this over-predicts); later that fp32 buffer is the softmax gradient, in
+  // place, beside its bf16 copy. Unless the GEMM
+  // accumulates straight into the fp32 grad_w (addmm with an fp32 output, CUDA), a
+  // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
+  // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
   const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
   const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
                             : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
@@ -600,8 +604,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.N = w.B * w.T;
   w.ac = cfg.model.ac.has_value();
   w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
-  const i64 chunk = cfg.model.fused_lm_head_token_chunk_size.value_or(
-      std::max<i64>(256, (i64{1} << 27) / std::max<i64>(1, shape.vocab_size)));
+  const i64 chunk =
+      cfg.model.fused_lm_head_token_chunk_size.value_or(default_ce_chunk_tokens(shape.vocab_size));
   w.ce_chunk = std::min(chunk, w.N);
   w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B));
   w.ckpt = cfg.ckpt.has_value();

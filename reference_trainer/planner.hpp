@@ -9,6 +9,7 @@
 #include <primecfg/offload.hpp>
 #include <primecfg/sft.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -46,6 +47,14 @@ struct ModelShape {
 
 // The trainer's presets by model.name (primecfg/tiny, Qwen/Qwen3-0.6B, Llama-3.2-1B/3B,
 // Meta-Llama-3-8B, and the aliases the trainer accepts).
+// Tokens per chunk of the fused LM head + cross-entropy when
+// model.fused_lm_head_token_chunk_size is unset: 2^28 / vocab tokens (1 GiB of
+// FP32 logits), at least 256. Larger chunks keep the head's GEMMs efficient;
+// the trainer and the planner both use this.
+inline std::int64_t default_ce_chunk_tokens(std::int64_t vocab_size) {
+  return std::max<std::int64_t>(256, (std::int64_t{1} << 28) / std::max<std::int64_t>(1, vocab_size));
+}
+
 std::optional<ModelShape> preset_shape(std::string_view name);
 // An HF config.json (llama, qwen2 without biases, qwen3), read like the trainer reads it.
 ModelShape shape_from_hf_config(const std::filesystem::path& config_json);

@@ -15,12 +15,14 @@
 #include "device_streams.hpp"
 #include "model.hpp"
 #include "numa/numa_binding.hpp"
+#include "planner.hpp"
 #include "safetensors.hpp"
 #include "staging_ring.hpp"
 
 #include <primecfg/offload.hpp>
 
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include <torch/cuda.h>
@@ -45,6 +47,7 @@
 #include <map>
 #include <mutex>
 #include <numbers>
+#include <set>
 #include <thread>
 
 namespace primecfg::train {
@@ -292,6 +295,42 @@ Tensor ring_view(const Tensor& buf, std::size_t offset, torch::ScalarType dtype,
   return buf.narrow(0, static_cast<std::int64_t>(offset), n * elem).view(dtype).view(sizes);
 }
 
+// PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
+// Kineto profiler (CPU ops and CUDA kernels, as torch.profiler does) and writes
+// a Chrome trace: what bench/trainer/profile_gpu.sh compares with the PyTorch peer.
+class StepProfiler {
+ public:
+  explicit StepProfiler(std::int64_t last_step) {
+    const char* path = std::getenv("PRIMECFG_PROFILE");
+    if (!path || !*path) return;
+    path_ = path;
+    first_ = std::max<std::int64_t>(1, last_step - 1);
+    last_ = last_step;
+  }
+  void before_step(std::int64_t step) {  // step counts from 1
+    if (path_.empty() || step != first_) return;
+    namespace prof = torch::autograd::profiler;
+    prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+    std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU};
+    if (torch::cuda::is_available()) activities.insert(torch::profiler::impl::ActivityType::CUDA);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+    on_ = true;
+  }
+  void after_step(std::int64_t step) {
+    if (!on_ || step != last_) return;
+    on_ = false;
+    torch::autograd::profiler::disableProfiler()->save(path_);
+    std::fprintf(stderr, "primecfg-train: profile of steps %lld-%lld written to %s\n",
+                 static_cast<long long>(first_), static_cast<long long>(last_), path_.c_str());
+  }
+
+ private:
+  std::string path_;
+  std::int64_t first_ = 0, last_ = 0;
+  bool on_ = false;
+};
+
 // Where the FP32 state lives and when the update runs, per strategy:
 //
 //  NoOffload        all on the device; after backward one multi-tensor update.
@@ -406,7 +445,10 @@ class OffloadState {
       if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
       gsq_dev_.zero_();
     } else {
-      for (auto& s : states_) s.grad.zero_();
+      // The first gradient of the step is copied into the accumulator and later
+      // ones added, so the accumulators are not zeroed here (a launch per
+      // parameter, and a pass over 4 bytes per parameter, saved each step).
+      fresh_.assign(states_.size(), 1);
       if (overlap_) {
         ensure_window();
         std::fill(updated_.begin(), updated_.end(), 0);
@@ -434,6 +476,10 @@ class OffloadState {
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
   double finish_step() {
+    if constexpr (!kHostUpdate) {
+      for (std::size_t i = 0; i < states_.size(); ++i)
+        if (fresh_[i]) states_[i].grad.zero_();  // no gradient this step
+    }
     if constexpr (kHostUpdate) {
       return finish_host_step();
     } else if (overlap_) {
@@ -520,7 +566,13 @@ class OffloadState {
         update_on_device(opt_, *s.p, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr,
                          s.m2.defined() ? &s.m2 : nullptr, lr_, step_);
     }
-    for (auto& s : states_) s.p->tensor.detach().copy_(s.master);
+    // The new weights, in one multi-tensor launch.
+    std::vector<Tensor> weights, masters;
+    for (auto& s : states_) {
+      weights.push_back(s.p->tensor.detach());
+      masters.push_back(s.master);
+    }
+    at::_foreach_copy_(weights, masters);
   }
 
   // --- OptimizerOffload on a GPU: moments stream through a bounded window ------------
@@ -934,7 +986,12 @@ class OffloadState {
     if constexpr (kHostUpdate) {
       submit_gradient(i, g);
     } else {
-      s.grad.add_(g);
+      if (fresh_[i]) {
+        s.grad.copy_(g);
+        fresh_[i] = 0;
+      } else {
+        s.grad.add_(g);
+      }
       if (overlap_ && last_micro_ && !updated_[i]) {
         gsq_dev_.add_(at::linalg_vector_norm(s.grad, 2).to(torch::kFloat64).square());
         seen_.push_back(i);
@@ -982,6 +1039,8 @@ class OffloadState {
   std::exception_ptr error_;
   bool stop_ = false;
   dev::Marker last_upload_;
+  std::vector<char>
+      fresh_;  // device accumulators: no gradient yet this step (hooks write, main reads after backward)
   std::vector<char> updated_, acc_valid_;  // worker writes during backward; main reads after the drain
   double gsq_host_ = 0;
   Tensor gsq_dev_;
@@ -1332,8 +1391,8 @@ class Trainer {
     OffloadState<Strategy> state(model, opt, opts_);
     const bool ac = cfg_.model.ac.has_value();
     const std::int64_t ac_freq = ac ? cfg_.model.ac->freq : 1;
-    const std::int64_t ce_chunk = cfg_.model.fused_lm_head_token_chunk_size.value_or(
-        std::max<std::int64_t>(256, (std::int64_t{1} << 27) / args->vocab_size));
+    const std::int64_t ce_chunk =
+        cfg_.model.fused_lm_head_token_chunk_size.value_or(plan::default_ce_chunk_tokens(args->vocab_size));
 
     // --- Resume --------------------------------------------------------------
     const CheckpointConfig ckpt = cfg_.ckpt.value_or(CheckpointConfig{});
@@ -1373,7 +1432,9 @@ class Trainer {
     RunResult result;
     result.first_step = pos.step;
     auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+    StepProfiler profiler(max_steps);
     while (pos.step < max_steps && !(loader.epoch_done() && !endless && !cfg_.max_steps)) {
+      profiler.before_step(pos.step + 1);
       const auto t0 = std::chrono::steady_clock::now();
       data::Batch batch = loader.next();
       const double lr = scheduled_lr(cfg_.scheduler, opt.lr, pos.scheduler_step, max_steps);
@@ -1409,6 +1470,7 @@ class Trainer {
       dev::synchronize(dev::current_stream(setup_.device));
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       result.losses.push_back(loss_sum);
+      profiler.after_step(pos.step);
 
       StepMetrics met;
       met.step = pos.step;

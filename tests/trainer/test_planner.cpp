@@ -121,7 +121,8 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(none.term("hidden") == 64);
   CHECK(none.term("ce_grad_h") == 64);
   CHECK(none.term("ce_grad_w") == 16 * 8 * 4);
-  // Chunk of 4 tokens: 10 B per logit (fp32 logits, fp32 softmax, its bf16 copy) = 640,
+  // Chunk of 4 tokens: 10 B per logit (bf16 logits, their fp32 copy, fp32
+  // log-probabilities) = 640,
   // c x D pieces 2 x 4 x 8 x 2 = 128, per-token indices 96 + rows 32; the head's
   // gradient GEMM accumulates into FP32 directly. Without that GEMM, a bf16 16 x 8
   // product (256 B) per chunk.
