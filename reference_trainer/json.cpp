@@ -1,5 +1,7 @@
 #include "json.hpp"
 
+#include <primecfg/detail/utf8.hpp>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -104,24 +106,6 @@ class parser {
     return value{std::move(out)};
   }
 
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   std::uint32_t hex4() {
     if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
     std::uint32_t cp = 0;
@@ -176,7 +160,7 @@ class parser {
             std::uint32_t lo = hex4();
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
-          append_utf8(out, cp);
+          primecfg::detail::append_utf8(out, cp);
           break;
         }
         default:

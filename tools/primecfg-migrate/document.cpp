@@ -1,5 +1,7 @@
 #include "document.hpp"
 
+#include <primecfg/detail/utf8.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -10,24 +12,6 @@ namespace {
 
 bool is_bare_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // A recursive-descent walk over text that toml++ has already accepted.
@@ -135,7 +119,7 @@ class scanner {
             std::size_t n = e == 'u' ? 4 : 8;
             std::uint32_t cp = static_cast<std::uint32_t>(std::stoul(t_.substr(p_, n), nullptr, 16));
             p_ += n;
-            append_utf8(out, cp);
+            primecfg::detail::append_utf8(out, cp);
             break;
           }
           default:
