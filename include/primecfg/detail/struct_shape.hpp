@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace primecfg::detail {
