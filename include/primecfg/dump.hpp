@@ -11,7 +11,7 @@
 #include <primecfg/validate.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <sstream>
 #include <string>

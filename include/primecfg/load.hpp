@@ -17,7 +17,7 @@
 #include <primecfg/error.hpp>
 #include <primecfg/validate.hpp>
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>

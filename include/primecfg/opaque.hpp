@@ -3,7 +3,7 @@
 // key, and kept as written so it can be dumped back; it is never checked.
 #pragma once
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 namespace primecfg {
 

@@ -4,7 +4,7 @@
 #include <primecfg/error.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <algorithm>
 #include <sstream>

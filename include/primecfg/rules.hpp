@@ -9,7 +9,7 @@
 #include <primecfg/validate.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <limits>
 #include <optional>

@@ -14,7 +14,7 @@
 #include <primecfg/dump.hpp>
 #include <primecfg/opaque.hpp>
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <sstream>
 #include <string>

@@ -190,6 +190,38 @@ TEST_CASE("bytes that are not UTF-8 are refused") {
   CHECK(load_text("\xef\xbb\xbf[model]\nname = \"x\"\n").ok());
 }
 
+// toml++ 3.3 reaches an "unreachable" branch when it asks whether a non-ASCII
+// code point is whitespace (include/primecfg/detail/toml.hpp). These inputs
+// reached it in the fuzzer; under UBSan they abort, so the sanitized suite
+// (tools/sanitize.sh) fails if the patch stops applying.
+TEST_CASE("non-ASCII characters where toml++ expects whitespace are syntax errors") {
+  for (const std::string& text :
+       {std::string("caf\xc3\xa9 = 1\n"), std::string("max_steps = 1\xc2\xa1\n"),
+        std::string("max_steps = 1\n\xc2\xa1\n"), std::string("\xcc\xaa"), std::string("[model\xd0\x96]\n"),
+        std::string("max_steps = 1\xe3\x80\x81\n"), std::string("max_steps = 1\xef\xbb\xbe\n")}) {
+    CAPTURE(text);
+    expect_error(load_text(text), error_kind::toml_syntax, "bad.toml:");
+  }
+  // A valid document on the same path: a line-ending backslash in a multi-line
+  // string, then a non-ASCII first character (marzer/tomlplusplus#190).
+  auto r = load_text("[model]\nname = \"\"\"\\\n  \xc2\xa7x\"\"\"\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.model.name == "\xc2\xa7x");
+}
+
+TEST_CASE("toml++'s non-ASCII whitespace lookup answers for every code point") {
+  // TOML itself allows only tab and space; toml++ classifies these others so
+  // that it can name them in its errors.
+  auto expected = [](char32_t c) {
+    return c == 0xA0 || c == 0x1680 || c == 0x180E || (c >= 0x2000 && c <= 0x200B) || c == 0x202F ||
+           c == 0x205F || c == 0x2060 || c == 0x3000 || c == 0xFEFF;
+  };
+  int wrong = 0;
+  for (char32_t c = 0x80; c <= 0x10FFFF; ++c)
+    if (toml::impl::is_non_ascii_horizontal_whitespace(c) != expected(c) && ++wrong <= 5)
+      FAIL_CHECK("U+", std::hex, static_cast<std::uint32_t>(c));
+  CHECK(wrong == 0);
+}
 TEST_CASE("files over the size limit are refused before they are read or parsed") {
   bad::scratch tmp;
   std::string big = "# " + std::string(97, 'x') + "\n";

@@ -15,7 +15,7 @@
 #include "fuzz_check.hpp"
 #include "migrate.hpp"
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -10,7 +10,7 @@
 #include "document.hpp"
 #include "plan.hpp"
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <cstddef>
 #include <functional>

@@ -14,7 +14,7 @@
 #include <primecfg/trainer.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <cstdio>
 #include <filesystem>

@@ -20,7 +20,7 @@
 #include <primecfg/validate.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // Deep merge of TOML tables, for opaque sections that several files extend.
 #pragma once
 
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 namespace primecfg::detail {
 

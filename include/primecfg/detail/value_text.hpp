@@ -5,7 +5,7 @@
 #include <primecfg/detail/type_traits.hpp>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+#include <primecfg/detail/toml.hpp>
 
 #include <sstream>
 #include <string>
