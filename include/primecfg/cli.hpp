@@ -11,7 +11,7 @@
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/struct_shape.hpp>
-#include <primecfg/detail/type_traits.hpp>
+#include <primecfg/detail/type_ops.hpp>
 #include <primecfg/error.hpp>
 #include <primecfg/load.hpp>
 
@@ -45,30 +45,18 @@ inline std::vector<std::string> split_dotted(std::string_view s) {
   }
 }
 
-template <class T>
-[[gnu::noinline]] flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i,
-                                           const std::string& path);
-
-using flag_resolver = flag_lookup (*)(const std::vector<std::string>& segments, std::size_t i,
-                                      const std::string& path);
-
-template <class T, std::size_t... I>
-constexpr std::array<flag_resolver, sizeof...(I)> resolvers_of(std::index_sequence<I...>) {
-  return {&resolve_flag<field_type_t<T, I>>...};
-}
-
-template <class T>
-inline constexpr auto flag_resolvers = resolvers_of<T>(field_indices<T>);
+inline flag_lookup resolve_flag(const type_ops& type, const std::vector<std::string>& segments, std::size_t i,
+                                const std::string& path);
 
 // segments[i] names a field of a struct: go on in that field's type, or
 // suggest the closest field name.
-[[gnu::noinline]] inline flag_lookup resolve_field_flag(const std::vector<std::string>& segments,
-                                                        std::size_t i, const std::string& path,
-                                                        const struct_shape& shape,
-                                                        const flag_resolver* resolvers) {
+inline flag_lookup resolve_field_flag(const type_ops& type, const std::vector<std::string>& segments,
+                                      std::size_t i, const std::string& path) {
+  const struct_shape& shape = type.record->shape();
   std::string name = snake_case(segments[i]);
   for (std::size_t f = 0; f < shape.names.size(); ++f)
-    if (shape.names[f] == name) return resolvers[f](segments, i + 1, join_path(path, name));
+    if (shape.names[f] == name)
+      return resolve_flag(*type.record->fields[f], segments, i + 1, join_path(path, name));
   std::string hint = closest_match(name, shape.names);
   if (hint.empty()) return {flag_kind::unknown, {}, {}};
   std::string suggestion = join_path(path, hint);
@@ -76,46 +64,51 @@ inline constexpr auto flag_resolvers = resolvers_of<T>(field_indices<T>);
   return {flag_kind::unknown, {}, suggestion};
 }
 
-template <class T>
-[[gnu::noinline]] flag_lookup resolve_flag(const std::vector<std::string>& segments, std::size_t i,
-                                           const std::string& path) {
-  if constexpr (is_optional_v<T>) {
-    flag_lookup r = resolve_flag<typename T::value_type>(segments, i, path);
+// What the flag whose dotted name is `segments` sets, from segments[i] on,
+// in a value of `type` at `path`.
+inline flag_lookup resolve_flag(const type_ops& type, const std::vector<std::string>& segments, std::size_t i,
+                                const std::string& path) {
+  if (type.kind == value_kind::optional) {
+    flag_lookup r = resolve_flag(*type.element, segments, i, path);
     if (i == segments.size() && r.kind == flag_kind::section) r.kind = flag_kind::optional_section;
     return r;
-  } else {
-    if (i == segments.size()) {
-      if constexpr (std::is_same_v<T, bool>) return {flag_kind::boolean, path, {}};
-      if constexpr (is_struct_v<T> || is_variant_v<T> || is_string_map_v<T>)
+  }
+  if (i == segments.size()) {
+    switch (type.kind) {
+      case value_kind::boolean:
+        return {flag_kind::boolean, path, {}};
+      case value_kind::record:
+      case value_kind::tagged_union:
+      case value_kind::string_map:
         return {flag_kind::section, path, {}};
-      return {flag_kind::value, path, {}};
+      default:
+        return {flag_kind::value, path, {}};
     }
-    if constexpr (is_struct_v<T>) {
-      return resolve_field_flag(segments, i, path, shape_of<T>(), flag_resolvers<T>.data());
-    } else if constexpr (is_variant_v<T>) {
+  }
+  switch (type.kind) {
+    case value_kind::record:
+      return resolve_field_flag(type, segments, i, path);
+    case value_kind::tagged_union: {
       std::string name = snake_case(segments[i]);
       if (name == "type" && i + 1 == segments.size()) return {flag_kind::value, join_path(path, "type"), {}};
-      flag_lookup result;
       // Any alternative that has the field will do: the union's `type` decides later.
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((result.kind == flag_kind::unknown ? void([&] {
-           flag_lookup r = resolve_flag<std::variant_alternative_t<I, T>>(segments, i, path);
-           if (r.kind != flag_kind::unknown || result.suggestion.empty()) result = r;
-         }())
-                                            : void()),
-         ...);
+      flag_lookup result;
+      for (const type_ops* alternative : type.alternatives->alternatives) {
+        flag_lookup r = resolve_flag(*alternative, segments, i, path);
+        if (r.kind != flag_kind::unknown || result.suggestion.empty()) result = r;
+        if (result.kind != flag_kind::unknown) break;
       }
-      (std::make_index_sequence<std::variant_size_v<T>>{});
       return result;
-    } else if constexpr (is_string_map_v<T>) {
-      return resolve_flag<typename T::mapped_type>(segments, i + 1, join_path(path, segments[i]));
-    } else if constexpr (std::is_same_v<T, opaque_table>) {
+    }
+    case value_kind::string_map:
+      return resolve_flag(*type.element, segments, i + 1, join_path(path, segments[i]));
+    case value_kind::opaque: {
       std::string rest = path;
       for (std::size_t k = i; k < segments.size(); ++k) rest = join_path(rest, segments[k]);
       return {flag_kind::value, rest, {}};
-    } else {
-      return {flag_kind::unknown, {}, {}};  // a value has no fields
     }
+    default:
+      return {flag_kind::unknown, {}, {}};  // a value has no fields
   }
 }
 
@@ -127,17 +120,10 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
   return d;
 }
 
-}  // namespace detail
-
-// Adds the files in `args` to `src` in order, then the overrides in order:
-// an override beats every file wherever it stands on the line. Problems with
-// the flags themselves go to `errors`. Bare arguments are files too when
-// `bare_arguments_are_files`; otherwise they are returned to the caller.
-template <class T>
-std::vector<std::string> parse_command_line(std::span<const std::string> args, sources& src,
-                                            std::vector<diagnostic>& errors,
-                                            bool bare_arguments_are_files = false) {
-  using detail::flag_kind;
+// parse_command_line for a root struct described by `root`.
+inline std::vector<std::string> parse_command_line(const type_ops& root, std::span<const std::string> args,
+                                                   sources& src, std::vector<diagnostic>& errors,
+                                                   bool bare_arguments_are_files) {
   std::vector<std::string> positional;
   std::vector<std::string> files;
   sources overrides;
@@ -147,8 +133,7 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
       if (i + 1 < args.size())
         files.push_back(args[++i]);
       else
-        errors.push_back(
-            detail::command_line_error(error_kind::missing, "@", "'@' must be followed by a file"));
+        errors.push_back(command_line_error(error_kind::missing, "@", "'@' must be followed by a file"));
       continue;
     }
     if (arg.size() > 1 && arg[0] == '@') {
@@ -166,7 +151,7 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
       body.resize(eq);
     }
     std::string flag = "--" + body;
-    detail::flag_lookup r = detail::resolve_flag<T>(detail::split_dotted(body), 0, "");
+    flag_lookup r = resolve_flag(root, split_dotted(body), 0, "");
     bool negated = false;
     if (r.kind == flag_kind::unknown && !value) {
       // --no-a.b or --a.no-b
@@ -179,13 +164,13 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
         plain.erase(dot + 1, 3);
       }
       if (plain != body) {
-        detail::flag_lookup n = detail::resolve_flag<T>(detail::split_dotted(plain), 0, "");
+        flag_lookup n = resolve_flag(root, split_dotted(plain), 0, "");
         if (n.kind == flag_kind::boolean || n.kind == flag_kind::optional_section) r = n, negated = true;
       }
     }
     switch (r.kind) {
       case flag_kind::unknown:
-        errors.push_back(detail::command_line_error(
+        errors.push_back(command_line_error(
             error_kind::extra_forbidden, flag,
             fmt::format("'{}' names no config field{}", flag,
                         r.suggestion.empty() ? "" : fmt::format("; did you mean '--{}'?", r.suggestion))));
@@ -198,7 +183,7 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
         break;
       case flag_kind::section:
         if (!value) {
-          errors.push_back(detail::command_line_error(
+          errors.push_back(command_line_error(
               error_kind::table_type, flag,
               fmt::format("'{}' is a section; set one of its fields, e.g. '--{}.<field>=...'", flag,
                           r.path)));
@@ -208,8 +193,8 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
       case flag_kind::value:
         if (!value) {
           if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
-            errors.push_back(detail::command_line_error(error_kind::missing, flag,
-                                                        fmt::format("'{}' needs a value", flag)));
+            errors.push_back(
+                command_line_error(error_kind::missing, flag, fmt::format("'{}' needs a value", flag)));
             continue;
           }
           value = args[++i];
@@ -224,16 +209,33 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
   return positional;
 }
 
+// The arguments left over after the files and flags, as errors.
+inline void refuse_arguments(const std::vector<std::string>& rest, std::vector<diagnostic>& errors) {
+  for (const std::string& arg : rest)
+    errors.push_back(
+        command_line_error(error_kind::extra_forbidden, arg,
+                           fmt::format("unexpected argument '{}' (give config files as '@ {}')", arg, arg)));
+}
+
+}  // namespace detail
+
+// Adds the files in `args` to `src` in order, then the overrides in order:
+// an override beats every file wherever it stands on the line. Problems with
+// the flags themselves go to `errors`. Bare arguments are files too when
+// `bare_arguments_are_files`; otherwise they are returned to the caller.
+template <class T>
+std::vector<std::string> parse_command_line(std::span<const std::string> args, sources& src,
+                                            std::vector<diagnostic>& errors,
+                                            bool bare_arguments_are_files = false) {
+  return detail::parse_command_line(detail::ops_of<T>, args, src, errors, bare_arguments_are_files);
+}
+
 // Files and overrides from the command line on top of `base`; anything else
 // in `args` is an error.
 template <class T>
 loaded<T> load_command_line(std::span<const std::string> args, sources base = {}) {
   std::vector<diagnostic> errors;
-  std::vector<std::string> rest = parse_command_line<T>(args, base, errors);
-  for (const std::string& arg : rest)
-    errors.push_back(detail::command_line_error(
-        error_kind::extra_forbidden, arg,
-        fmt::format("unexpected argument '{}' (give config files as '@ {}')", arg, arg)));
+  detail::refuse_arguments(detail::parse_command_line(detail::ops_of<T>, args, base, errors, false), errors);
   loaded<T> result = load<T>(base);
   result.diagnostics.insert(result.diagnostics.begin(), errors.begin(), errors.end());
   return result;

@@ -216,71 +216,82 @@ inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src)
 }
 
 // Required fields that no source set, then every validate(), children first.
-template <class T>
-void check_and_validate(loaded<T>& result) {
+inline void check_and_validate(void* value, const type_ops& type, std::vector<diagnostic>& diagnostics,
+                               provenance_map& provenance) {
   value_index index;
-  index_value(result.value, "", nullptr, index);
-  validation v(result.diagnostics, result.provenance);
+  index_value(value, type, "", nullptr, index);
+  validation v(diagnostics, provenance);
   for (const value_index::field_entry& f : index.fields) {
     v.add_field(f.address, f.type, f.path);
-    if (f.doc && f.doc->required && !result.provenance.contains(f.path)) {
+    if (f.doc && f.doc->required && !provenance.contains(f.path)) {
       diagnostic d;
       d.kind = error_kind::missing;
       d.path = f.path;
       std::size_t dot = f.path.rfind('.');
-      d.where = dot == std::string::npos ? provenance{} : result.source_of(f.path.substr(0, dot));
+      if (dot != std::string::npos) {
+        auto parent = provenance.find(std::string_view(f.path).substr(0, dot));
+        if (parent != provenance.end()) d.where = parent->second;
+      }
       d.message = fmt::format("required field '{}' is missing",
                               f.path.substr(dot == std::string::npos ? 0 : dot + 1));
-      result.diagnostics.push_back(std::move(d));
+      diagnostics.push_back(std::move(d));
     }
   }
   for (auto& [object, rule] : index.rules) rule(object, v);
 }
 
-}  // namespace detail
-
-template <class T>
-loaded<T> load(const sources& src) {
-  static_assert(detail::is_struct_v<T>, "primecfg::load<T>: T must be a config struct");
-  loaded<T> result;
-  detail::decode_context ctx;
-  ctx.out = &result.diagnostics;
-  ctx.sources = &result.provenance;
+// Every source in order onto `value`, a root struct described by `type`
+// that holds its defaults; then the required fields and the rules.
+inline void load_sources(void* value, const type_ops& type, const sources& src,
+                         std::vector<diagnostic>& diagnostics, provenance_map& provenance) {
+  decode_context ctx;
+  ctx.out = &diagnostics;
+  ctx.sources = &provenance;
   for (const sources::layer& layer : src.layers()) {
     if (layer.what == sources::layer::kind::override_value) {
-      if (!detail::is_valid_utf8(layer.name) || !detail::is_valid_utf8(layer.content)) {
+      if (!is_valid_utf8(layer.name) || !is_valid_utf8(layer.content)) {
         diagnostic d;
         d.kind = error_kind::string_type;
         d.where = provenance::on_command_line(layer.flag);
         d.message = "the flag or its value is not valid UTF-8 (configs are UTF-8 text, as TOML requires)";
-        result.diagnostics.push_back(std::move(d));
+        diagnostics.push_back(std::move(d));
         continue;
       }
       ctx.file.clear();
       ctx.flag = layer.flag;
-      detail::decode_struct(detail::override_table(layer.name, layer.content), result.value, "", ctx);
+      decode_fields(override_table(layer.name, layer.content), value, type, "", ctx, false);
       continue;
     }
     std::string text = layer.content;
     if (layer.what == sources::layer::kind::file) {
       std::string why;
-      if (!detail::read_config_file(layer.name, text, why)) {
+      if (!read_config_file(layer.name, text, why)) {
         diagnostic d;
         d.kind = error_kind::file_error;
         d.where = provenance::in_file(layer.name, 0, 0);
         d.message = why;
-        result.diagnostics.push_back(std::move(d));
+        diagnostics.push_back(std::move(d));
         continue;
       }
     }
-    std::optional<toml::table> doc = detail::parse_document(text, layer.name, result.diagnostics);
+    std::optional<toml::table> doc = parse_document(text, layer.name, diagnostics);
     if (!doc) continue;
     ctx.file = layer.name;
     ctx.flag.clear();
-    detail::decode_struct(*doc, result.value, "", ctx);
+    decode_fields(*doc, value, type, "", ctx, false);
   }
-  detail::check_and_validate(result);
-  detail::sort_diagnostics(result.diagnostics, src);
+  check_and_validate(value, type, diagnostics, provenance);
+  sort_diagnostics(diagnostics, src);
+}
+
+}  // namespace detail
+
+// Defaults, then every source in order; all problems end up in diagnostics.
+template <class T>
+loaded<T> load(const sources& src) {
+  static_assert(detail::is_struct_v<T>, "primecfg::load<T>: T must be a config struct");
+  loaded<T> result;
+  detail::load_sources(&result.value, detail::ops_of<T>, src, result.diagnostics, result.provenance);
   return result;
 }
 

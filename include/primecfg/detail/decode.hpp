@@ -13,7 +13,7 @@
 #include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/merge.hpp>
 #include <primecfg/detail/struct_shape.hpp>
-#include <primecfg/detail/type_traits.hpp>
+#include <primecfg/detail/type_ops.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
 #include <primecfg/opaque.hpp>
@@ -114,18 +114,17 @@ struct decode_context {
   ctx.error(kind, path, node, fmt::format("expected {}, got {}", expected, type_name_of(node)));
 }
 
-template <class T>
-[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path,
-                                    decode_context& ctx);
+inline void decode_value(const toml::node& node, void* out, const type_ops& type, const std::string& path,
+                         decode_context& ctx);
 
 // ---------------------------------------------------------------- leaves ---
 
 // On the command line every value arrives as text; fields that are not
 // strings read it as a TOML value ("5", "1e-4", "true", "[1, 2]", "{}").
-template <class T>
-inline constexpr bool reads_text_as_toml =
-    !std::is_same_v<T, std::string> && !std::is_same_v<T, std::filesystem::path> && !std::is_enum_v<T> &&
-    !std::is_same_v<T, opaque_table> && !is_optional_v<T>;
+inline bool reads_text_as_toml(value_kind kind) {
+  return kind != value_kind::string && kind != value_kind::path && kind != value_kind::enumeration &&
+         kind != value_kind::opaque && kind != value_kind::optional;
+}
 
 inline std::optional<toml::table> parse_cli_text(std::string_view text) {
   std::string doc = "v = ";
@@ -143,38 +142,97 @@ inline std::optional<toml::table> parse_cli_text(std::string_view text) {
 
 // The command-line string `node` read as a TOML value, held in a one-key
 // table {v = ...}; null when it is not one.
-[[gnu::noinline]] inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
+inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
   std::optional<toml::table> parsed = parse_cli_text(node.as_string()->get());
   if (!parsed || !parsed->get("v")) return nullptr;
   return std::make_unique<toml::table>(std::move(*parsed));
 }
 
-template <class T>
-void decode_integer(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
+// The range of an integer field of `bytes` bytes.
+inline std::int64_t integer_min(const type_ops& type) {
+  return type.is_signed ? -static_cast<std::int64_t>((std::uint64_t{1} << (8 * type.bytes - 1)) - 1) - 1 : 0;
+}
+inline std::uint64_t integer_max(const type_ops& type) {
+  unsigned bits = 8u * type.bytes - (type.is_signed ? 1u : 0u);
+  return bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+}
+
+// Stores an in-range value into an integer field of any width.
+inline void store_integer(void* out, const type_ops& type, std::int64_t value) {
+  switch (type.bytes) {
+    case 1:
+      if (type.is_signed)
+        *static_cast<std::int8_t*>(out) = static_cast<std::int8_t>(value);
+      else
+        *static_cast<std::uint8_t*>(out) = static_cast<std::uint8_t>(value);
+      break;
+    case 2:
+      if (type.is_signed)
+        *static_cast<std::int16_t*>(out) = static_cast<std::int16_t>(value);
+      else
+        *static_cast<std::uint16_t*>(out) = static_cast<std::uint16_t>(value);
+      break;
+    case 4:
+      if (type.is_signed)
+        *static_cast<std::int32_t*>(out) = static_cast<std::int32_t>(value);
+      else
+        *static_cast<std::uint32_t*>(out) = static_cast<std::uint32_t>(value);
+      break;
+    default:
+      if (type.is_signed)
+        *static_cast<std::int64_t*>(out) = value;
+      else
+        *static_cast<std::uint64_t*>(out) = static_cast<std::uint64_t>(value);
+      break;
+  }
+}
+
+// Signed and unsigned read apart: a conditional over int32 and uint32 would
+// convert -1 to 4294967295 before it became a double.
+template <class S, class U>
+double integer_as_double(const void* value, bool is_signed) {
+  if (is_signed) return static_cast<double>(*static_cast<const S*>(value));
+  return static_cast<double>(*static_cast<const U*>(value));
+}
+
+// A numeric field's value as a double, for its bounds.
+inline double numeric_value(const void* value, const type_ops& type) {
+  if (type.kind == value_kind::floating)
+    return type.bytes == sizeof(float) ? *static_cast<const float*>(value)
+                                       : *static_cast<const double*>(value);
+  switch (type.bytes) {
+    case 1:
+      return integer_as_double<std::int8_t, std::uint8_t>(value, type.is_signed);
+    case 2:
+      return integer_as_double<std::int16_t, std::uint16_t>(value, type.is_signed);
+    case 4:
+      return integer_as_double<std::int32_t, std::uint32_t>(value, type.is_signed);
+    default:
+      return integer_as_double<std::int64_t, std::uint64_t>(value, type.is_signed);
+  }
+}
+
+inline void decode_integer(const toml::node& node, void* out, const type_ops& type, const std::string& path,
+                           decode_context& ctx) {
   const auto* v = node.as_integer();
   if (!v) {
     wrong_type(error_kind::int_type, "an integer", path, node, ctx);
     return;
   }
   std::int64_t value = v->get();
-  bool fits;
-  if constexpr (std::is_signed_v<T>) {
-    fits = value >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
-           value <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
-  } else {
-    fits = value >= 0 && static_cast<std::uint64_t>(value) <= std::numeric_limits<T>::max();
-  }
+  std::int64_t min = integer_min(type);
+  std::uint64_t max = integer_max(type);
+  bool fits = value >= min && (value < 0 || static_cast<std::uint64_t>(value) <= max);
   if (!fits) {
     ctx.error(error_kind::int_overflow, path, node,
-              fmt::format("integer out of range: this field holds {} to {}", +std::numeric_limits<T>::min(),
-                          +std::numeric_limits<T>::max()));
+              fmt::format("integer out of range: this field holds {} to {}", min, max));
     return;
   }
-  out = static_cast<T>(value);
+  store_integer(out, type, value);
 }
 
-template <class T>
-void decode_float(const toml::node& node, T& out, const std::string& path, decode_context& ctx) {
+inline void decode_float(const toml::node& node, void* out, const type_ops& type, const std::string& path,
+                         decode_context& ctx) {
   double value;
   if (const auto* f = node.as_floating_point()) {
     value = f->get();
@@ -188,14 +246,18 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
     ctx.error(error_kind::finite_number, path, node, "expected a finite number");
     return;
   }
-  // Converting a double beyond the range of a narrower type is undefined.
-  if (std::fabs(value) > static_cast<double>(std::numeric_limits<T>::max())) {
-    ctx.error(
-        error_kind::finite_number, path, node,
-        fmt::format("expected a finite number; this field holds at most {}", std::numeric_limits<T>::max()));
+  if (type.bytes == sizeof(double)) {
+    *static_cast<double*>(out) = value;
     return;
   }
-  out = static_cast<T>(value);
+  // Converting a double beyond the range of a float is undefined.
+  if (std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+    ctx.error(error_kind::finite_number, path, node,
+              fmt::format("expected a finite number; this field holds at most {}",
+                          std::numeric_limits<float>::max()));
+    return;
+  }
+  *static_cast<float*>(out) = static_cast<float>(value);
 }
 
 // Finds a string among `names`, or reports the allowed values; the index
@@ -221,12 +283,6 @@ void decode_float(const toml::node& node, T& out, const std::string& path, decod
             fmt::format("expected one of {}{}", allowed,
                         hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
   return names.size();
-}
-
-template <class E>
-void decode_enum(const toml::node& node, E& out, const std::string& path, decode_context& ctx) {
-  std::size_t i = decode_name(node, enum_name_list<E>, path, ctx);
-  if (i < enum_entries<E>.size()) out = enum_entries<E>[i].value;
 }
 
 // ---------------------------------------------------------------- structs ---
@@ -263,17 +319,20 @@ void decode_enum(const toml::node& node, E& out, const std::string& path, decode
   ctx.out->back().where = ctx.where(key);
 }
 
-template <class M>
-void check_bounds(const M& value, const field_doc& doc, const std::string& path, const toml::node& node,
-                  decode_context& ctx) {
-  if constexpr (is_optional_v<M>) {
-    if (value) check_bounds(*value, doc, path, node, ctx);
-  } else if constexpr (is_vector_v<M>) {
-    for (const auto& v : value) check_bounds(v, doc, path, node, ctx);
-  } else if constexpr (is_numeric_v<M>) {
+// A numeric field (or the value in an optional, or each element of a
+// vector) against the bounds its description declares.
+inline void check_bounds(void* value, const type_ops& type, const field_doc& doc, const std::string& path,
+                         const toml::node& node, decode_context& ctx) {
+  if (type.kind == value_kind::optional) {
+    if (void* contents = type.optional->get(value))
+      check_bounds(contents, *type.element, doc, path, node, ctx);
+  } else if (type.kind == value_kind::list) {
+    for (std::size_t i = 0, n = type.list->size(value); i < n; ++i)
+      check_bounds(type.list->at(value, i), *type.element, doc, path, node, ctx);
+  } else if (type.kind == value_kind::integer || type.kind == value_kind::floating) {
+    double v = numeric_value(value, type);
     for (std::size_t i = 0; i < doc.bound_count; ++i) {
       const bound& b = doc.bounds[i];
-      double v = static_cast<double>(value);
       bool ok = b.kind == bound::ge   ? v >= b.value
                 : b.kind == bound::gt ? v > b.value
                 : b.kind == bound::le ? v <= b.value
@@ -288,32 +347,11 @@ void check_bounds(const M& value, const field_doc& doc, const std::string& path,
   }
 }
 
-// Decodes one field of type M that sits at `field`, then checks its bounds.
-using field_decoder = void (*)(const toml::node& node, void* field, const std::string& path,
-                               const field_doc& doc, decode_context& ctx);
-
-template <class M>
-void decode_field(const toml::node& node, void* field, const std::string& path, const field_doc& doc,
-                  decode_context& ctx) {
-  M& value = *static_cast<M*>(field);
-  std::size_t errors_before = ctx.out->size();
-  decode_value(node, value, path, ctx);
-  if (ctx.out->size() == errors_before) check_bounds(value, doc, path, node, ctx);
-}
-
-template <class T, std::size_t... I>
-constexpr std::array<field_decoder, sizeof...(I)> decoders_of(std::index_sequence<I...>) {
-  return {&decode_field<field_type_t<T, I>>...};
-}
-
-template <class T>
-inline constexpr auto field_decoders = decoders_of<T>(field_indices<T>);
-
-// Every key of `table` onto the struct at `object`: known keys through the
-// field's decoder, unknown ones reported. Compiled once for all structs.
-[[gnu::noinline]] inline void decode_fields(const toml::table& table, void* object, const struct_shape& shape,
-                                            const field_decoder* decoders, const std::string& path,
-                                            decode_context& ctx, bool is_union) {
+// Every key of `table` onto the struct at `object`: known keys decoded into
+// their field, then checked against its bounds; unknown keys reported.
+inline void decode_fields(const toml::table& table, void* object, const type_ops& type,
+                          const std::string& path, decode_context& ctx, bool is_union) {
+  const struct_shape& shape = type.record->shape();
   for (auto&& entry : table) {
     const toml::key& key = entry.first;
     const toml::node& value = entry.second;
@@ -325,143 +363,156 @@ inline constexpr auto field_decoders = decoders_of<T>(field_indices<T>);
       continue;
     }
     std::string field_path = join_path(path, key.str());
-    decoders[i](value, shape.field(object, i), field_path, shape.docs[i], ctx);
+    void* field = shape.field(object, i);
+    const type_ops& field_type = *type.record->fields[i];
+    std::size_t errors_before = ctx.out->size();
+    decode_value(value, field, field_type, field_path, ctx);
+    if (ctx.out->size() == errors_before)
+      check_bounds(field, field_type, shape.docs[i], field_path, value, ctx);
     ctx.record(field_path, value);
   }
 }
 
-template <class T>
-void decode_struct(const toml::table& table, T& out, const std::string& path, decode_context& ctx,
-                   bool is_union = false) {
-  decode_fields(table, &out, shape_of<T>(), field_decoders<T>.data(), path, ctx, is_union);
-}
-
-template <class... A>
-void decode_union(const toml::table& table, std::variant<A...>& out, const std::string& path,
-                  decode_context& ctx) {
-  static constexpr std::string_view tags[] = {A::type...};
+// A table onto a std::variant of tagged structs: `type` picks the
+// alternative (switching to it resets its fields), the rest goes to it.
+inline void decode_union(const toml::table& table, void* out, const type_ops& type, const std::string& path,
+                         decode_context& ctx) {
+  const union_ops& u = *type.alternatives;
   if (const toml::node* tag = table.get("type")) {
     std::string allowed;
-    for (std::string_view t : tags) allowed += fmt::format("{}'{}'", allowed.empty() ? "" : ", ", t);
+    for (std::string_view t : u.tags) allowed += fmt::format("{}'{}'", allowed.empty() ? "" : ", ", t);
     const auto* s = tag->as_string();
-    std::size_t index = sizeof...(A);
+    std::size_t index = u.tags.size();
     if (s)
-      for (std::size_t i = 0; i < sizeof...(A); ++i)
-        if (tags[i] == s->get()) index = i;
+      for (std::size_t i = 0; i < u.tags.size(); ++i)
+        if (u.tags[i] == s->get()) index = i;
     std::string tag_path = join_path(path, "type");
-    if (index == sizeof...(A)) {
-      std::string hint = s ? closest_match(s->get(), tags) : std::string();
+    if (index == u.tags.size()) {
+      std::string hint = s ? closest_match(s->get(), u.tags) : std::string();
       ctx.error(error_kind::union_tag_invalid, tag_path, *tag,
                 fmt::format("'type' must be one of {}{}", allowed,
                             hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
       return;  // the other keys belong to an alternative we cannot know
     }
-    if (out.index() != index) {
+    if (u.index(out) != index) {
       ctx.forget_below(path);
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((I == index ? void(out.template emplace<I>()) : void()), ...);
-      }
-      (std::index_sequence_for<A...>{});
+      u.emplace(out, index);
     }
     ctx.record(tag_path, *tag);
   }
-  std::visit([&](auto& alternative) { decode_struct(table, alternative, path, ctx, true); }, out);
+  decode_fields(table, u.active(out), *u.alternatives[u.index(out)], path, ctx, true);
 }
 
 // ------------------------------------------------------------ dispatcher ---
 
-template <class T>
-[[gnu::noinline]] void decode_value(const toml::node& node, T& out, const std::string& path,
-                                    decode_context& ctx) {
-  if constexpr (reads_text_as_toml<T>) {
-    if (ctx.from_command_line() && node.is_string()) {
-      std::unique_ptr<toml::table> parsed = parse_cli_value(node);
-      if (parsed) {
-        decode_value(*parsed->get("v"), out, path, ctx);
-        return;
-      }
-      // Not a TOML value: fall through and report it against the string.
+inline void decode_value(const toml::node& node, void* out, const type_ops& type, const std::string& path,
+                         decode_context& ctx) {
+  if (reads_text_as_toml(type.kind) && ctx.from_command_line() && node.is_string()) {
+    std::unique_ptr<toml::table> parsed = parse_cli_value(node);
+    if (parsed) {
+      decode_value(*parsed->get("v"), out, type, path, ctx);
+      return;
     }
+    // Not a TOML value: go on and report it against the string.
   }
 
-  if constexpr (std::is_same_v<T, bool>) {
-    if (const auto* b = node.as_boolean())
-      out = b->get();
-    else
-      wrong_type(error_kind::bool_type, "true or false", path, node, ctx);
-  } else if constexpr (is_integer_v<T>) {
-    decode_integer(node, out, path, ctx);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    decode_float(node, out, path, ctx);
-  } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
-    if (const auto* s = node.as_string())
-      out = T(s->get());
-    else
-      wrong_type(error_kind::string_type, "a string", path, node, ctx);
-  } else if constexpr (std::is_enum_v<T>) {
-    decode_enum(node, out, path, ctx);
-  } else if constexpr (is_optional_v<T>) {
-    // TOML has no null: the string "None" clears an optional (as in prime-rl).
-    if (const auto* s = node.as_string(); s && s->get() == "None") {
-      out.reset();
-      ctx.forget_below(path);
+  switch (type.kind) {
+    case value_kind::boolean:
+      if (const auto* b = node.as_boolean())
+        *static_cast<bool*>(out) = b->get();
+      else
+        wrong_type(error_kind::bool_type, "true or false", path, node, ctx);
+      return;
+    case value_kind::integer:
+      decode_integer(node, out, type, path, ctx);
+      return;
+    case value_kind::floating:
+      decode_float(node, out, type, path, ctx);
+      return;
+    case value_kind::string:
+    case value_kind::path:
+      if (const auto* s = node.as_string()) {
+        if (type.kind == value_kind::string)
+          *static_cast<std::string*>(out) = s->get();
+        else
+          *static_cast<std::filesystem::path*>(out) = std::filesystem::path(s->get());
+      } else {
+        wrong_type(error_kind::string_type, "a string", path, node, ctx);
+      }
+      return;
+    case value_kind::enumeration: {
+      std::size_t i = decode_name(node, type.enumeration->names, path, ctx);
+      if (i < type.enumeration->names.size()) type.enumeration->set(out, i);
       return;
     }
-    if (!out) out.emplace();  // an empty table turns an optional section on with its defaults
-    decode_value(node, *out, path, ctx);
-  } else if constexpr (is_vector_v<T>) {
-    const auto* array = node.as_array();
-    if (!array) {
-      wrong_type(error_kind::array_type, "an array", path, node, ctx);
+    case value_kind::optional:
+      // TOML has no null: the string "None" clears an optional (as in prime-rl).
+      if (const auto* s = node.as_string(); s && s->get() == "None") {
+        type.optional->reset(out);
+        ctx.forget_below(path);
+        return;
+      }
+      // An empty table turns an optional section on with its defaults.
+      decode_value(node, type.optional->engage(out), *type.element, path, ctx);
+      return;
+    case value_kind::list: {
+      const auto* array = node.as_array();
+      if (!array) {
+        wrong_type(error_kind::array_type, "an array", path, node, ctx);
+        return;
+      }
+      // Decoded aside: a list with a bad element keeps its old value.
+      void* result = type.list->make();
+      std::size_t errors_before = ctx.out->size();
+      for (std::size_t i = 0; i < array->size(); ++i)
+        decode_value(*array->get(i), type.list->append(result), *type.element, fmt::format("{}[{}]", path, i),
+                     ctx);
+      if (ctx.out->size() == errors_before)
+        type.list->adopt(out, result);
+      else
+        type.list->discard(result);
       return;
     }
-    T result;
-    std::size_t errors_before = ctx.out->size();
-    for (std::size_t i = 0; i < array->size(); ++i) {
-      typename T::value_type element{};
-      decode_value(*array->get(i), element, fmt::format("{}[{}]", path, i), ctx);
-      result.push_back(std::move(element));
-    }
-    if (ctx.out->size() == errors_before) out = std::move(result);
-  } else if constexpr (is_string_map_v<T>) {
-    const auto* table = node.as_table();
-    if (!table) {
-      wrong_type(error_kind::table_type, "a table", path, node, ctx);
+    case value_kind::string_map: {
+      const auto* table = node.as_table();
+      if (!table) {
+        wrong_type(error_kind::table_type, "a table", path, node, ctx);
+        return;
+      }
+      for (auto&& [key, value] : *table) {
+        std::string entry_path = join_path(path, key.str());
+        decode_value(value, type.map->entry(out, key.str()), *type.element, entry_path, ctx);
+        ctx.record(entry_path, value);
+      }
       return;
     }
-    for (auto&& [key, value] : *table) {
-      std::string entry_path = join_path(path, key.str());
-      decode_value(value, out[std::string(key.str())], entry_path, ctx);
-      ctx.record(entry_path, value);
-    }
-  } else if constexpr (is_variant_v<T>) {
-    const auto* table = node.as_table();
-    if (!table) {
-      wrong_type(error_kind::table_type, "a table", path, node, ctx);
+    case value_kind::opaque: {
+      const toml::table* table = node.as_table();
+      std::optional<toml::table> parsed;
+      if (!table && ctx.from_command_line() && node.is_string()) {
+        parsed = parse_cli_text(node.as_string()->get());
+        if (parsed) table = parsed->get("v") ? parsed->get("v")->as_table() : nullptr;
+      }
+      if (!table) {
+        wrong_type(error_kind::table_type, "a table", path, node, ctx);
+        return;
+      }
+      merge_tables(static_cast<opaque_table*>(out)->value, *table);
       return;
     }
-    decode_union(*table, out, path, ctx);
-  } else if constexpr (std::is_same_v<T, opaque_table>) {
-    const toml::table* table = node.as_table();
-    std::optional<toml::table> parsed;
-    if (!table && ctx.from_command_line() && node.is_string()) {
-      parsed = parse_cli_text(node.as_string()->get());
-      if (parsed) table = parsed->get("v") ? parsed->get("v")->as_table() : nullptr;
-    }
-    if (!table) {
-      wrong_type(error_kind::table_type, "a table", path, node, ctx);
+    case value_kind::tagged_union:
+    case value_kind::record: {
+      const auto* table = node.as_table();
+      if (!table) {
+        wrong_type(error_kind::table_type, "a table", path, node, ctx);
+        return;
+      }
+      if (type.kind == value_kind::tagged_union)
+        decode_union(*table, out, type, path, ctx);
+      else
+        decode_fields(*table, out, type, path, ctx, false);
       return;
     }
-    merge_tables(out.value, *table);
-  } else if constexpr (is_struct_v<T>) {
-    const auto* table = node.as_table();
-    if (!table) {
-      wrong_type(error_kind::table_type, "a table", path, node, ctx);
-      return;
-    }
-    decode_struct(*table, out, path, ctx);
-  } else {
-    static_assert(sizeof(T) == 0, "primecfg: unsupported field type");
   }
 }
 

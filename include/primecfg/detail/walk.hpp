@@ -2,23 +2,20 @@
 // address, type and dotted path of every field (parents first), and the
 // validate() of every struct that has one (children first).
 //
-// It is a single template walk on purpose: each walk instantiates code for
-// every type of the config tree, and that code is most of what a translation
-// unit that loads a config costs to compile.
+// One plain function over the type descriptions of detail/type_ops.hpp, not
+// a template per field type (see there why).
 #pragma once
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/struct_shape.hpp>
-#include <primecfg/detail/type_traits.hpp>
+#include <primecfg/detail/type_ops.hpp>
 #include <primecfg/validate.hpp>
 
-#include <array>
 #include <string>
 #include <string_view>
 #include <typeindex>
 #include <utility>
-#include <variant>
 #include <vector>
 
 namespace primecfg::detail {
@@ -44,50 +41,51 @@ struct value_index {
   return out;
 }
 
-template <class T>
-[[gnu::noinline]] void index_value(T& value, const std::string& path, const field_doc* doc, value_index& out);
+struct map_index_context {
+  const type_ops* element;
+  const std::string* path;
+  value_index* out;
+};
 
-using field_indexer = void (*)(void* field, const std::string& path, const field_doc* doc, value_index& out);
-
-template <class M>
-void index_field(void* field, const std::string& path, const field_doc* doc, value_index& out) {
-  index_value(*static_cast<M*>(field), path, doc, out);
-}
-
-template <class T, std::size_t... I>
-constexpr std::array<field_indexer, sizeof...(I)> indexers_of(std::index_sequence<I...>) {
-  return {&index_field<field_type_t<T, I>>...};
-}
-
-template <class T>
-inline constexpr auto field_indexers = indexers_of<T>(field_indices<T>);
-
-// The fields of the struct at `object`, through each field's indexer.
-[[gnu::noinline]] inline void index_fields(void* object, const struct_shape& shape,
-                                           const field_indexer* indexers, const std::string& path,
-                                           value_index& out) {
-  for (std::size_t i = 0; i < shape.names.size(); ++i)
-    indexers[i](shape.field(object, i), child_path(path, shape.names[i]), &shape.docs[i], out);
-}
-
-template <class T>
-[[gnu::noinline]] void index_value(T& value, const std::string& path, const field_doc* doc,
-                                   value_index& out) {
-  out.fields.push_back({&value, std::type_index(typeid(T)), path, doc});
-  if constexpr (is_optional_v<T>) {
-    if (value) index_value(*value, path, nullptr, out);
-  } else if constexpr (is_vector_v<T>) {
-    for (std::size_t i = 0; i < value.size(); ++i)
-      index_value(value[i], path + "[" + std::to_string(i) + "]", nullptr, out);
-  } else if constexpr (is_string_map_v<T>) {
-    for (auto& [key, item] : value) index_value(item, child_path(path, key), nullptr, out);
-  } else if constexpr (is_variant_v<T>) {
-    std::visit([&](auto& alternative) { index_value(alternative, path, nullptr, out); }, value);
-  } else if constexpr (is_struct_v<T>) {
-    index_fields(&value, shape_of<T>(), field_indexers<T>.data(), path, out);
-    if constexpr (requires(validation & v) { value.validate(v); })
-      out.rules.emplace_back(&value,
-                             [](void* object, validation& v) { static_cast<T*>(object)->validate(v); });
+inline void index_value(void* value, const type_ops& type, const std::string& path, const field_doc* doc,
+                        value_index& out) {
+  out.fields.push_back({value, std::type_index(*type.type), path, doc});
+  switch (type.kind) {
+    case value_kind::optional:
+      if (void* contents = type.optional->get(value))
+        index_value(contents, *type.element, path, nullptr, out);
+      break;
+    case value_kind::list:
+      for (std::size_t i = 0, n = type.list->size(value); i < n; ++i)
+        index_value(type.list->at(value, i), *type.element, path + "[" + std::to_string(i) + "]", nullptr,
+                    out);
+      break;
+    case value_kind::string_map: {
+      map_index_context context{type.element, &path, &out};
+      type.map->for_each(
+          value,
+          [](void* c, const std::string& key, void* item) {
+            auto& m = *static_cast<map_index_context*>(c);
+            index_value(item, *m.element, child_path(*m.path, key), nullptr, *m.out);
+          },
+          &context);
+      break;
+    }
+    case value_kind::tagged_union: {
+      const union_ops& u = *type.alternatives;
+      index_value(u.active(value), *u.alternatives[u.index(value)], path, nullptr, out);
+      break;
+    }
+    case value_kind::record: {
+      const struct_shape& shape = type.record->shape();
+      for (std::size_t i = 0; i < shape.names.size(); ++i)
+        index_value(shape.field(value, i), *type.record->fields[i], child_path(path, shape.names[i]),
+                    &shape.docs[i], out);
+      if (type.record->validate) out.rules.emplace_back(value, type.record->validate);  // after its fields'
+      break;
+    }
+    default:
+      break;
   }
 }
 
