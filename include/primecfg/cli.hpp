@@ -10,6 +10,7 @@
 
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_ops.hpp>
 #include <primecfg/error.hpp>
@@ -23,6 +24,22 @@
 #include <vector>
 
 namespace primecfg {
+
+namespace detail {
+
+// The command-line parser's entry points, for a root struct described by
+// `root`. Compiled once where PRIMECFG_HEADER_ONLY=0 (detail/header_only.hpp).
+PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& root,
+                                                                std::span<const std::string> args,
+                                                                sources& src, std::vector<diagnostic>& errors,
+                                                                bool bare_arguments_are_files);
+// The arguments left over after the files and flags, as errors.
+PRIMECFG_LOADER_API void refuse_arguments(const std::vector<std::string>& rest,
+                                          std::vector<diagnostic>& errors);
+
+}  // namespace detail
+
+#if PRIMECFG_DEFINES_LOADER
 
 namespace detail {
 
@@ -120,10 +137,10 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
   return d;
 }
 
-// parse_command_line for a root struct described by `root`.
-inline std::vector<std::string> parse_command_line(const type_ops& root, std::span<const std::string> args,
-                                                   sources& src, std::vector<diagnostic>& errors,
-                                                   bool bare_arguments_are_files) {
+PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& root,
+                                                                std::span<const std::string> args,
+                                                                sources& src, std::vector<diagnostic>& errors,
+                                                                bool bare_arguments_are_files) {
   std::vector<std::string> positional;
   std::vector<std::string> files;
   sources overrides;
@@ -209,8 +226,8 @@ inline std::vector<std::string> parse_command_line(const type_ops& root, std::sp
   return positional;
 }
 
-// The arguments left over after the files and flags, as errors.
-inline void refuse_arguments(const std::vector<std::string>& rest, std::vector<diagnostic>& errors) {
+PRIMECFG_LOADER_API void refuse_arguments(const std::vector<std::string>& rest,
+                                          std::vector<diagnostic>& errors) {
   for (const std::string& arg : rest)
     errors.push_back(
         command_line_error(error_kind::extra_forbidden, arg,
@@ -218,6 +235,8 @@ inline void refuse_arguments(const std::vector<std::string>& rest, std::vector<d
 }
 
 }  // namespace detail
+
+#endif  // PRIMECFG_DEFINES_LOADER
 
 // Adds the files in `args` to `src` in order, then the overrides in order:
 // an override beats every file wherever it stands on the line. Problems with

@@ -11,6 +11,7 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/decode.hpp>
+#include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/utf8.hpp>
 #include <primecfg/detail/walk.hpp>
@@ -93,6 +94,18 @@ struct loaded {
     return it == provenance.end() ? primecfg::provenance{} : it->second;
   }
 };
+
+namespace detail {
+
+// The loader's entry point: every source in order onto `value`, a root struct
+// described by `type` that holds its defaults; then the required fields and
+// the rules. Compiled once where PRIMECFG_HEADER_ONLY=0 (detail/header_only.hpp).
+PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const sources& src,
+                                      std::vector<diagnostic>& diagnostics, provenance_map& provenance);
+
+}  // namespace detail
+
+#if PRIMECFG_DEFINES_LOADER
 
 namespace detail {
 
@@ -240,10 +253,8 @@ inline void check_and_validate(void* value, const type_ops& type, std::vector<di
   for (auto& [object, rule] : index.rules) rule(object, v);
 }
 
-// Every source in order onto `value`, a root struct described by `type`
-// that holds its defaults; then the required fields and the rules.
-inline void load_sources(void* value, const type_ops& type, const sources& src,
-                         std::vector<diagnostic>& diagnostics, provenance_map& provenance) {
+PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const sources& src,
+                                      std::vector<diagnostic>& diagnostics, provenance_map& provenance) {
   decode_context ctx;
   ctx.out = &diagnostics;
   ctx.sources = &provenance;
@@ -285,6 +296,8 @@ inline void load_sources(void* value, const type_ops& type, const sources& src,
 }
 
 }  // namespace detail
+
+#endif  // PRIMECFG_DEFINES_LOADER
 
 // Defaults, then every source in order; all problems end up in diagnostics.
 template <class T>

@@ -1,6 +1,7 @@
 // Printing diagnostics: compiler-style text for people, JSON for tools.
 #pragma once
 
+#include <primecfg/detail/header_only.hpp>
 #include <primecfg/error.hpp>
 
 #include <fmt/format.h>
@@ -15,7 +16,18 @@
 namespace primecfg {
 
 // One line per diagnostic, then "3 errors in SFTConfig" when there are errors.
-inline std::string format_text(const std::vector<diagnostic>& diagnostics, std::string_view root_name) {
+PRIMECFG_LOADER_API std::string format_text(const std::vector<diagnostic>& diagnostics,
+                                            std::string_view root_name);
+
+// A JSON array with one object per diagnostic:
+// {"severity", "kind", "path", "origin", "file", "line", "column", "message", "input"}.
+PRIMECFG_LOADER_API std::string format_json(const std::vector<diagnostic>& diagnostics);
+
+// Compiled once where PRIMECFG_HEADER_ONLY=0 (detail/header_only.hpp).
+#if PRIMECFG_DEFINES_LOADER
+
+PRIMECFG_LOADER_API std::string format_text(const std::vector<diagnostic>& diagnostics,
+                                            std::string_view root_name) {
   std::string out;
   for (const diagnostic& d : diagnostics) out += format_diagnostic(d) + "\n";
   auto errors = std::count_if(diagnostics.begin(), diagnostics.end(),
@@ -24,9 +36,7 @@ inline std::string format_text(const std::vector<diagnostic>& diagnostics, std::
   return out;
 }
 
-// A JSON array with one object per diagnostic:
-// {"severity", "kind", "path", "origin", "file", "line", "column", "message", "input"}.
-inline std::string format_json(const std::vector<diagnostic>& diagnostics) {
+PRIMECFG_LOADER_API std::string format_json(const std::vector<diagnostic>& diagnostics) {
   toml::array list;
   for (const diagnostic& d : diagnostics) {
     toml::table entry{
@@ -57,5 +67,7 @@ inline std::string format_json(const std::vector<diagnostic>& diagnostics) {
   os << toml::json_formatter{list};
   return os.str() + "\n";
 }
+
+#endif  // PRIMECFG_DEFINES_LOADER
 
 }  // namespace primecfg

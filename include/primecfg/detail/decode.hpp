@@ -10,6 +10,7 @@
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/key_depth.hpp>
 #include <primecfg/detail/merge.hpp>
 #include <primecfg/detail/struct_shape.hpp>
@@ -30,6 +31,9 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+// Only where the loader is compiled (detail/header_only.hpp).
+#if PRIMECFG_DEFINES_LOADER
 
 namespace primecfg::detail {
 
@@ -517,3 +521,5 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
 }
 
 }  // namespace primecfg::detail
+
+#endif  // PRIMECFG_DEFINES_LOADER

@@ -13,19 +13,19 @@ namespace primecfg::detail {
 
 inline constexpr int max_enum_value = 64;
 
-template <auto V>
+// One signature lists all candidate values of E: a single instantiation per
+// enum type (one per value made 64 per enum, over a second of compile time for
+// the shipped tree). g++ prints "[with auto ...V = {Offload::none, ...,
+// (Offload)7, ...}]", clang "[V = <Offload::none, ..., (Offload)7, ...>]".
+template <auto... V>
 constexpr std::string_view enum_signature() noexcept {
   return __PRETTY_FUNCTION__;
 }
 
-// g++: "... [with auto V = Offload::full; ...]"; for a value with no
-// enumerator: "... V = (Offload)7 ..." (g++) or "V = (Offload)7" (clang).
-constexpr std::string_view enumerator_from_signature(std::string_view sig) noexcept {
-  std::size_t start = sig.find("V = ");
-  if (start == std::string_view::npos) return {};
-  start += 4;
-  std::size_t end = sig.find_first_of(";]", start);
-  std::string_view expr = sig.substr(start, end - start);
+// "none" from "Offload::none"; empty for "(Offload)7", a value that has no
+// enumerator.
+constexpr std::string_view enumerator_from_expression(std::string_view expr) noexcept {
+  while (!expr.empty() && expr.front() == ' ') expr.remove_prefix(1);
   if (expr.empty() || expr.front() == '(') return {};  // a cast: no enumerator
   std::size_t cut = expr.find_last_of(':');
   std::string_view name = cut == std::string_view::npos ? expr : expr.substr(cut + 1);
@@ -35,18 +35,35 @@ constexpr std::string_view enumerator_from_signature(std::string_view sig) noexc
   return name;
 }
 
-template <class E, int V>
-constexpr std::string_view enumerator_name() noexcept {
-  return enumerator_from_signature(enum_signature<static_cast<E>(V)>());
+// The N enumerator names in such a signature, split at the list's top-level
+// commas; all empty when the signature has another shape.
+template <std::size_t N>
+constexpr std::array<std::string_view, N> enumerators_from_signature(std::string_view sig) noexcept {
+  std::array<std::string_view, N> out{};
+  std::size_t open = sig.find("V = ");
+  if (open == std::string_view::npos) return out;
+  open += 4;  // the list's opening '{' or '<'
+  std::size_t piece = open + 1, depth = 0, k = 0;
+  for (std::size_t i = open + 1; i < sig.size() && k < N; ++i) {
+    char c = sig[i];
+    if (depth == 0 && (c == ',' || c == '}' || c == '>')) {
+      out[k++] = enumerator_from_expression(sig.substr(piece, i - piece));
+      piece = i + 1;
+    } else if (c == '(' || c == '<' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == '>' || c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return out;
 }
 
 // The name of every value in [0, max_enum_value), empty where no enumerator
-// has that value. Read once per enum type: each read is a constant
-// evaluation over a function signature, which is what costs compile time.
+// has that value.
 template <class E, int... V>
 constexpr std::array<std::string_view, sizeof...(V)> read_enumerator_names(
     std::integer_sequence<int, V...>) noexcept {
-  return {enumerator_name<E, V>()...};
+  return enumerators_from_signature<sizeof...(V)>(enum_signature<static_cast<E>(V)...>());
 }
 
 template <class E>

@@ -8,6 +8,7 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_ops.hpp>
 #include <primecfg/validate.hpp>
@@ -17,6 +18,9 @@
 #include <typeindex>
 #include <utility>
 #include <vector>
+
+// Only where the loader is compiled (detail/header_only.hpp).
+#if PRIMECFG_DEFINES_LOADER
 
 namespace primecfg::detail {
 
@@ -90,3 +94,5 @@ inline void index_value(void* value, const type_ops& type, const std::string& pa
 }
 
 }  // namespace primecfg::detail
+
+#endif  // PRIMECFG_DEFINES_LOADER
