@@ -16,6 +16,7 @@
 #pragma once
 
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_traits.hpp>
 
 #include <array>
@@ -154,7 +155,7 @@ concept described = requires {
 
 template <class T>
 struct struct_doc {
-  static constexpr std::size_t size = boost::pfr::tuple_size_v<T>;
+  static constexpr std::size_t size = detail::field_count_v<T>;
   std::array<field_doc, size> fields{};
   std::array<int, size> times_described{};
   std::array<retired_key, 16> retired{};

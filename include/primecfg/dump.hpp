@@ -4,6 +4,7 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_name.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/detail/value_text.hpp>
@@ -38,7 +39,7 @@ toml::table encode_struct(const T& value) {
   } else {
     constexpr auto names = field_names<T>();
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (encode_into(out, names[I], boost::pfr::get<I>(value)), ...);
+      (encode_into(out, names[I], detail::get_field<I>(value)), ...);
     }
     (std::make_index_sequence<names.size()>{});
   }
@@ -153,8 +154,8 @@ class toml_writer {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (
           [&] {
-            using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(value))>;
-            const F& f = boost::pfr::get<I>(value);
+            using F = std::remove_cvref_t<decltype(detail::get_field<I>(value))>;
+            const F& f = detail::get_field<I>(value);
             if constexpr (!is_section_v<F>) {
               line(names[I], value_text(f), child(names[I]));
             } else if constexpr (is_optional_v<F>) {
@@ -164,8 +165,8 @@ class toml_writer {
           ...);
       (
           [&] {
-            using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(value))>;
-            if constexpr (is_section_v<F>) section(boost::pfr::get<I>(value), child(names[I]));
+            using F = std::remove_cvref_t<decltype(detail::get_field<I>(value))>;
+            if constexpr (is_section_v<F>) section(detail::get_field<I>(value), child(names[I]));
           }(),
           ...);
     }

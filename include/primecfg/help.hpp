@@ -4,6 +4,7 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/dump.hpp>
@@ -67,8 +68,8 @@ void help_for_struct(std::string& out, const S& defaults, const std::string& pre
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
-          using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(defaults))>;
-          const F& value = boost::pfr::get<I>(defaults);
+          using F = std::remove_cvref_t<decltype(detail::get_field<I>(defaults))>;
+          const F& value = detail::get_field<I>(defaults);
           const field_doc& doc = doc_of<S>.fields[I];
           std::string flag = prefix + kebab(std::string(names[I]));
           if constexpr (is_variant_v<F>) {
@@ -119,8 +120,8 @@ void reference_for_struct(std::string& out, const S& defaults, const std::string
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
-          using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(defaults))>;
-          const F& value = boost::pfr::get<I>(defaults);
+          using F = std::remove_cvref_t<decltype(detail::get_field<I>(defaults))>;
+          const F& value = detail::get_field<I>(defaults);
           const field_doc& doc = doc_of<S>.fields[I];
           std::string key(names[I]);
           std::string child = path.empty() ? key : path + "." + key;

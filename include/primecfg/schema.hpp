@@ -9,6 +9,7 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_name.hpp>
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/dump.hpp>
@@ -46,7 +47,7 @@ toml::table schema_of_struct(std::string_view tag = {}) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
-          using F = std::remove_cvref_t<decltype(boost::pfr::get<I>(defaults))>;
+          using F = std::remove_cvref_t<decltype(detail::get_field<I>(defaults))>;
           const field_doc& doc = doc_of<S>.fields[I];
           toml::table property = schema_of_type<F>(&doc);
           if (!doc.description.empty())

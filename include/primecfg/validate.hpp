@@ -18,6 +18,8 @@
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
 
+#include <primecfg/detail/fields.hpp>
+
 #include <boost/pfr/core.hpp>
 
 #include <map>
@@ -105,9 +107,9 @@ class validation {
   void inherit_fields(S& target, const S& shared) {
     if constexpr (detail::is_struct_v<S>) {
       [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (inherit_fields(boost::pfr::get<I>(target), boost::pfr::get<I>(shared)), ...);
+        (inherit_fields(detail::get_field<I>(target), detail::get_field<I>(shared)), ...);
       }
-      (std::make_index_sequence<boost::pfr::tuple_size_v<S>>{});
+      (std::make_index_sequence<detail::field_count_v<S>>{});
     } else if (is_set(shared)) {
       inherit(target, shared);
     }

@@ -4,6 +4,8 @@
 #include <primecfg/detail/type_traits.hpp>
 #include <primecfg/opaque.hpp>
 
+#include <primecfg/detail/fields.hpp>
+
 #include <boost/pfr/core.hpp>
 
 #include <variant>
@@ -32,9 +34,9 @@ bool deep_equal(const T& a, const T& b) {
   } else if constexpr (is_struct_v<T>) {
     bool equal = true;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((equal = equal && deep_equal(boost::pfr::get<I>(a), boost::pfr::get<I>(b))), ...);
+      ((equal = equal && deep_equal(detail::get_field<I>(a), detail::get_field<I>(b))), ...);
     }
-    (std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    (std::make_index_sequence<detail::field_count_v<T>>{});
     return equal;
   } else {
     return a == b;

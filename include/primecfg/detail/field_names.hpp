@@ -7,6 +7,8 @@
 // the member's name back out of __PRETTY_FUNCTION__.
 #pragma once
 
+#include <primecfg/detail/fields.hpp>
+
 #include <boost/pfr/core.hpp>
 
 #include <array>
@@ -49,7 +51,7 @@ constexpr const T& fake_object() noexcept {
 // All members of the fake object, as a tuple of references.
 template <class T>
 constexpr auto fake_tie() noexcept {
-  return boost::pfr::detail::tie_as_tuple(fake_object<T>());
+  return tie_fields(fake_object<T>());
 }
 
 // One signature lists every member of T: a single instantiation per struct.
@@ -127,7 +129,7 @@ constexpr std::array<std::string_view, sizeof...(I)> fallback_names(std::index_s
 
 template <class T>
 constexpr auto field_names_fallback() noexcept {
-  return fallback_names<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+  return fallback_names<T>(std::make_index_sequence<detail::field_count_v<T>>{});
 }
 
 template <class T>
@@ -150,7 +152,7 @@ constexpr std::array<const void*, sizeof...(I)> collect_member_addresses(std::in
 
 template <class T>
 inline constexpr auto fake_member_addresses =
-    collect_member_addresses<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    collect_member_addresses<T>(std::make_index_sequence<detail::field_count_v<T>>{});
 
 // Index of the data member `member` points to, computed at compile time by
 // comparing addresses inside the fake object; the field count when not found.

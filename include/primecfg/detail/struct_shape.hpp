@@ -10,6 +10,7 @@
 
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
+#include <primecfg/detail/fields.hpp>
 
 #include <array>
 #include <cstddef>
@@ -31,7 +32,7 @@ struct struct_shape {
 
 // The type of field I of T.
 template <class T, std::size_t I>
-using field_type_t = std::remove_cvref_t<decltype(boost::pfr::get<I>(std::declval<T&>()))>;
+using field_type_t = std::remove_cvref_t<decltype(detail::get_field<I>(std::declval<T&>()))>;
 
 template <class T>
 inline constexpr auto field_names_of = field_names<T>();
@@ -47,7 +48,7 @@ template <class T, std::size_t... I>
 std::array<std::size_t, sizeof...(I)> measure_offsets(std::index_sequence<I...>) {
   const T probe{};
   const char* base = reinterpret_cast<const char*>(&probe);
-  return {static_cast<std::size_t>(reinterpret_cast<const char*>(&boost::pfr::get<I>(probe)) - base)...};
+  return {static_cast<std::size_t>(reinterpret_cast<const char*>(&detail::get_field<I>(probe)) - base)...};
 }
 
 template <class T>
