@@ -111,10 +111,9 @@ struct decode_context {
   }
 };
 
-// "expected a table, got an integer": one out-of-line function for every
-// type check, so the per-type decoders stay small.
-[[gnu::noinline]] inline void wrong_type(error_kind kind, std::string_view expected, const std::string& path,
-                                         const toml::node& node, decode_context& ctx) {
+// "expected a table, got an integer".
+inline void wrong_type(error_kind kind, std::string_view expected, const std::string& path,
+                       const toml::node& node, decode_context& ctx) {
   ctx.error(kind, path, node, fmt::format("expected {}, got {}", expected, type_name_of(node)));
 }
 
@@ -266,9 +265,8 @@ inline void decode_float(const toml::node& node, void* out, const type_ops& type
 
 // Finds a string among `names`, or reports the allowed values; the index
 // found, or names.size(). Shared by every enum type.
-[[gnu::noinline]] inline std::size_t decode_name(const toml::node& node,
-                                                 std::span<const std::string_view> names,
-                                                 const std::string& path, decode_context& ctx) {
+inline std::size_t decode_name(const toml::node& node, std::span<const std::string_view> names,
+                               const std::string& path, decode_context& ctx) {
   std::string allowed;
   for (std::string_view name : names) {
     if (!allowed.empty()) allowed += ", ";
@@ -291,9 +289,8 @@ inline void decode_float(const toml::node& node, void* out, const type_ops& type
 
 // ---------------------------------------------------------------- structs ---
 
-[[gnu::noinline]] inline void report_unknown_key(const toml::key& key, const toml::node& value,
-                                                 const std::string& parent, const struct_shape& shape,
-                                                 decode_context& ctx, bool is_union) {
+inline void report_unknown_key(const toml::key& key, const toml::node& value, const std::string& parent,
+                               const struct_shape& shape, decode_context& ctx, bool is_union) {
   std::string path = join_path(parent, key.str());
   for (const retired_key& r : shape.retired) {
     if (r.key != key.str()) continue;

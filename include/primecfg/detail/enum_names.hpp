@@ -3,6 +3,8 @@
 // enumerator's name and nothing has to be registered.
 #pragma once
 
+#include <primecfg/detail/signature_list.hpp>
+
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -35,35 +37,13 @@ constexpr std::string_view enumerator_from_expression(std::string_view expr) noe
   return name;
 }
 
-// The N enumerator names in such a signature, split at the list's top-level
-// commas; all empty when the signature has another shape.
-template <std::size_t N>
-constexpr std::array<std::string_view, N> enumerators_from_signature(std::string_view sig) noexcept {
-  std::array<std::string_view, N> out{};
-  std::size_t open = sig.find("V = ");
-  if (open == std::string_view::npos) return out;
-  open += 4;  // the list's opening '{' or '<'
-  std::size_t piece = open + 1, depth = 0, k = 0;
-  for (std::size_t i = open + 1; i < sig.size() && k < N; ++i) {
-    char c = sig[i];
-    if (depth == 0 && (c == ',' || c == '}' || c == '>')) {
-      out[k++] = enumerator_from_expression(sig.substr(piece, i - piece));
-      piece = i + 1;
-    } else if (c == '(' || c == '<' || c == '[' || c == '{') {
-      ++depth;
-    } else if (c == ')' || c == '>' || c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return out;
-}
-
 // The name of every value in [0, max_enum_value), empty where no enumerator
 // has that value.
 template <class E, int... V>
 constexpr std::array<std::string_view, sizeof...(V)> read_enumerator_names(
     std::integer_sequence<int, V...>) noexcept {
-  return enumerators_from_signature<sizeof...(V)>(enum_signature<static_cast<E>(V)...>());
+  return signature_list<sizeof...(V)>(enum_signature<static_cast<E>(V)...>(), "V = ",
+                                      [](std::string_view item) { return enumerator_from_expression(item); });
 }
 
 template <class E>

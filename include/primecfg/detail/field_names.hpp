@@ -8,6 +8,7 @@
 #pragma once
 
 #include <primecfg/detail/fields.hpp>
+#include <primecfg/detail/signature_list.hpp>
 
 #include <boost/pfr/core.hpp>
 
@@ -83,27 +84,12 @@ constexpr std::string_view member_name_from_expression(std::string_view expr) no
 }
 
 // The N member names in "... Ptrs = {(&...a), (&...b)}; ..." (g++) or
-// "... [Ptrs = <{&...a}, {&...b}>]" (clang): the list is split at its
-// top-level commas. Empty names when the signature has another shape.
+// "... [Ptrs = <{&...a}, {&...b}>]" (clang); empty when the signature has
+// another shape.
 template <std::size_t N>
 constexpr std::array<std::string_view, N> member_names_from_signature(std::string_view sig) noexcept {
-  std::array<std::string_view, N> out{};
-  std::size_t open = sig.find("Ptrs = ");
-  if (open == std::string_view::npos) return out;
-  open += 7;  // the list's opening '{' or '<'
-  std::size_t piece = open + 1, depth = 0, k = 0;
-  for (std::size_t i = open + 1; i < sig.size() && k < N; ++i) {
-    char c = sig[i];
-    if (depth == 0 && (c == ',' || c == '}' || c == '>')) {
-      out[k++] = member_name_from_expression(sig.substr(piece, i - piece));
-      piece = i + 1;
-    } else if (c == '(' || c == '<' || c == '[' || c == '{') {
-      ++depth;
-    } else if (c == ')' || c == '>' || c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return out;
+  return signature_list<N>(
+      sig, "Ptrs = ", [](std::string_view item) { return member_name_from_expression(item); });
 }
 
 template <std::size_t N>

@@ -2,9 +2,9 @@
 // object, each field's documentation, and the keys a migration retired.
 //
 // The loaders (decoding, the field index the rules use, command-line flag
-// lookup) walk this table in plain functions that are compiled once, and keep
-// templates only for what differs by field type. A template per struct, with
-// the per-field code unrolled into it, made a translation unit that loads the
+// lookup) walk this table, and the field types' descriptions of
+// detail/type_ops.hpp, in plain functions. A template per struct, with the
+// per-field code unrolled into it, made a translation unit that loads the
 // shipped config tree take half a minute to compile (docs/performance.md).
 #pragma once
 

@@ -37,7 +37,7 @@ struct value_index {
   std::vector<std::pair<void*, rule_fn>> rules;  // children first
 };
 
-[[gnu::noinline]] inline std::string child_path(const std::string& parent, std::string_view name) {
+inline std::string child_path(const std::string& parent, std::string_view name) {
   std::string out;
   out.reserve(parent.size() + name.size() + 1);
   if (!parent.empty()) out.append(parent).push_back('.');
