@@ -44,13 +44,15 @@ if [ -z "$BIN" ] || ! "$BIN/primecfg-train" --help >/dev/null 2>&1; then
   ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train tests/trainer/trainer_gpu_tests \
     >>"$RES/build.log" 2>&1 || { tail -50 "$RES/build.log"; exit 1; }
   BIN=$ROOT/build-bench
-  [ -x "$BIN/primecfg-train" ] || BIN=$ROOT/build-bench/reference_trainer
   echo "build took $(($(date +%s) - START)) s"
 fi
+# A prebuilt folder holds both programs; a meson build folder has them where
+# meson puts them.
 TRAIN=$BIN/primecfg-train
 [ -x "$TRAIN" ] || TRAIN=$BIN/reference_trainer/primecfg-train
 GPUTESTS=$BIN/trainer_gpu_tests
 [ -x "$GPUTESTS" ] || GPUTESTS=$BIN/tests/trainer/trainer_gpu_tests
+[ -x "$GPUTESTS" ] || { echo "no trainer_gpu_tests under $BIN"; exit 1; }
 
 step() {  # name, seconds it may take, command...
   local name=$1 limit=$2
