@@ -151,51 +151,23 @@ inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
   return std::make_unique<toml::table>(std::move(*parsed));
 }
 
-// The range of an integer field of `bytes` bytes.
-inline std::int64_t integer_min(const type_ops& type) {
-  return type.is_signed ? -static_cast<std::int64_t>((std::uint64_t{1} << (8 * type.bytes - 1)) - 1) - 1 : 0;
-}
-inline std::uint64_t integer_max(const type_ops& type) {
-  unsigned bits = 8u * type.bytes - (type.is_signed ? 1u : 0u);
-  return bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
-}
-
-// Stores an in-range value into an integer field of any width.
-inline void store_integer(void* out, const type_ops& type, std::int64_t value) {
+// Calls f with a null pointer to the C++ type of an integer field: the one
+// place that maps (bytes, is_signed) back to a type.
+template <class F>
+decltype(auto) with_integer_type(const type_ops& type, F&& f) {
   switch (type.bytes) {
     case 1:
-      if (type.is_signed)
-        *static_cast<std::int8_t*>(out) = static_cast<std::int8_t>(value);
-      else
-        *static_cast<std::uint8_t*>(out) = static_cast<std::uint8_t>(value);
-      break;
+      return type.is_signed ? f(static_cast<std::int8_t*>(nullptr)) : f(static_cast<std::uint8_t*>(nullptr));
     case 2:
-      if (type.is_signed)
-        *static_cast<std::int16_t*>(out) = static_cast<std::int16_t>(value);
-      else
-        *static_cast<std::uint16_t*>(out) = static_cast<std::uint16_t>(value);
-      break;
+      return type.is_signed ? f(static_cast<std::int16_t*>(nullptr))
+                            : f(static_cast<std::uint16_t*>(nullptr));
     case 4:
-      if (type.is_signed)
-        *static_cast<std::int32_t*>(out) = static_cast<std::int32_t>(value);
-      else
-        *static_cast<std::uint32_t*>(out) = static_cast<std::uint32_t>(value);
-      break;
+      return type.is_signed ? f(static_cast<std::int32_t*>(nullptr))
+                            : f(static_cast<std::uint32_t*>(nullptr));
     default:
-      if (type.is_signed)
-        *static_cast<std::int64_t*>(out) = value;
-      else
-        *static_cast<std::uint64_t*>(out) = static_cast<std::uint64_t>(value);
-      break;
+      return type.is_signed ? f(static_cast<std::int64_t*>(nullptr))
+                            : f(static_cast<std::uint64_t*>(nullptr));
   }
-}
-
-// Signed and unsigned read apart: a conditional over int32 and uint32 would
-// convert -1 to 4294967295 before it became a double.
-template <class S, class U>
-double integer_as_double(const void* value, bool is_signed) {
-  if (is_signed) return static_cast<double>(*static_cast<const S*>(value));
-  return static_cast<double>(*static_cast<const U*>(value));
 }
 
 // A numeric field's value as a double, for its bounds.
@@ -203,16 +175,9 @@ inline double numeric_value(const void* value, const type_ops& type) {
   if (type.kind == value_kind::floating)
     return type.bytes == sizeof(float) ? *static_cast<const float*>(value)
                                        : *static_cast<const double*>(value);
-  switch (type.bytes) {
-    case 1:
-      return integer_as_double<std::int8_t, std::uint8_t>(value, type.is_signed);
-    case 2:
-      return integer_as_double<std::int16_t, std::uint16_t>(value, type.is_signed);
-    case 4:
-      return integer_as_double<std::int32_t, std::uint32_t>(value, type.is_signed);
-    default:
-      return integer_as_double<std::int64_t, std::uint64_t>(value, type.is_signed);
-  }
+  return with_integer_type(type, [&](auto* tag) {
+    return static_cast<double>(*static_cast<const std::remove_pointer_t<decltype(tag)>*>(value));
+  });
 }
 
 inline void decode_integer(const toml::node& node, void* out, const type_ops& type, const std::string& path,
@@ -223,15 +188,21 @@ inline void decode_integer(const toml::node& node, void* out, const type_ops& ty
     return;
   }
   std::int64_t value = v->get();
-  std::int64_t min = integer_min(type);
-  std::uint64_t max = integer_max(type);
-  bool fits = value >= min && (value < 0 || static_cast<std::uint64_t>(value) <= max);
-  if (!fits) {
+  with_integer_type(type, [&](auto* tag) {
+    using I = std::remove_pointer_t<decltype(tag)>;
+    bool fits;
+    if constexpr (std::is_signed_v<I>)
+      fits = value >= std::numeric_limits<I>::min() && value <= std::numeric_limits<I>::max();
+    else
+      fits = value >= 0 && static_cast<std::uint64_t>(value) <= std::numeric_limits<I>::max();
+    if (fits) {
+      *static_cast<I*>(out) = static_cast<I>(value);
+      return;
+    }
     ctx.error(error_kind::int_overflow, path, node,
-              fmt::format("integer out of range: this field holds {} to {}", min, max));
-    return;
-  }
-  store_integer(out, type, value);
+              fmt::format("integer out of range: this field holds {} to {}", +std::numeric_limits<I>::min(),
+                          +std::numeric_limits<I>::max()));
+  });
 }
 
 inline void decode_float(const toml::node& node, void* out, const type_ops& type, const std::string& path,
@@ -463,15 +434,12 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
         return;
       }
       // Decoded aside: a list with a bad element keeps its old value.
-      void* result = type.list->make();
+      std::unique_ptr<void, void (*)(void*)> result(type.list->make(), type.list->discard);
       std::size_t errors_before = ctx.out->size();
       for (std::size_t i = 0; i < array->size(); ++i)
-        decode_value(*array->get(i), type.list->append(result), *type.element, fmt::format("{}[{}]", path, i),
-                     ctx);
-      if (ctx.out->size() == errors_before)
-        type.list->adopt(out, result);
-      else
-        type.list->discard(result);
+        decode_value(*array->get(i), type.list->append(result.get()), *type.element,
+                     fmt::format("{}[{}]", path, i), ctx);
+      if (ctx.out->size() == errors_before) type.list->adopt(out, result.release());
       return;
     }
     case value_kind::string_map: {
