@@ -69,7 +69,7 @@ inline flag_lookup resolve_flag(const type_ops& type, const std::vector<std::str
 // suggest the closest field name.
 inline flag_lookup resolve_field_flag(const type_ops& type, const std::vector<std::string>& segments,
                                       std::size_t i, const std::string& path) {
-  const struct_shape& shape = type.record->shape();
+  const struct_shape& shape = *type.record->shape;
   std::string name = snake_case(segments[i]);
   for (std::size_t f = 0; f < shape.names.size(); ++f)
     if (shape.names[f] == name)

@@ -323,7 +323,7 @@ inline void check_bounds(void* value, const type_ops& type, const field_doc& doc
 // their field, then checked against its bounds; unknown keys reported.
 inline void decode_fields(const toml::table& table, void* object, const type_ops& type,
                           const std::string& path, decode_context& ctx, bool is_union) {
-  const struct_shape& shape = type.record->shape();
+  const struct_shape& shape = *type.record->shape;
   for (auto&& entry : table) {
     const toml::key& key = entry.first;
     const toml::node& value = entry.second;

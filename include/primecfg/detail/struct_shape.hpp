@@ -12,7 +12,6 @@
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/fields.hpp>
 
-#include <array>
 #include <cstddef>
 #include <span>
 #include <string_view>
@@ -23,11 +22,11 @@ namespace primecfg::detail {
 
 struct struct_shape {
   std::span<const std::string_view> names;
-  std::span<const std::size_t> offsets;  // byte offset of each field in an object
   std::span<const field_doc> docs;
   std::span<const retired_key> retired;
+  void* (*field_at)(void* object, std::size_t i);  // the address of field i of the struct at `object`
 
-  void* field(void* object, std::size_t i) const { return static_cast<char*>(object) + offsets[i]; }
+  void* field(void* object, std::size_t i) const { return field_at(object, i); }
 };
 
 // The type of field I of T.
@@ -41,23 +40,25 @@ inline constexpr auto field_names_of = field_names<T>();
 template <class T>
 inline constexpr std::make_index_sequence<field_names_of<T>.size()> field_indices{};
 
-// Offsets cannot be computed in a constant expression (subtracting pointers
-// to different members is not one), so they are measured once on a
-// default-constructed object; every config struct is default-constructible.
-template <class T, std::size_t... I>
-std::array<std::size_t, sizeof...(I)> measure_offsets(std::index_sequence<I...>) {
-  const T probe{};
-  const char* base = reinterpret_cast<const char*>(&probe);
-  return {static_cast<std::size_t>(reinterpret_cast<const char*>(&detail::get_field<I>(probe)) - base)...};
+// Field i of the T at `object`, through the references PFR ties to it (no
+// object is made up to measure offsets on, so a struct's shape is a constant).
+template <class T>
+void* field_address(void* object, std::size_t i) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>)->void* {
+    if constexpr (sizeof...(I) == 0) {
+      return nullptr;
+    } else {
+      auto fields = tie_fields(*static_cast<T*>(object));
+      void* addresses[] = {static_cast<void*>(&boost::pfr::detail::sequence_tuple::get<I>(fields))...};
+      return addresses[i];
+    }
+  }
+  (field_indices<T>);
 }
 
 template <class T>
-[[gnu::noinline]] const struct_shape& shape_of() {
-  static const auto offsets = measure_offsets<T>(field_indices<T>);
-  static const struct_shape shape{
-      field_names_of<T>, offsets, doc_of<T>.fields,
-      std::span<const retired_key>(doc_of<T>.retired.data(), doc_of<T>.retired_count)};
-  return shape;
-}
+inline constexpr struct_shape shape_of{
+    field_names_of<T>, doc_of<T>.fields,
+    std::span<const retired_key>(doc_of<T>.retired.data(), doc_of<T>.retired_count), &field_address<T>};
 
 }  // namespace primecfg::detail

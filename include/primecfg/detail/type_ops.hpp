@@ -80,8 +80,8 @@ struct union_ops {
 };
 
 struct record_ops {
-  const struct_shape& (*shape)();
-  std::span<const type_ops* const> fields;        // in the order of shape().names
+  const struct_shape* shape;
+  std::span<const type_ops* const> fields;        // in the order of shape->names
   void (*validate)(void* object, validation& v);  // null when the struct has no validate()
 };
 

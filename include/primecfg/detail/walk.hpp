@@ -81,7 +81,7 @@ inline void index_value(void* value, const type_ops& type, const std::string& pa
       break;
     }
     case value_kind::record: {
-      const struct_shape& shape = type.record->shape();
+      const struct_shape& shape = *type.record->shape;
       for (std::size_t i = 0; i < shape.names.size(); ++i)
         index_value(shape.field(value, i), *type.record->fields[i], child_path(path, shape.names[i]),
                     &shape.docs[i], out);
