@@ -21,6 +21,8 @@
 # it to be). Leak checking is off for them only: LibTorch keeps registries and
 # thread pools alive until exit. SANITIZE_TRAINER=0 leaves them out.
 # The compile-fail test is skipped: it checks that code does not compile.
+# `compiled loader` runs the same program built header-only and against the
+# compiled loader (PRIMECFG_HEADER_ONLY=0), both instrumented.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +52,9 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
     ninja -C build-asan build.ninja >/dev/null  # regenerate now: the test list below reads it
   fi
   targets=(tests/lib/primecfg-lib-tests tools/primecfg/primecfg tools/primecfg-migrate/primecfg-migrate
-           tests/migrate/test_migrate tests/bad_input/bad-input-tests)
-  tests=(library 'primecfg tool' migrate 'bad input')
+           tests/migrate/test_migrate tests/bad_input/bad-input-tests
+           bench/library/load_sft bench/library/load_sft_compiled)
+  tests=(library 'compiled loader' 'primecfg tool' migrate 'bad input')
   # The kernels' tests, when this build has them (they need no LibTorch).
   for t in cpu_optim cpu_optim_numa; do
     if meson introspect --tests build-asan | grep -q "\"name\": \"$t\""; then
