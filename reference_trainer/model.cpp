@@ -356,7 +356,8 @@ Tensor log_softmax_fp32(const Tensor& logits) {
 
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets,
-                        double scale, std::int64_t chunk) {
+                        double scale, std::int64_t chunk, const Transformer::HeadGradHook* on_head_grad) {
+    ctx->saved_data["on_head_grad"] = reinterpret_cast<std::int64_t>(on_head_grad);
     const bool want_grad = h.requires_grad() || w.requires_grad();
     torch::NoGradGuard no_grad;
     Tensor rows = targets.ne(-100).nonzero().squeeze(1);
@@ -407,8 +408,11 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                                                  torch::autograd::variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
     Tensor go = grad_out[0];
-    return {saved[0] * go.to(saved[0].scalar_type()), saved[1] * go.to(saved[1].scalar_type()), Tensor(),
-            Tensor(), Tensor()};
+    Tensor grad_w = saved[1] * go.to(saved[1].scalar_type());
+    if (const auto* hook =
+            reinterpret_cast<const Transformer::HeadGradHook*>(ctx->saved_data["on_head_grad"].toInt()))
+      (*hook)(grad_w);
+    return {saved[0] * go.to(saved[0].scalar_type()), grad_w, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -433,10 +437,10 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   return at::rms_norm(x, {a.hidden}, param("model.norm.weight"), a.rms_eps);
 }
 
-Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale,
-                         std::int64_t chunk_tokens) {
+Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens,
+                         const HeadGradHook* on_head_grad) {
   return LinearCrossEntropy::apply(hidden.reshape({-1, args_.hidden}), lm_head(), targets.reshape({-1}),
-                                   scale, chunk_tokens);
+                                   scale, chunk_tokens, on_head_grad);
 }
 
 std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, std::int64_t max_new,

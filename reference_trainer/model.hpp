@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,9 +81,17 @@ class Transformer {
   };
   // Final hidden states [B, T, D] after the last norm.
   torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1);
+  // Called during backward with the LM head's share of the LM head weight's gradient, as soon
+  // as backward reaches the loss (the first thing it does). With tied embeddings that share
+  // is final for every embedding row the batch's input ids do not touch: the input
+  // embedding's share, added at the very end of backward, is zero there. FullOffload
+  // starts the CPU update of those rows from here instead of after backward.
+  using HeadGradHook = std::function<void(const torch::Tensor& head_grad)>;
+
   // Sum of token cross-entropies times scale, in token chunks (targets -100 are ignored).
+  // `on_head_grad` (may be null) must outlive the backward pass of the returned loss.
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& targets, double scale,
-                     std::int64_t chunk_tokens);
+                     std::int64_t chunk_tokens, const HeadGradHook* on_head_grad = nullptr);
   // Greedy continuation (no KV cache: for the small demo model).
   std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new,
                                      std::int64_t stop);

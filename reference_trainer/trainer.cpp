@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -181,6 +182,45 @@ void update_on_device(const OptSettings& o, const NamedParam& p, Tensor& master,
   }
 }
 
+cpu::AdamWStep adamw_step(const OptSettings& o, double lr, std::int64_t step) {
+  return cpu::AdamWStep{static_cast<float>(lr),
+                        static_cast<float>(o.beta1),
+                        static_cast<float>(o.beta2),
+                        static_cast<float>(o.eps),
+                        static_cast<float>(o.weight_decay),
+                        step,
+                        1.0f};
+}
+
+cpu::SignSGDStep sign_sgd_step(const OptSettings& o, double lr) {
+  return cpu::SignSGDStep{static_cast<float>(lr), static_cast<float>(o.weight_decay), 1.0f};
+}
+
+// One contiguous piece of a parameter's update through the fused CPU kernels, on the
+// calling thread (callers split larger work over the pool). Pointers are to the
+// piece's first element; m1, m2 and out may be null (no moment / no bf16 copy).
+void update_span_on_cpu(const OptSettings& o, float* master, float* m1, float* m2, const void* grad,
+                        bool grad_bf16, std::uint16_t* out, std::int64_t n, double lr, std::int64_t step) {
+  const auto* gb = static_cast<const std::uint16_t*>(grad);
+  const auto* gf = static_cast<const float*>(grad);
+  switch (o.kind) {
+    case OptKind::adamw:
+      if (grad_bf16)
+        cpu::adamw(master, m1, m2, gb, out, n, adamw_step(o, lr, step));
+      else
+        cpu::adamw(master, m1, m2, gf, out, n, adamw_step(o, lr, step));
+      return;
+    case OptKind::sign_sgd:
+      if (grad_bf16)
+        cpu::sign_sgd(master, gb, out, n, sign_sgd_step(o, lr));
+      else
+        cpu::sign_sgd(master, gf, out, n, sign_sgd_step(o, lr));
+      return;
+    default:
+      throw run_error(fmt::format("optimizer {} cannot run with offload = \"full\"", o.name()));
+  }
+}
+
 // The same update through the fused CPU kernels (FullOffload), split over the
 // pool. The gradient is FP32 (an accumulator) or bf16 (straight from the staging
 // ring). Only the element-wise optimizers exist there; the config rules enforce it.
@@ -196,13 +236,7 @@ void update_on_cpu_kernel(const OptSettings& o, cpu::ThreadPool& pool, Tensor& m
   const auto* gf = g16 ? nullptr : grad.data_ptr<float>();
   switch (o.kind) {
     case OptKind::adamw: {
-      cpu::AdamWStep s{static_cast<float>(lr),
-                       static_cast<float>(o.beta1),
-                       static_cast<float>(o.beta2),
-                       static_cast<float>(o.eps),
-                       static_cast<float>(o.weight_decay),
-                       step,
-                       1.0f};
+      const cpu::AdamWStep s = adamw_step(o, lr, step);
       float *p = master.data_ptr<float>(), *a = m1->data_ptr<float>(), *b = m2->data_ptr<float>();
       if (g16)
         cpu::parallel_adamw(pool, p, a, b, gb, weight_bf16_out, n, s);
@@ -211,7 +245,7 @@ void update_on_cpu_kernel(const OptSettings& o, cpu::ThreadPool& pool, Tensor& m
       return;
     }
     case OptKind::sign_sgd: {
-      cpu::SignSGDStep s{static_cast<float>(lr), static_cast<float>(o.weight_decay), 1.0f};
+      const cpu::SignSGDStep s = sign_sgd_step(o, lr);
       if (g16)
         cpu::parallel_sign_sgd(pool, master.data_ptr<float>(), gb, weight_bf16_out, n, s);
       else
@@ -252,10 +286,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //   PRIMECFG_OFFLOAD_RING_MB    size of each staging ring / GPU moment window (default: automatic)
 //   PRIMECFG_OFFLOAD_TIMEOUT_S  how long a pipeline wait may take before it fails (default 600)
 //   PRIMECFG_OFFLOAD_THREADS    CPU optimizer threads (default: the usable CPUs minus one)
+//   PRIMECFG_OFFLOAD_SPLIT_TIED 0 = FullOffload updates a tied embedding only after backward
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
   int threads = 0;
+  bool split_tied = true;
 
   static PipelineKnobs from_env() {
     PipelineKnobs k;
@@ -272,6 +308,7 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_TIMEOUT_S"))
       k.timeout = std::chrono::milliseconds(std::llround(*v * 1e3));
     if (auto v = num("PRIMECFG_OFFLOAD_THREADS")) k.threads = static_cast<int>(*v);
+    if (auto v = num("PRIMECFG_OFFLOAD_SPLIT_TIED")) k.split_tied = *v != 0;
     return k;
   }
 
@@ -293,6 +330,17 @@ Tensor ring_view(const Tensor& buf, std::size_t offset, torch::ScalarType dtype,
   std::int64_t n = 1;
   for (auto d : sizes) n *= d;
   return buf.narrow(0, static_cast<std::int64_t>(offset), n * elem).view(dtype).view(sizes);
+}
+
+// Token ids and the like as a device tensor. On a GPU they go through pinned memory
+// with an asynchronous copy: the host goes on queueing the forward pass instead of
+// waiting for a copy engine that the offload traffic may keep busy.
+Tensor to_device(const std::vector<std::int64_t>& values, torch::IntArrayRef shape, torch::Device device) {
+  auto host = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(!device.is_cpu());
+  Tensor t = torch::empty(shape, host);
+  TORCH_CHECK(static_cast<std::size_t>(t.numel()) == values.size(), "to_device: shape does not match");
+  std::memcpy(t.data_ptr<std::int64_t>(), values.data(), values.size() * sizeof(std::int64_t));
+  return device.is_cpu() ? t : t.to(device, /*non_blocking=*/true);
 }
 
 // PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
@@ -358,6 +406,7 @@ class OffloadState {
     knobs_ = PipelineKnobs::from_env();
     if (run.offload_ring_bytes) knobs_.ring_bytes = run.offload_ring_bytes;
     if (run.offload_threads > 0) knobs_.threads = run.offload_threads;
+    if (run.offload_split_tied) knobs_.split_tied = *run.offload_split_tied;
     const bool cuda = !device_.is_cpu();
     auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
     auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
@@ -381,7 +430,13 @@ class OffloadState {
       states_.push_back(std::move(s));
     }
     masters_from_model();
-    if constexpr (kHostUpdate) start_host_pipeline();
+    if constexpr (kHostUpdate) {
+      if (model.args().tie_embeddings && knobs_.split_tied)
+        for (std::size_t i = 0; i < states_.size(); ++i)
+          if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
+      head_hook_ = [this](const Tensor& head_grad) { submit_head_grad(head_grad); };
+      start_host_pipeline();
+    }
     if constexpr (Strategy::moments_on_host && !kHostUpdate) {
       if (cuda) {
         h2d_ = dev::side_stream(device_);
@@ -457,10 +512,27 @@ class OffloadState {
       }
     }
   }
-  // Called before the last micro-batch's backward (FullOffload and, without
-  // clipping, OptimizerOffload update during it).
-  void begin_last_micro_batch() {
+  // Called before the last micro-batch's forward (FullOffload and, without
+  // clipping, OptimizerOffload update during its backward), with its input ids.
+  void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids) {
     last_micro_ = true;
+    if constexpr (kHostUpdate) {
+      // The tied embedding is split only with one micro-batch per step: with more,
+      // the FP32 accumulator would have to be added row by row as well.
+      split_tied_ = tied_ && single_micro_;
+      head_submitted_ = false;
+      if (split_tied_) {
+        const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
+        in_batch_.assign(static_cast<std::size_t>(vocab), 0);
+        for (auto id : input_ids)
+          if (id >= 0 && id < vocab) in_batch_[static_cast<std::size_t>(id)] = 1;
+        batch_rows_.clear();
+        for (std::int64_t r = 0; r < vocab; ++r)
+          if (in_batch_[static_cast<std::size_t>(r)]) batch_rows_.push_back(r);
+        const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(batch_rows_.size())};
+        batch_rows_dev_ = to_device(batch_rows_, n, device_);
+      }
+    }
     if (overlap_) {
       // Fetch ahead in the order the last step's hooks fired (the first step has
       // none to go by and fetches as gradients come).
@@ -472,6 +544,10 @@ class OffloadState {
         next_fetch_ = order_.size();
     }
   }
+
+  // The hook for Transformer::loss on the last micro-batch; null when this step does
+  // not split the tied embedding's update.
+  const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }
 
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
@@ -520,6 +596,7 @@ class OffloadState {
         out["ring_wait_s"] = stats_.ring_wait_s;
         out["drain_s"] = stats_.drain_s;
         out["cpu_threads"] = pool_ ? pool_->size() : 0;
+        if (split_tied_) out["tied_batch_rows"] = static_cast<double>(batch_rows_.size());
       }
       return out;
     }
@@ -767,6 +844,13 @@ class OffloadState {
     worker_ = std::thread([this] { worker_main(); });
   }
 
+  // What a staged gradient holds.
+  enum class Part {
+    whole,       // the parameter's gradient
+    head,        // tied embedding: the LM head's share, all rows (final outside the batch's rows)
+    batch_rows,  // tied embedding: the final gradient of the batch's rows only
+  };
+
   // The hook's side of FullOffload: stage the gradient and queue it for the worker.
   void submit_gradient(std::size_t i, const Tensor& g) {
     if (single_micro_) {
@@ -774,6 +858,24 @@ class OffloadState {
       gsq_dev_.add_(
           at::linalg_vector_norm(g, 2, std::nullopt, false, torch::kFloat32).to(torch::kFloat64).square());
     }
+    if (tied_ && i == *tied_ && head_submitted_) {
+      // The other rows were updated from the head's share: only the batch's rows move.
+      head_submitted_ = false;
+      stage(i, g.index_select(0, batch_rows_dev_), Part::batch_rows);
+      return;
+    }
+    stage(i, g, Part::whole);
+  }
+
+  // Transformer::HeadGradHook: the LM head's share of the tied embedding's gradient.
+  void submit_head_grad(const Tensor& head_grad) {
+    stage(*tied_, head_grad, Part::head);
+    head_submitted_ = true;
+  }
+
+  // Copies g into the staging ring (on the d2h stream, after the compute stream's
+  // work so far) and queues it for the worker.
+  void stage(std::size_t i, const Tensor& g, Part part) {
     const std::size_t bytes = g.nbytes();
     StagingRing::Range r;
     const auto t_ring = std::chrono::steady_clock::now();
@@ -810,7 +912,7 @@ class OffloadState {
     }
     {
       std::lock_guard lk(mu_);
-      queue_.push_back(Job{i, r, std::move(ready), last_micro_});
+      queue_.push_back(Job{i, r, std::move(ready), last_micro_, part});
       ++submitted_;
     }
     cv_.notify_all();
@@ -821,6 +923,7 @@ class OffloadState {
     StagingRing::Range slot;
     dev::Marker ready;
     bool last = false;
+    Part part = Part::whole;
   };
 
   void worker_main() {
@@ -869,7 +972,16 @@ class OffloadState {
     torch::NoGradGuard ng;
     ParamState& s = states_[job.param];
     const Tensor& w = s.p->tensor;
+    if (job.part == Part::batch_rows) {
+      const std::array<std::int64_t, 2> rows{static_cast<std::int64_t>(batch_rows_.size()), w.size(1)};
+      update_tied_rows(job.param, ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), rows), true);
+      return;
+    }
     Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), w.sizes());
+    if (job.part == Part::head) {
+      update_tied_rows(job.param, staged, false);
+      return;
+    }
     if (!job.last) {
       if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
       if (acc_valid_[job.param])
@@ -922,14 +1034,95 @@ class OffloadState {
 
   // A pinned bf16 buffer for w's new weights; waits for old uploads to finish
   // when the ring is full (they depend on nothing but the copy engine).
-  Tensor upload_slot(const Tensor& w) {
+  Tensor upload_slot(const Tensor& w) { return upload_slot(w.scalar_type(), w.sizes()); }
+  Tensor upload_slot(torch::ScalarType dtype, torch::IntArrayRef sizes) {
+    std::int64_t n = 1;
+    for (auto d : sizes) n *= d;
+    const auto bytes = static_cast<std::size_t>(n) * c10::elementSize(dtype);
     std::optional<StagingRing::Range> r;
-    while (!(r = up_ring_.try_acquire(w.nbytes()))) {
+    while (!(r = up_ring_.try_acquire(bytes))) {
       up_free_.front().synchronize();
       up_free_.pop_front();
       up_ring_.release(*up_ring_.oldest());
     }
-    return ring_view(up_ring_buf_, r->offset, w.scalar_type(), w.sizes());
+    return ring_view(up_ring_buf_, r->offset, dtype, sizes);
+  }
+
+  // The tied embedding's update in two parts (see tied_). `batch_rows` false: every
+  // row the batch's input ids do not touch, from the head's share `grad` [vocab, D];
+  // true: the batch's rows, from their final gradient `grad` [rows, D]. Rows are
+  // independent in an element-wise optimizer, so the two parts give the same bits as
+  // one update of the whole matrix.
+  void update_tied_rows(std::size_t i, const Tensor& grad, bool batch_rows) {
+    ParamState& s = states_[i];
+    Tensor w = s.p->tensor.detach();
+    const bool bf16 = w.scalar_type() == torch::kBFloat16;
+    const bool direct = w.is_cpu() && w.is_contiguous();  // bf16 rows written straight into w
+    const std::int64_t dim = w.size(1);
+    const std::int64_t rows = batch_rows ? static_cast<std::int64_t>(batch_rows_.size()) : w.size(0);
+    // The head part uploads the whole matrix (rows of the batch included: they are
+    // not read before the second part overwrites them); the second part its rows.
+    Tensor out;
+    if (bf16 && !direct) out = batch_rows ? upload_slot(w.scalar_type(), {rows, dim}) : upload_slot(w);
+    auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? w : out).data_ptr()) : nullptr;
+    float* master = s.master.data_ptr<float>();
+    float* m1 = s.m1.defined() ? s.m1.data_ptr<float>() : nullptr;
+    float* m2 = s.m2.defined() ? s.m2.data_ptr<float>() : nullptr;
+    const auto* g = static_cast<const char*>(grad.data_ptr());
+    const auto g_elem = static_cast<std::int64_t>(grad.element_size());
+    const bool g16 = grad.scalar_type() == torch::kBFloat16;
+    auto run = [&](std::int64_t at, std::int64_t grad_at, std::int64_t out_at, std::int64_t n) {
+      update_span_on_cpu(opt_, master + at, m1 ? m1 + at : nullptr, m2 ? m2 + at : nullptr,
+                         g + grad_at * g_elem, g16, out16 ? out16 + out_at : nullptr, n, lr_, step_);
+    };
+    const std::int64_t grain = std::max<std::int64_t>(1, cpu::kDefaultGrain / dim);
+    const auto t_kernel = std::chrono::steady_clock::now();
+    if (!batch_rows) {
+      pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e;) {  // runs of rows outside the batch
+          if (in_batch_[static_cast<std::size_t>(r)]) {
+            ++r;
+            continue;
+          }
+          const std::int64_t first = r;
+          while (r < e && !in_batch_[static_cast<std::size_t>(r)]) ++r;
+          run(first * dim, first * dim, first * dim, (r - first) * dim);
+        }
+      });
+    } else {
+      pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t k = b; k < e; ++k) {
+          const std::int64_t at = batch_rows_[static_cast<std::size_t>(k)] * dim;
+          run(at, k * dim, direct ? at : k * dim, dim);
+        }
+      });
+    }
+    const double kernel_s = seconds_since(t_kernel);
+    {
+      std::lock_guard lk(mu_);
+      stats_.cpu_update_s += kernel_s;
+      if (!w.is_cpu()) stats_.h2d_bytes += static_cast<double>(bf16 ? out.nbytes() : s.master.nbytes());
+    }
+    if (w.is_cpu()) {
+      if (!bf16) w.copy_(s.master);
+    } else {
+      dev::StreamScope on(h2d_);
+      if (!batch_rows) {
+        w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
+      } else if (bf16) {
+        Tensor up = out.to(device_, /*non_blocking=*/true);
+        w.index_copy_(0, batch_rows_dev_, up);
+      } else {
+        // FP32 weights (tests): the whole master again; this queued copy follows the first.
+        w.copy_(s.master, /*non_blocking=*/true);
+      }
+      batch_rows_dev_.record_stream(*h2d_);
+      auto done = dev::Marker::record(h2d_);
+      if (bf16) up_free_.push_back(done);
+      std::lock_guard lk(mu_);
+      last_upload_ = done;
+    }
+    if (batch_rows) updated_[i] = 1;
   }
 
   std::string diagnose_locked(const std::string& what) const {
@@ -952,6 +1145,11 @@ class OffloadState {
         throw run_error(diagnose_locked(fmt::format("timed out after {} s waiting for the CPU optimizer",
                                                     knobs_.timeout.count() / 1000.0)));
     }
+    if (head_submitted_)
+      throw run_error(
+          fmt::format("offload = \"full\": the gradient of {} ended at the LM head's share; the "
+                      "input embedding's share never arrived",
+                      states_[*tied_].p->name));
     torch::NoGradGuard ng;
     for (std::size_t i = 0; i < states_.size(); ++i) {
       if (updated_[i]) continue;
@@ -1025,6 +1223,19 @@ class OffloadState {
   std::vector<dev::Marker> written_;  // a parameter's last write-back to host memory
 
   // FullOffload
+  // With tied embeddings and one micro-batch per step, the LM head's share of the
+  // embedding's gradient comes as backward starts (Transformer::HeadGradHook), and it
+  // is final for every row the step's input ids do not touch. Those rows are updated
+  // right then; the batch's rows are gathered from the full gradient after backward
+  // and updated last. The largest update (a quarter of Qwen3-0.6B's parameters) then
+  // runs beside backward instead of after it.
+  std::optional<std::size_t> tied_;  // the tied embedding's index in states_
+  Transformer::HeadGradHook head_hook_;
+  bool split_tied_ = false;               // this step splits it (main thread, before backward)
+  bool head_submitted_ = false;           // the head's share is queued (hook thread; main after drain)
+  std::vector<std::int64_t> batch_rows_;  // sorted distinct input ids of the last micro-batch
+  std::vector<char> in_batch_;            // per embedding row: is it in batch_rows_
+  Tensor batch_rows_dev_;                 // batch_rows_ on the device
   std::unique_ptr<cpu::ThreadPool> pool_;
   std::vector<int> bind_cpus_;
   StagingRing grad_ring_, up_ring_;
@@ -1431,7 +1642,6 @@ class Trainer {
     // --- Loop ------------------------------------------------------------------
     RunResult result;
     result.first_step = pos.step;
-    auto i64 = torch::TensorOptions().dtype(torch::kInt64);
     StepProfiler profiler(max_steps);
     while (pos.step < max_steps && !(loader.epoch_done() && !endless && !cfg_.max_steps)) {
       profiler.before_step(pos.step + 1);
@@ -1445,18 +1655,23 @@ class Trainer {
       Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
       for (std::size_t m = 0; m < batch.micro.size(); ++m) {
         const auto& mb = batch.micro[m];
-        if (m + 1 == batch.micro.size()) state.begin_last_micro_batch();
-        auto shape = std::vector<std::int64_t>{mb.rows, mb.seq_len};
-        Transformer::Inputs in{torch::tensor(mb.input_ids, i64).view(shape).to(setup_.device),
-                               torch::tensor(mb.positions, i64).view(shape).to(setup_.device), std::nullopt};
+        const bool last = m + 1 == batch.micro.size();
+        // The inputs are queued before the offload prefetch below: copies share the
+        // copy engine in queue order, and the forward pass waits for its inputs.
+        const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
+        Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
+                               to_device(mb.positions, shape, setup_.device), std::nullopt};
         if (!mb.one_doc_per_row) {
-          Tensor doc = torch::tensor(mb.doc_ids, i64).view(shape).to(setup_.device);
+          Tensor doc = to_device(mb.doc_ids, shape, setup_.device);
           Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));
           in.mask =
               same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
         }
-        Tensor targets = torch::tensor(mb.targets, i64).to(setup_.device);
-        Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk);
+        const std::array<std::int64_t, 1> flat{static_cast<std::int64_t>(mb.targets.size())};
+        Tensor targets = to_device(mb.targets, flat, setup_.device);
+        if (last) state.begin_last_micro_batch(mb.input_ids);
+        Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk,
+                                 last ? state.head_grad_hook() : nullptr);
         loss.backward();
         loss_acc += loss.detach().to(torch::kFloat64);
       }

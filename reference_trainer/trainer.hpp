@@ -26,6 +26,10 @@ struct RunOptions {
   // bytes of each staging ring / GPU moment window, and CPU optimizer threads.
   std::size_t offload_ring_bytes = 0;
   int offload_threads = 0;
+  // FullOffload with tied embeddings: start the update of the embedding rows the batch
+  // does not touch as soon as backward begins (default; PRIMECFG_OFFLOAD_SPLIT_TIED=0
+  // turns it off). Results are bit-identical either way.
+  std::optional<bool> offload_split_tied;
 };
 
 struct RunResult {

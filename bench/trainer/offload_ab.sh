@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Side-by-side runs of primecfg-train variants on the GPU machine, from the repository root:
+#
+#   bash bench/trainer/offload_ab.sh "none" "optimizer" "full" \
+#        "full PRIMECFG_OFFLOAD_SPLIT_TIED=0" "full --data.input-ids=random"
+#
+# Each argument is a mode followed by environment assignments (NAME=value) and
+# extra primecfg-train flags. Every variant trains STEPS steps (10) of
+# bench/trainer/fake.toml (Qwen3-0.6B at 8192 tokens unless MODEL / SEQ say
+# otherwise); printed per variant: the median step time over the steps after the
+# third, peak GPU memory, host RSS and the offload pipeline's figures of the last
+# step. PROFILE=1 also records the last two steps with the Kineto profiler and
+# prints bench/trainer/trace_gaps.py for them.
+#
+# Environment: MODEL, SEQ, STEPS, PROFILE, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+RES=${RESULTS:-$ROOT/outputs/offload-ab}
+MODEL=${MODEL:-Qwen/Qwen3-0.6B}
+SEQ=${SEQ:-8192}
+STEPS=${STEPS:-10}
+mkdir -p "$RES"
+source bench/trainer/gpu_env.sh
+
+n=0
+for spec in "$@"; do
+  n=$((n + 1))
+  read -r mode rest <<<"$spec"
+  envs=() flags=()
+  for word in $rest; do
+    if [[ $word == *=* && $word != --* ]]; then envs+=("$word"); else flags+=("$word"); fi
+  done
+  out="$RES/v$n"
+  rm -rf "$out"
+  prof=()
+  [ -n "${PROFILE:-}" ] && prof=("PRIMECFG_PROFILE=$out.trace.json")
+  env "${envs[@]}" "${prof[@]}" timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
+    --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${flags[@]}" \
+    >"$out.log" 2>&1
+  rc=$?
+  "$PY" - "$out/metrics.jsonl" "$spec" "$rc" <<'EOF'
+import json, statistics, sys
+path, spec, rc = sys.argv[1:]
+try:
+    rows = [json.loads(l) for l in open(path)]
+except OSError:
+    rows = []
+if not rows:
+    print(f"{spec:<48} rc={rc}: no metrics")
+    sys.exit()
+times = [r["step_time_s"] for r in rows[3:]] or [r["step_time_s"] for r in rows]
+last = rows[-1]
+pipe = " ".join(f"{k}={v:.3g}" for k, v in sorted(last.get("pipeline", {}).items()))
+print(f"{spec:<48} rc={rc} step {statistics.median(times):.4f} s (min {min(times):.4f}) "
+      f"peak {last['peak_device_mem_gib']:.2f} GiB rss {last['host_mem_gib']['rss']:.2f} GiB "
+      f"loss {rows[0]['loss']:.3f}->{last['loss']:.3f} {pipe}")
+EOF
+  if [ -n "${PROFILE:-}" ] && [ -f "$out.trace.json" ]; then
+    "$PY" bench/trainer/trace_gaps.py "$out.trace.json" --top 8 | sed 's/^/    /'
+    [ -n "${OUT:-}" ] && gzip -c "$out.trace.json" >"$OUT/$(basename "$out").trace.json.gz"
+  fi
+done
