@@ -376,18 +376,30 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   if (masters_dev) b.add("masters", masters, "FP32 master weights");
   if (grads_dev) b.add("grads", grads, "FP32 gradient accumulators");
   if (moments_dev) b.add("moments", moments, "optimizer moments (FP32)");
-  i64 largest_moments = 0, total_moments = 0;
+  // Without clipping the input embedding, whose gradient comes last, keeps its
+  // moments in a buffer of its own and the window serves the rest (trainer.cpp, tail_).
+  const bool split_tail = mode == Offload::optimizer && w.a.cuda && !w.opt.clip;
+  i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
   for (const auto& p : w.params) {
-    largest_moments = std::max(largest_moments, 4 * p.numel() * moment_count(w.opt, p));
-    total_moments += 4 * p.numel() * moment_count(w.opt, p);
+    const i64 bytes = 4 * p.numel() * moment_count(w.opt, p);
+    if (split_tail && p.name == "model.embed_tokens.weight") {
+      tail_moments = bytes;
+      continue;
+    }
+    largest_moments = std::max(largest_moments, bytes);
+    total_moments += bytes;
   }
-  if (mode == Offload::optimizer && w.a.cuda)
+  if (mode == Offload::optimizer && w.a.cuda) {
     b.add("moment_window", round_up(ring_capacity(largest_moments, total_moments, w.a.ring_bytes), blk),
           "device window the moments stream through (kept after the first step)");
+    if (tail_moments > 0)
+      b.add("moment_tail", round_up(tail_moments, blk),
+            "the input embedding's moments, fetched beside the forward pass (from the second step)");
+  }
   if (w.a.cuda)
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
-  const std::vector<std::string> persistent = {"weights", "masters",       "grads",
-                                               "moments", "moment_window", "workspace"};
+  const std::vector<std::string> persistent = {"weights",       "masters",     "grads",    "moments",
+                                               "moment_window", "moment_tail", "workspace"};
   // Startup: each weight is drawn in fp32 on the device, then converted.
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 

@@ -467,6 +467,7 @@ class OffloadState {
     try {
       dev::synchronize(d2h_);
       dev::synchronize(h2d_);
+      dev::synchronize(tail_h2d_);
     } catch (...) {
     }
   }
@@ -484,6 +485,7 @@ class OffloadState {
   void sync_host() {
     dev::synchronize(d2h_);
     dev::synchronize(h2d_);
+    dev::synchronize(tail_h2d_);
   }
 
   // Called once per optimizer step, before the first micro-batch.
@@ -537,12 +539,19 @@ class OffloadState {
       // Fetch ahead in the order the last step's hooks fired (the first step has
       // none to go by and fetches as gradients come).
       const bool known = !seen_.empty();
-      plan_order();
-      if (known)
-        fetch_ahead();  // runs beside the forward pass
-      else
-        next_fetch_ = order_.size();
+      plan_order(/*split_tail=*/known);
+      if (!known) next_fetch_ = order_.size();
     }
+  }
+
+  // Called once the last micro-batch's forward is queued, before its backward. The
+  // moment prefetch is queued here rather than before the forward: its host work (a
+  // copy and a wait per parameter, ~15 ms on Qwen3-0.6B) would hold back the
+  // forward's launch; queued now it runs beside the forward on the GPU.
+  void before_backward() {
+    if (!overlap_) return;
+    if (tail_) fetch_tail();
+    fetch_ahead();
   }
 
   // The hook for Transformer::loss on the last micro-batch; null when this step does
@@ -742,8 +751,13 @@ class OffloadState {
       return;
     }
     Tensor m1, m2;
-    const bool windowed = slot_[i] || fetch(i);
-    if (windowed) {
+    const bool in_tail = tail_ && i == *tail_ && tail_fetched_;
+    const bool windowed = !in_tail && (slot_[i] || fetch(i));
+    if (in_tail) {
+      std::tie(m1, m2) = tail_views();
+      ready_[i].wait_on(compute);
+      tail_fetched_ = false;
+    } else if (windowed) {
       std::tie(m1, m2) = window_views(i, *slot_[i]);
       ready_[i].wait_on(compute);
     } else {
@@ -762,7 +776,7 @@ class OffloadState {
       s.m1.copy_(m1, /*non_blocking=*/true);
       if (m2.defined()) s.m2.copy_(m2, /*non_blocking=*/true);
     }
-    if (!windowed) {
+    if (!windowed && !in_tail) {
       m1.record_stream(*d2h_);
       if (m2.defined()) m2.record_stream(*d2h_);
     }
@@ -780,9 +794,24 @@ class OffloadState {
   }
 
   // The order to fetch in: what the last step's hooks saw, then anything else.
-  void plan_order() {
+  // With `split_tail`, the parameter whose gradient came last (the input embedding)
+  // leaves the window's order for a buffer of its own (see tail_).
+  void plan_order(bool split_tail) {
     std::vector<char> in(states_.size(), 0);
     order_ = seen_;
+    tail_.reset();
+    if (split_tail && !order_.empty() && moment_bytes(states_[order_.back()]) > 0) {
+      tail_ = order_.back();
+      order_.pop_back();
+      const auto bytes = static_cast<std::int64_t>(moment_bytes(states_[*tail_]));
+      if (!tail_buf_.defined() || tail_buf_.numel() != bytes) {
+        sync_host();  // no copy may still read the old buffer when it is given back
+        tail_buf_ = Tensor();
+        tail_buf_ = torch::empty({bytes}, dev_.dtype(torch::kUInt8));
+      }
+      if (!tail_h2d_) tail_h2d_ = dev::side_stream(device_);
+      in[*tail_] = 1;
+    }
     for (auto i : order_) in[i] = 1;
     for (std::size_t i = 0; i < states_.size(); ++i)
       if (!in[i]) order_.push_back(i);
@@ -790,11 +819,37 @@ class OffloadState {
     seen_.clear();
   }
 
+  std::pair<Tensor, Tensor> tail_views() {
+    ParamState& s = states_[*tail_];
+    const auto n = s.master.numel();
+    Tensor m1 = ring_view(tail_buf_, 0, torch::kFloat32, {n}).view(s.master.sizes());
+    Tensor m2 = s.m2.defined() ? ring_view(tail_buf_, static_cast<std::size_t>(n) * 4, torch::kFloat32, {n})
+                                     .view(s.master.sizes())
+                               : Tensor();
+    return {m1, m2};
+  }
+
+  // Queues the tail's moments into its buffer on its own stream, once its last
+  // write-back (which read that buffer) has landed in host memory.
+  void fetch_tail() {
+    ParamState& s = states_[*tail_];
+    written_[*tail_].wait_on(tail_h2d_);
+    auto [m1, m2] = tail_views();
+    {
+      dev::StreamScope on(tail_h2d_);
+      m1.copy_(s.m1, /*non_blocking=*/true);
+      if (m2.defined()) m2.copy_(s.m2, /*non_blocking=*/true);
+    }
+    ready_[*tail_] = dev::Marker::record(tail_h2d_);
+    tail_fetched_ = true;
+    stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
+  }
+
   // After backward, with clipping: every update, in fetch order.
   void update_streamed() {
     ensure_window();
     std::fill(updated_.begin(), updated_.end(), 0);
-    plan_order();
+    plan_order(/*split_tail=*/false);
     fetch_ahead();
     for (std::size_t k = 0; k < order_.size(); ++k) {
       update_one_streamed(order_[k]);
@@ -1221,6 +1276,16 @@ class OffloadState {
   std::vector<std::size_t> order_, seen_;         // fetch order; hook order of this step
   std::size_t next_fetch_ = 0;
   std::vector<dev::Marker> written_;  // a parameter's last write-back to host memory
+  // The parameter whose gradient comes last in backward (the input embedding; on
+  // Qwen3-0.6B the tied embedding, 1.2 GB of moments) keeps its moments in a buffer of
+  // its own, fetched on a stream of its own as soon as its last write-back is done
+  // (beside the forward pass). In the window it would be fetched last, into room
+  // that frees only as the last write-backs of backward finish, and the compute
+  // stream would wait for that fetch after backward (22 ms on Qwen3-0.6B).
+  std::optional<std::size_t> tail_;
+  Tensor tail_buf_;
+  dev::MaybeStream tail_h2d_;
+  bool tail_fetched_ = false;  // its moments are queued into tail_buf_ for this step
 
   // FullOffload
   // With tied embeddings and one micro-batch per step, the LM head's share of the
@@ -1672,6 +1737,7 @@ class Trainer {
         if (last) state.begin_last_micro_batch(mb.input_ids);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk,
                                  last ? state.head_grad_hook() : nullptr);
+        if (last) state.before_backward();
         loss.backward();
         loss_acc += loss.detach().to(torch::kFloat64);
       }

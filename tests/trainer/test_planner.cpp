@@ -163,6 +163,14 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   small_ring.ring_bytes = 100;
   CHECK(plan::make_plan(cfg, s, small_ring).mode(Offload::optimizer).gpu.term("moment_window") ==
         1024 + 4096);
+  // Without clipping (updates in the gradient hooks), the embedding's moments (the
+  // last gradient of backward) get a buffer of their own and the window the rest.
+  auto no_clip = cfg;
+  std::get<AdamWConfig>(no_clip.optim).max_norm = std::nullopt;
+  const auto& opt_nc = plan::make_plan(no_clip, s, exact()).mode(Offload::optimizer).gpu;
+  CHECK(opt_nc.term("moment_tail") == 128 * 8);
+  CHECK(opt_nc.term("moment_window") == 10688 - 128 * 8 + 4096);
+  CHECK(opt.term("moment_tail") == 0);
 
   // Host: data 4 x 32 (one step) + 4 x 32 (tensors of a micro-batch).
   CHECK(p.mode(Offload::none).host.peak == 256);
