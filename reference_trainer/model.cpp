@@ -418,7 +418,11 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
 
 }  // namespace
 
-Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq) {
+Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq,
+                           const BlockHook* before_block) {
+  auto before = [&](std::int64_t block) {
+    if (before_block) (*before_block)(static_cast<int>(block));
+  };
   const auto& a = args_;
   // RoPE tables for the given positions: [B, T, 1, head_dim].
   auto fopt = torch::TensorOptions().device(device_).dtype(torch::kFloat32);
@@ -428,12 +432,15 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);
   BlockContext ctx{&a, emb.cos().to(dtype_), emb.sin().to(dtype_), in.mask};
 
+  before(-1);
   Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
   for (int l = 0; l < a.layers; ++l) {
+    before(l);
     const BlockWeights& b = blocks_[l];
     const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
     x = recompute ? CheckpointedBlock::apply(x, &b, &ctx) : block_forward(b, ctx, x);
   }
+  before(a.layers);
   return at::rms_norm(x, {a.hidden}, param("model.norm.weight"), a.rms_eps);
 }
 

@@ -79,8 +79,14 @@ class Transformer {
     torch::Tensor positions;            // [B, T] int64
     std::optional<torch::Tensor> mask;  // [B, 1, T, T] bool (true = attend); absent: causal
   };
+  // Called in the forward pass just before weights are first used: with -1 before the
+  // embedding lookup, with l before block l, with the number of layers before the
+  // final norm and the LM head. FullOffload's deferred updates wait there.
+  using BlockHook = std::function<void(int block)>;
+
   // Final hidden states [B, T, D] after the last norm.
-  torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1);
+  torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1,
+                       const BlockHook* before_block = nullptr);
   // Called during backward with the LM head's share of the LM head weight's gradient, as soon
   // as backward reaches the loss (the first thing it does). With tied embeddings that share
   // is final for every embedding row the batch's input ids do not touch: the input

@@ -46,6 +46,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numbers>
 #include <set>
@@ -287,11 +288,14 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //   PRIMECFG_OFFLOAD_TIMEOUT_S  how long a pipeline wait may take before it fails (default 600)
 //   PRIMECFG_OFFLOAD_THREADS    CPU optimizer threads (default: the usable CPUs minus one)
 //   PRIMECFG_OFFLOAD_SPLIT_TIED 0 = FullOffload updates a tied embedding only after backward
+//   PRIMECFG_OFFLOAD_DEFER      1/0 = FullOffload lets the CPU updates still running after
+//                               backward finish beside the next forward (default: on a GPU)
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
   int threads = 0;
   bool split_tied = true;
+  std::optional<bool> defer;
 
   static PipelineKnobs from_env() {
     PipelineKnobs k;
@@ -309,6 +313,7 @@ struct PipelineKnobs {
       k.timeout = std::chrono::milliseconds(std::llround(*v * 1e3));
     if (auto v = num("PRIMECFG_OFFLOAD_THREADS")) k.threads = static_cast<int>(*v);
     if (auto v = num("PRIMECFG_OFFLOAD_SPLIT_TIED")) k.split_tied = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_DEFER")) k.defer = *v != 0;
     return k;
   }
 
@@ -341,6 +346,19 @@ Tensor to_device(const std::vector<std::int64_t>& values, torch::IntArrayRef sha
   TORCH_CHECK(static_cast<std::size_t>(t.numel()) == values.size(), "to_device: shape does not match");
   std::memcpy(t.data_ptr<std::int64_t>(), values.data(), values.size() * sizeof(std::int64_t));
   return device.is_cpu() ? t : t.to(device, /*non_blocking=*/true);
+}
+
+// An asynchronous copy between contiguous tensors of one size, queued in pieces of at
+// most 64 MiB. A copy engine runs the copies queued on it in order, so a small copy
+// that the compute stream needs (the loss read back with .item(), the next step's
+// inputs) would otherwise wait behind a whole 1 GB moment transfer (22 ms at 55 GB/s).
+void copy_in_pieces(const Tensor& dst, const Tensor& src) {
+  Tensor d = dst.view(-1), s = src.view(-1);
+  const std::int64_t piece = std::max<std::int64_t>(1, (std::int64_t{64} << 20) / d.element_size());
+  for (std::int64_t at = 0, n = d.numel(); at < n; at += piece) {
+    const std::int64_t len = std::min(piece, n - at);
+    d.narrow(0, at, len).copy_(s.narrow(0, at, len), /*non_blocking=*/true);
+  }
 }
 
 // PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
@@ -407,6 +425,8 @@ class OffloadState {
     if (run.offload_ring_bytes) knobs_.ring_bytes = run.offload_ring_bytes;
     if (run.offload_threads > 0) knobs_.threads = run.offload_threads;
     if (run.offload_split_tied) knobs_.split_tied = *run.offload_split_tied;
+    if (run.offload_defer) knobs_.defer = run.offload_defer;
+    if (!knobs_.defer) knobs_.defer = !device_.is_cpu();
     const bool cuda = !device_.is_cpu();
     auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
     auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
@@ -435,6 +455,20 @@ class OffloadState {
         for (std::size_t i = 0; i < states_.size(); ++i)
           if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
       head_hook_ = [this](const Tensor& head_grad) { submit_head_grad(head_grad); };
+      block_hook_ = [this](int block) { wait_for_block(block); };
+      block_groups_.resize(static_cast<std::size_t>(model.args().layers));
+      for (std::size_t i = 0; i < states_.size(); ++i) {
+        const int b = states_[i].p->block;
+        if (b >= 0)
+          block_groups_.at(static_cast<std::size_t>(b)).push_back(i);
+        else
+          head_group_.push_back(i);  // the embedding, the final norm and an untied LM head
+        if (states_[i].p->tensor.is_same(model.param("model.embed_tokens.weight")))
+          lookup_group_.push_back(i);
+      }
+      acc_valid_.assign(states_.size(), 0);
+      done_step_.assign(states_.size(), 0);
+      got_last_grad_.assign(states_.size(), 0);
       start_host_pipeline();
     }
     if constexpr (Strategy::moments_on_host && !kHostUpdate) {
@@ -456,6 +490,10 @@ class OffloadState {
 
   ~OffloadState() {
     for (auto& s : states_) torch::autograd::impl::set_post_acc_grad_hooks(s.p->tensor, nullptr);
+    try {
+      finish_pending();
+    } catch (...) {
+    }
     if (worker_.joinable()) {
       {
         std::lock_guard lk(mu_);
@@ -481,8 +519,10 @@ class OffloadState {
     for (auto& s : states_) s.master.copy_(s.p->tensor);
   }
 
-  // Waits for copies still writing host state (before a checkpoint reads it).
+  // Waits for updates and copies still writing host state (before a checkpoint
+  // reads it, and at the end of a run).
   void sync_host() {
+    finish_pending();
     dev::synchronize(d2h_);
     dev::synchronize(h2d_);
     dev::synchronize(tail_h2d_);
@@ -494,10 +534,20 @@ class OffloadState {
     step_ = step;
     single_micro_ = single_micro_batch;
     last_micro_ = single_micro_batch;
-    stats_ = Stats{};
+    {
+      std::lock_guard lk(mu_);
+      stats_ = Stats{};
+    }
     if constexpr (kHostUpdate) {
-      updated_.assign(states_.size(), 0);
-      acc_valid_.assign(states_.size(), 0);
+      // The worker may still run the last step's deferred updates: they keep their own
+      // context, and a step that accumulates (and so needs the host norm) waits first.
+      if (!single_micro_batch) finish_pending();
+      auto c = std::make_shared<StepContext>();
+      c->lr = lr;
+      c->step = step;
+      c->single_micro = single_micro_batch;
+      ctx_ = std::move(c);
+      std::fill(got_last_grad_.begin(), got_last_grad_.end(), 0);
       gsq_host_ = 0.0;
       if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
       gsq_dev_.zero_();
@@ -524,15 +574,15 @@ class OffloadState {
       split_tied_ = tied_ && single_micro_;
       head_submitted_ = false;
       if (split_tied_) {
+        StepContext& c = *ctx_;
         const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
-        in_batch_.assign(static_cast<std::size_t>(vocab), 0);
+        c.in_batch.assign(static_cast<std::size_t>(vocab), 0);
         for (auto id : input_ids)
-          if (id >= 0 && id < vocab) in_batch_[static_cast<std::size_t>(id)] = 1;
-        batch_rows_.clear();
+          if (id >= 0 && id < vocab) c.in_batch[static_cast<std::size_t>(id)] = 1;
         for (std::int64_t r = 0; r < vocab; ++r)
-          if (in_batch_[static_cast<std::size_t>(r)]) batch_rows_.push_back(r);
-        const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(batch_rows_.size())};
-        batch_rows_dev_ = to_device(batch_rows_, n, device_);
+          if (c.in_batch[static_cast<std::size_t>(r)]) c.batch_rows.push_back(r);
+        const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
+        c.batch_rows_dev = to_device(c.batch_rows, n, device_);
       }
     }
     if (overlap_) {
@@ -557,6 +607,10 @@ class OffloadState {
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
   const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }
+
+  // The hook for Transformer::hidden: FullOffload's forward waits there for the
+  // deferred updates of the weights it is about to use.
+  const Transformer::BlockHook* block_hook() const { return kHostUpdate ? &block_hook_ : nullptr; }
 
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
@@ -604,8 +658,9 @@ class OffloadState {
         out["copy_wait_s"] = stats_.copy_wait_s;
         out["ring_wait_s"] = stats_.ring_wait_s;
         out["drain_s"] = stats_.drain_s;
+        out["defer_wait_s"] = stats_.defer_wait_s;
         out["cpu_threads"] = pool_ ? pool_->size() : 0;
-        if (split_tied_) out["tied_batch_rows"] = static_cast<double>(batch_rows_.size());
+        if (split_tied_) out["tied_batch_rows"] = static_cast<double>(ctx_->batch_rows.size());
       }
       return out;
     }
@@ -720,8 +775,8 @@ class OffloadState {
     auto [m1, m2] = window_views(i, r->offset);
     {
       dev::StreamScope on(h2d_);
-      m1.copy_(s.m1, /*non_blocking=*/true);
-      if (m2.defined()) m2.copy_(s.m2, /*non_blocking=*/true);
+      copy_in_pieces(m1, s.m1);
+      if (m2.defined()) copy_in_pieces(m2, s.m2);
     }
     ready_[i] = dev::Marker::record(h2d_);
     slot_[i] = r->offset;
@@ -773,8 +828,8 @@ class OffloadState {
     dev::Marker::record(compute).wait_on(d2h_);
     {
       dev::StreamScope on(d2h_);
-      s.m1.copy_(m1, /*non_blocking=*/true);
-      if (m2.defined()) s.m2.copy_(m2, /*non_blocking=*/true);
+      copy_in_pieces(s.m1, m1);
+      if (m2.defined()) copy_in_pieces(s.m2, m2);
     }
     if (!windowed && !in_tail) {
       m1.record_stream(*d2h_);
@@ -837,8 +892,8 @@ class OffloadState {
     auto [m1, m2] = tail_views();
     {
       dev::StreamScope on(tail_h2d_);
-      m1.copy_(s.m1, /*non_blocking=*/true);
-      if (m2.defined()) m2.copy_(s.m2, /*non_blocking=*/true);
+      copy_in_pieces(m1, s.m1);
+      if (m2.defined()) copy_in_pieces(m2, s.m2);
     }
     ready_[*tail_] = dev::Marker::record(tail_h2d_);
     tail_fetched_ = true;
@@ -899,11 +954,23 @@ class OffloadState {
     worker_ = std::thread([this] { worker_main(); });
   }
 
+  // What the worker needs of the step a job belongs to. With deferred updates the
+  // worker still runs step s while the main thread begins step s + 1, so a job
+  // carries its step's context instead of reading the current one.
+  struct StepContext {
+    double lr = 0;
+    std::int64_t step = 0;
+    bool single_micro = true;
+    std::vector<std::int64_t> batch_rows;  // tied split: sorted distinct input ids of the last micro-batch
+    std::vector<char> in_batch;            // per embedding row: is it in batch_rows
+    Tensor batch_rows_dev;                 // batch_rows on the device
+  };
   // What a staged gradient holds.
   enum class Part {
     whole,       // the parameter's gradient
     head,        // tied embedding: the LM head's share, all rows (final outside the batch's rows)
     batch_rows,  // tied embedding: the final gradient of the batch's rows only
+    no_grad,     // nothing staged: the parameter got no gradient in the last micro-batch
   };
 
   // The hook's side of FullOffload: stage the gradient and queue it for the worker.
@@ -916,7 +983,7 @@ class OffloadState {
     if (tied_ && i == *tied_ && head_submitted_) {
       // The other rows were updated from the head's share: only the batch's rows move.
       head_submitted_ = false;
-      stage(i, g.index_select(0, batch_rows_dev_), Part::batch_rows);
+      stage(i, g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
       return;
     }
     stage(i, g, Part::whole);
@@ -965,9 +1032,10 @@ class OffloadState {
     } else {
       staged.copy_(g);
     }
+    if (last_micro_ && part != Part::head) got_last_grad_[i] = 1;
     {
       std::lock_guard lk(mu_);
-      queue_.push_back(Job{i, r, std::move(ready), last_micro_, part});
+      queue_.push_back(Job{i, r, std::move(ready), last_micro_, part, ctx_, true});
       ++submitted_;
     }
     cv_.notify_all();
@@ -979,6 +1047,8 @@ class OffloadState {
     dev::Marker ready;
     bool last = false;
     Part part = Part::whole;
+    std::shared_ptr<const StepContext> ctx;
+    bool has_slot = true;  // holds a range of the staging ring
   };
 
   void worker_main() {
@@ -1013,7 +1083,8 @@ class OffloadState {
       }
       {
         std::lock_guard lk(mu_);
-        grad_ring_.release(job.slot);
+        if (job.has_slot) release_in_order_locked(job.slot);
+        if (job.last && job.part != Part::head) done_step_[job.param] = job.ctx->step;
         ++processed_;
         busy_ = -1;
       }
@@ -1021,20 +1092,40 @@ class OffloadState {
     }
   }
 
+  // Ranges of the staging ring go back in allocation order; one whose job ran out of
+  // order (deferred jobs run in forward order) waits in released_ for the older ones.
+  void release_in_order_locked(const StagingRing::Range& r) {
+    released_.insert(r.id);
+    while (auto oldest = grad_ring_.oldest()) {
+      if (!released_.erase(oldest->id)) break;
+      grad_ring_.release(*oldest);
+    }
+  }
+
   // On the worker: one staged gradient. Earlier micro-batches accumulate into the
   // FP32 host accumulator; on the last one the parameter is updated right away.
   void consume(const Job& job) {
     torch::NoGradGuard ng;
+    const StepContext& c = *job.ctx;
     ParamState& s = states_[job.param];
     const Tensor& w = s.p->tensor;
+    if (job.part == Part::no_grad) {
+      // What earlier micro-batches accumulated, else zero.
+      if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
+      if (!acc_valid_[job.param]) s.grad.zero_();
+      acc_valid_[job.param] = 0;
+      if (!c.single_micro) gsq_host_ += s.grad.square().sum().item<double>();
+      update_host(job.param, s.grad, c);
+      return;
+    }
     if (job.part == Part::batch_rows) {
-      const std::array<std::int64_t, 2> rows{static_cast<std::int64_t>(batch_rows_.size()), w.size(1)};
-      update_tied_rows(job.param, ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), rows), true);
+      const std::array<std::int64_t, 2> rows{static_cast<std::int64_t>(c.batch_rows.size()), w.size(1)};
+      update_tied_rows(job.param, ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), rows), true, c);
       return;
     }
     Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), w.sizes());
     if (job.part == Part::head) {
-      update_tied_rows(job.param, staged, false);
+      update_tied_rows(job.param, staged, false, c);
       return;
     }
     if (!job.last) {
@@ -1050,13 +1141,14 @@ class OffloadState {
     if (acc_valid_[job.param]) {
       s.grad.add_(staged);
       grad = s.grad;
+      acc_valid_[job.param] = 0;  // the next step starts afresh
     }
-    if (!single_micro_) gsq_host_ += grad.to(torch::kFloat32).square().sum().item<double>();
-    update_host(job.param, grad);
+    if (!c.single_micro) gsq_host_ += grad.to(torch::kFloat32).square().sum().item<double>();
+    update_host(job.param, grad, c);
   }
 
   // Runs the CPU kernel on one parameter and queues its new weights for the device.
-  void update_host(std::size_t i, const Tensor& grad) {
+  void update_host(std::size_t i, const Tensor& grad, const StepContext& c) {
     ParamState& s = states_[i];
     Tensor w = s.p->tensor.detach();
     const bool bf16 = w.scalar_type() == torch::kBFloat16;
@@ -1065,7 +1157,7 @@ class OffloadState {
     const auto t_kernel = std::chrono::steady_clock::now();
     update_on_cpu_kernel(opt_, *pool_, s.master, grad, s.m1.defined() ? &s.m1 : nullptr,
                          s.m2.defined() ? &s.m2 : nullptr,
-                         bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, lr_, step_);
+                         bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, c.lr, c.step);
     const double kernel_s = seconds_since(t_kernel);
     {
       std::lock_guard lk(mu_);
@@ -1084,7 +1176,6 @@ class OffloadState {
       std::lock_guard lk(mu_);
       last_upload_ = done;
     }
-    updated_[i] = 1;
   }
 
   // A pinned bf16 buffer for w's new weights; waits for old uploads to finish
@@ -1108,13 +1199,13 @@ class OffloadState {
   // true: the batch's rows, from their final gradient `grad` [rows, D]. Rows are
   // independent in an element-wise optimizer, so the two parts give the same bits as
   // one update of the whole matrix.
-  void update_tied_rows(std::size_t i, const Tensor& grad, bool batch_rows) {
+  void update_tied_rows(std::size_t i, const Tensor& grad, bool batch_rows, const StepContext& c) {
     ParamState& s = states_[i];
     Tensor w = s.p->tensor.detach();
     const bool bf16 = w.scalar_type() == torch::kBFloat16;
     const bool direct = w.is_cpu() && w.is_contiguous();  // bf16 rows written straight into w
     const std::int64_t dim = w.size(1);
-    const std::int64_t rows = batch_rows ? static_cast<std::int64_t>(batch_rows_.size()) : w.size(0);
+    const std::int64_t rows = batch_rows ? static_cast<std::int64_t>(c.batch_rows.size()) : w.size(0);
     // The head part uploads the whole matrix (rows of the batch included: they are
     // not read before the second part overwrites them); the second part its rows.
     Tensor out;
@@ -1128,26 +1219,26 @@ class OffloadState {
     const bool g16 = grad.scalar_type() == torch::kBFloat16;
     auto run = [&](std::int64_t at, std::int64_t grad_at, std::int64_t out_at, std::int64_t n) {
       update_span_on_cpu(opt_, master + at, m1 ? m1 + at : nullptr, m2 ? m2 + at : nullptr,
-                         g + grad_at * g_elem, g16, out16 ? out16 + out_at : nullptr, n, lr_, step_);
+                         g + grad_at * g_elem, g16, out16 ? out16 + out_at : nullptr, n, c.lr, c.step);
     };
     const std::int64_t grain = std::max<std::int64_t>(1, cpu::kDefaultGrain / dim);
     const auto t_kernel = std::chrono::steady_clock::now();
     if (!batch_rows) {
       pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e;) {  // runs of rows outside the batch
-          if (in_batch_[static_cast<std::size_t>(r)]) {
+          if (c.in_batch[static_cast<std::size_t>(r)]) {
             ++r;
             continue;
           }
           const std::int64_t first = r;
-          while (r < e && !in_batch_[static_cast<std::size_t>(r)]) ++r;
+          while (r < e && !c.in_batch[static_cast<std::size_t>(r)]) ++r;
           run(first * dim, first * dim, first * dim, (r - first) * dim);
         }
       });
     } else {
       pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t k = b; k < e; ++k) {
-          const std::int64_t at = batch_rows_[static_cast<std::size_t>(k)] * dim;
+          const std::int64_t at = c.batch_rows[static_cast<std::size_t>(k)] * dim;
           run(at, k * dim, direct ? at : k * dim, dim);
         }
       });
@@ -1166,18 +1257,17 @@ class OffloadState {
         w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
       } else if (bf16) {
         Tensor up = out.to(device_, /*non_blocking=*/true);
-        w.index_copy_(0, batch_rows_dev_, up);
+        w.index_copy_(0, c.batch_rows_dev, up);
       } else {
         // FP32 weights (tests): the whole master again; this queued copy follows the first.
         w.copy_(s.master, /*non_blocking=*/true);
       }
-      batch_rows_dev_.record_stream(*h2d_);
+      c.batch_rows_dev.record_stream(*h2d_);
       auto done = dev::Marker::record(h2d_);
       if (bf16) up_free_.push_back(done);
       std::lock_guard lk(mu_);
       last_upload_ = done;
     }
-    if (batch_rows) updated_[i] = 1;
   }
 
   std::string diagnose_locked(const std::string& what) const {
@@ -1189,42 +1279,107 @@ class OffloadState {
         grad_ring_.live(), busy);
   }
 
-  // End of backward: drain the worker, update what got no gradient, join the uploads.
+  // End of backward. Parameters without a gradient in the last micro-batch are
+  // queued as jobs of their own. Then either every update finishes here and the
+  // compute stream waits for the last upload, or (defer) the updates still queued
+  // run beside the next forward, in the order it needs the weights, and the forward
+  // waits block by block (wait_for_block).
   double finish_host_step() {
     const auto t_drain = std::chrono::steady_clock::now();
-    {
-      std::unique_lock lk(mu_);
-      const bool done = cv_.wait_for(lk, knobs_.timeout, [&] { return processed_ == submitted_ || error_; });
-      if (error_) std::rethrow_exception(error_);
-      if (!done)
-        throw run_error(diagnose_locked(fmt::format("timed out after {} s waiting for the CPU optimizer",
-                                                    knobs_.timeout.count() / 1000.0)));
-    }
     if (head_submitted_)
       throw run_error(
           fmt::format("offload = \"full\": the gradient of {} ended at the LM head's share; the "
                       "input embedding's share never arrived",
                       states_[*tied_].p->name));
-    torch::NoGradGuard ng;
-    for (std::size_t i = 0; i < states_.size(); ++i) {
-      if (updated_[i]) continue;
-      // No gradient in the last micro-batch: what earlier ones accumulated, else zero.
-      ParamState& s = states_[i];
-      if (!s.grad.defined()) s.grad = torch::empty(s.p->tensor.sizes(), torch::kFloat32);
-      if (!acc_valid_[i]) s.grad.zero_();
-      gsq_host_ += s.grad.square().sum().item<double>();
-      update_host(i, s.grad);
-    }
-    double norm_sq = gsq_host_ + gsq_dev_.item<double>();
-    dev::Marker last;
+    const bool defer = *knobs_.defer && ctx_->single_micro;
     {
       std::lock_guard lk(mu_);
-      last = std::move(last_upload_);
-      last_upload_ = dev::Marker();
+      for (std::size_t i = 0; i < states_.size(); ++i)
+        if (!got_last_grad_[i]) {
+          queue_.push_back(Job{i, StagingRing::Range{}, dev::Marker(), true, Part::no_grad, ctx_, false});
+          ++submitted_;
+        }
+      if (defer) {
+        // Backward queued the last layers' gradients last, and the next forward needs
+        // them first: run what is left in reverse, the head's share of a split
+        // embedding (if still queued) before its batch rows.
+        std::reverse(queue_.begin(), queue_.end());
+        std::stable_partition(queue_.begin(), queue_.end(),
+                              [](const Job& j) { return j.part == Part::head; });
+        pending_step_ = ctx_->step;
+      }
     }
-    last.wait_on(dev::current_stream(device_));  // the next forward sees the new weights
+    cv_.notify_all();
+    if (defer) {
+      // One micro-batch: the whole norm was summed on the device, in the hooks.
+      const double norm = std::sqrt(gsq_dev_.item<double>());
+      std::lock_guard lk(mu_);
+      stats_.drain_s = seconds_since(t_drain);
+      return norm;
+    }
+    finish_pending();
+    const double norm_sq = gsq_host_ + gsq_dev_.item<double>();
+    std::lock_guard lk(mu_);
     stats_.drain_s = seconds_since(t_drain);
     return std::sqrt(norm_sq);
+  }
+
+  // Waits until the worker has run every queued job; the compute stream then waits
+  // for the last upload. A no-op except for FullOffload.
+  void finish_pending() {
+    if constexpr (kHostUpdate) {
+      if (!worker_.joinable()) return;
+      dev::Marker last;
+      {
+        std::unique_lock lk(mu_);
+        const bool done =
+            cv_.wait_for(lk, knobs_.timeout, [&] { return processed_ == submitted_ || error_; });
+        if (error_) std::rethrow_exception(error_);
+        if (!done)
+          throw run_error(diagnose_locked(fmt::format("timed out after {} s waiting for the CPU optimizer",
+                                                      knobs_.timeout.count() / 1000.0)));
+        last = std::move(last_upload_);
+        last_upload_ = dev::Marker();
+        pending_step_ = 0;
+      }
+      last.wait_on(dev::current_stream(device_));
+    }
+  }
+
+  // Transformer::BlockHook: before the forward uses the weights of `block` (-1: the
+  // embedding lookup; the layer count: the final norm and the LM head), wait on the
+  // host until the deferred updates of those parameters are queued, then make the
+  // compute stream wait for their uploads.
+  void wait_for_block(int block) {
+    if constexpr (kHostUpdate) {
+      const std::vector<std::size_t>& group = block < 0 ? lookup_group_
+                                              : static_cast<std::size_t>(block) < block_groups_.size()
+                                                  ? block_groups_[static_cast<std::size_t>(block)]
+                                                  : head_group_;
+      const auto t_wait = std::chrono::steady_clock::now();
+      dev::Marker uploaded;
+      {
+        std::unique_lock lk(mu_);
+        if (!pending_step_) return;
+        auto ready = [&] {
+          if (error_) return true;
+          for (auto i : group)
+            if (done_step_[i] < pending_step_) return false;
+          return true;
+        };
+        if (!cv_.wait_for(lk, knobs_.timeout, ready))
+          throw run_error(diagnose_locked(fmt::format(
+              "timed out after {} s waiting for the updates the forward pass needs before block {}",
+              knobs_.timeout.count() / 1000.0, block)));
+        if (error_) std::rethrow_exception(error_);
+        uploaded = last_upload_;  // the h2d stream is one queue: this covers the group's uploads
+        if (&group == &head_group_) pending_step_ = 0;  // every parameter is in some group
+        stats_.defer_wait_s += seconds_since(t_wait);
+      }
+      uploaded.wait_on(dev::current_stream(device_));
+    } else {
+      (void)block;
+    }
   }
 
   // --- Hook -------------------------------------------------------------------------
@@ -1296,11 +1451,23 @@ class OffloadState {
   // runs beside backward instead of after it.
   std::optional<std::size_t> tied_;  // the tied embedding's index in states_
   Transformer::HeadGradHook head_hook_;
-  bool split_tied_ = false;               // this step splits it (main thread, before backward)
-  bool head_submitted_ = false;           // the head's share is queued (hook thread; main after drain)
-  std::vector<std::int64_t> batch_rows_;  // sorted distinct input ids of the last micro-batch
-  std::vector<char> in_batch_;            // per embedding row: is it in batch_rows_
-  Tensor batch_rows_dev_;                 // batch_rows_ on the device
+  bool split_tied_ = false;      // this step splits it (main thread, before backward)
+  bool head_submitted_ = false;  // the head's share is queued (hook thread; main after backward)
+
+  std::shared_ptr<StepContext> ctx_ = std::make_shared<StepContext>();
+
+  // Deferred updates (knobs_.defer): with one micro-batch per step the CPU update
+  // cannot finish with backward (it is bound by host memory bandwidth and starts
+  // when the first gradient lands), so what is left runs beside the next forward,
+  // which waits per block for the parameters it is about to use.
+  Transformer::BlockHook block_hook_;
+  std::vector<std::vector<std::size_t>> block_groups_;  // parameters of each transformer block
+  std::vector<std::size_t> head_group_;                 // the rest (used at the start and the end)
+  std::vector<std::size_t> lookup_group_;               // the input embedding
+  std::int64_t pending_step_ = 0;                       // step whose updates may still run (0: none)
+  std::vector<std::int64_t> done_step_;                 // per parameter: the last step it was updated for
+  std::set<std::uint64_t> released_;                    // ring ranges done, waiting for older ones
+  std::vector<char> got_last_grad_;  // hook thread: a gradient was staged in the last micro-batch
   std::unique_ptr<cpu::ThreadPool> pool_;
   std::vector<int> bind_cpus_;
   StagingRing grad_ring_, up_ring_;
@@ -1317,7 +1484,8 @@ class OffloadState {
   dev::Marker last_upload_;
   std::vector<char>
       fresh_;  // device accumulators: no gradient yet this step (hooks write, main reads after backward)
-  std::vector<char> updated_, acc_valid_;  // worker writes during backward; main reads after the drain
+  std::vector<char> updated_;    // OptimizerOffload: updated in this step
+  std::vector<char> acc_valid_;  // FullOffload, worker only: the host accumulator holds this step's sum
   double gsq_host_ = 0;
   Tensor gsq_dev_;
 
@@ -1326,7 +1494,8 @@ class OffloadState {
     double cpu_update_s = 0;  // inside the CPU kernels
     double copy_wait_s = 0;   // worker waiting for gradient copies to land
     double ring_wait_s = 0;   // hooks waiting for staging space
-    double drain_s = 0;       // end of backward to the last update queued
+    double drain_s = 0;       // end of backward to the last update queued (deferred: to the hand-over)
+    double defer_wait_s = 0;  // the forward waiting on the host for the last step's deferred updates
     double d2h_bytes = 0, h2d_bytes = 0;
   } stats_;  // worker and hooks write under mu_ or while the other side is idle
 };
@@ -1735,7 +1904,7 @@ class Trainer {
         const std::array<std::int64_t, 1> flat{static_cast<std::int64_t>(mb.targets.size())};
         Tensor targets = to_device(mb.targets, flat, setup_.device);
         if (last) state.begin_last_micro_batch(mb.input_ids);
-        Tensor loss = model.loss(model.hidden(in, ac, ac_freq), targets, scale, ce_chunk,
+        Tensor loss = model.loss(model.hidden(in, ac, ac_freq, state.block_hook()), targets, scale, ce_chunk,
                                  last ? state.head_grad_hook() : nullptr);
         if (last) state.before_backward();
         loss.backward();
@@ -1775,9 +1944,9 @@ class Trainer {
     if (cfg_.ckpt && !(ckpt.interval && pos.step % *ckpt.interval == 0) && pos.step > result.first_step)
       save_checkpoint(ckpt_root, model, state, opt, pos, ckpt);
     result.last_step = pos.step;
+    state.sync_host();  // the last step's deferred updates
 
     if (opts_.collect_weights) {
-      state.sync_host();
       for (auto& s : state.states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
         result.weights.emplace_back(s.p->name,

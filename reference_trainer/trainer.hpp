@@ -30,6 +30,10 @@ struct RunOptions {
   // does not touch as soon as backward begins (default; PRIMECFG_OFFLOAD_SPLIT_TIED=0
   // turns it off). Results are bit-identical either way.
   std::optional<bool> offload_split_tied;
+  // FullOffload: CPU updates still running when backward ends finish beside the next
+  // forward, which waits block by block for its weights (default: on a GPU, or
+  // PRIMECFG_OFFLOAD_DEFER). Results are bit-identical either way.
+  std::optional<bool> offload_defer;
 };
 
 struct RunResult {

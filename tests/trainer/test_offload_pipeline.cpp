@@ -120,6 +120,15 @@ static bool metrics_mention(const fs::path& out_dir, const std::string& text) {
   return false;
 }
 
+// A figure of the last metrics line ("name":value), or -1 when absent.
+static double last_figure(const fs::path& out_dir, const std::string& name) {
+  std::ifstream in(out_dir / "metrics.jsonl");
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const auto at = last.find("\"" + name + "\":");
+  return at == std::string::npos ? -1 : std::stod(last.substr(at + name.size() + 3));
+}
+
 // With one micro-batch per step, FullOffload updates the tied embedding in two parts:
 // the rows the batch's input ids do not touch as soon as backward starts (from the LM
 // head's share of the gradient), the batch's rows after backward. Element-wise
@@ -127,7 +136,11 @@ static bool metrics_mention(const fs::path& out_dir, const std::string& text) {
 // FP32 and in bf16 (where the CPU writes the bf16 weights itself), for AdamW and
 // SignSGD. The tiny model's batches touch most of its 260 rows; the fake data of the
 // second config touches only a few, so both kinds of row runs are exercised.
-TEST_CASE("full offload: updating the tied embedding in two parts gives the same run, bit for bit") {
+// Deferring the updates that are left when backward ends into the next forward only
+// changes when they run, never what they compute.
+TEST_CASE(
+    "full offload: the tied embedding updated in two parts, and updates deferred into the next forward, "
+    "give the same run, bit for bit") {
   auto dir = fs::temp_directory_path() / ("primecfg-split-test-" + std::to_string(::getpid()));
   for (int k = 0; k < 4; ++k) {
     CAPTURE(k);
@@ -171,22 +184,39 @@ TEST_CASE("full offload: updating the tied embedding in two parts gives the same
       o.offload_threads = 3;
       fs::remove_all(dir);
       c.output_dir = dir / "split";
+      o.offload_defer = false;
       auto split = train::run_sft(c, o);
+      // Deferred: what the CPU has not updated when backward ends is updated beside
+      // the next forward, in reverse order, which waits block by block. With a
+      // staging ring of one gradient the hooks also wait for the worker all the time.
+      c.output_dir = dir / "deferred";
+      auto d = o;
+      d.offload_defer = true;
+      d.offload_ring_bytes = 1;
+      auto deferred = train::run_sft(c, d);
       o.offload_split_tied = false;
       c.output_dir = dir / "whole";
       auto whole = train::run_sft(c, o);
       REQUIRE(split.losses.size() == 5);
       CHECK(split.losses == whole.losses);
+      CHECK(deferred.losses == whole.losses);
       REQUIRE(split.weights.size() == whole.weights.size());
+      REQUIRE(deferred.weights.size() == whole.weights.size());
       for (std::size_t i = 0; i < split.weights.size(); ++i) {
         CAPTURE(split.weights[i].first);
         CHECK(split.weights[i].second == whole.weights[i].second);
         CHECK(split.model_weights[i].second == whole.model_weights[i].second);
+        CHECK(deferred.weights[i].second == whole.weights[i].second);
+        CHECK(deferred.model_weights[i].second == whole.model_weights[i].second);
       }
       CHECK(split.losses.back() < split.losses.front());
       // The split did happen: the metrics name the rows left for after backward.
       CHECK(metrics_mention(dir / "split", "\"tied_batch_rows\":"));
       CHECK_FALSE(metrics_mention(dir / "whole", "\"tied_batch_rows\":"));
+      // The deferral did happen: from the second step on, the forward found updates
+      // of the step before still pending and waited for them.
+      CHECK(last_figure(dir / "deferred", "defer_wait_s") > 0);
+      CHECK(last_figure(dir / "split", "defer_wait_s") == 0);
     }
   }
   fs::remove_all(dir);
