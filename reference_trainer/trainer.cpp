@@ -45,6 +45,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -490,6 +491,7 @@ class OffloadState {
 
   ~OffloadState() {
     for (auto& s : states_) torch::autograd::impl::set_post_acc_grad_hooks(s.p->tensor, nullptr);
+    if (prefetch_.valid()) prefetch_.wait();
     try {
       finish_pending();
     } catch (...) {
@@ -523,6 +525,7 @@ class OffloadState {
   // reads it, and at the end of a run).
   void sync_host() {
     finish_pending();
+    flush_tail_write_back();
     dev::synchronize(d2h_);
     dev::synchronize(h2d_);
     dev::synchronize(tail_h2d_);
@@ -590,19 +593,33 @@ class OffloadState {
       // none to go by and fetches as gradients come).
       const bool known = !seen_.empty();
       plan_order(/*split_tail=*/known);
-      if (!known) next_fetch_ = order_.size();
+      if (!known) {
+        next_fetch_ = order_.size();
+      } else {
+        // Queued from a helper thread while this one queues the forward: the host work
+        // (a copy and a wait per parameter, ~15 ms on Qwen3-0.6B) would otherwise hold
+        // the forward's launch back, or start the copies that late. Joined in
+        // before_backward(); nothing else touches the window until then.
+        prefetch_ = std::async(std::launch::async, [this] {
+          torch::NoGradGuard ng;
+          if (tail_) fetch_tail();
+          fetch_ahead();
+        });
+      }
     }
   }
 
-  // Called once the last micro-batch's forward is queued, before its backward. The
-  // moment prefetch is queued here rather than before the forward: its host work (a
-  // copy and a wait per parameter, ~15 ms on Qwen3-0.6B) would hold back the
-  // forward's launch; queued now it runs beside the forward on the GPU.
+  // Called once the last micro-batch's forward is queued, before its backward: the
+  // prefetch started in begin_last_micro_batch must be queued in full by now.
   void before_backward() {
-    if (!overlap_) return;
-    if (tail_) fetch_tail();
-    fetch_ahead();
+    if (prefetch_.valid()) prefetch_.get();
   }
+
+  // Called at the end of a step, once its loss and norm are read back.
+  // OptimizerOffload queues the input embedding's moment write-back only now: a
+  // read-back to pageable memory (.item()) waits for a running device-to-host copy,
+  // and that one takes 22 ms on Qwen3-0.6B. Queued now, it runs beside the next forward.
+  void end_step() { flush_tail_write_back(); }
 
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
@@ -825,18 +842,15 @@ class OffloadState {
     }
     update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_);
     s.p->tensor.detach().copy_(s.master);
-    dev::Marker::record(compute).wait_on(d2h_);
-    {
-      dev::StreamScope on(d2h_);
-      copy_in_pieces(s.m1, m1);
-      if (m2.defined()) copy_in_pieces(s.m2, m2);
+    if (in_tail) {
+      tail_write_back_ = true;  // queued by end_step()
+      return;
     }
-    if (!windowed && !in_tail) {
+    write_back(i, m1, m2);
+    if (!windowed) {
       m1.record_stream(*d2h_);
       if (m2.defined()) m2.record_stream(*d2h_);
     }
-    written_[i] = dev::Marker::record(d2h_);
-    stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
     if (windowed) {
       for (auto& e : window_entries_)
         if (e.param == i && !e.queued) {
@@ -846,6 +860,27 @@ class OffloadState {
         }
       slot_[i].reset();
     }
+  }
+
+  // Queues the copy of parameter i's updated moments back to host memory, after the
+  // compute stream's work so far.
+  void write_back(std::size_t i, const Tensor& m1, const Tensor& m2) {
+    ParamState& s = states_[i];
+    dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
+    {
+      dev::StreamScope on(d2h_);
+      copy_in_pieces(s.m1, m1);
+      if (m2.defined()) copy_in_pieces(s.m2, m2);
+    }
+    written_[i] = dev::Marker::record(d2h_);
+    stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
+  }
+
+  void flush_tail_write_back() {
+    if (!tail_write_back_) return;
+    tail_write_back_ = false;
+    auto [m1, m2] = tail_views();
+    write_back(*tail_, m1, m2);
   }
 
   // The order to fetch in: what the last step's hooks saw, then anything else.
@@ -1440,7 +1475,9 @@ class OffloadState {
   std::optional<std::size_t> tail_;
   Tensor tail_buf_;
   dev::MaybeStream tail_h2d_;
-  bool tail_fetched_ = false;  // its moments are queued into tail_buf_ for this step
+  bool tail_fetched_ = false;     // its moments are queued into tail_buf_ for this step
+  bool tail_write_back_ = false;  // updated; the copy back to host memory waits for end_step()
+  std::future<void> prefetch_;    // the prefetch of this step, queued beside the forward
 
   // FullOffload
   // With tied embeddings and one micro-batch per step, the LM head's share of the
@@ -1912,6 +1949,7 @@ class Trainer {
       }
       const double grad_norm = state.finish_step();
       const double loss_sum = loss_acc.item<double>();
+      state.end_step();
       ++pos.step;
       ++pos.scheduler_step;
       pos.data_position = loader.position();
