@@ -147,10 +147,14 @@ Tensor orthogonalize(const Tensor& g) {
 
 // One parameter's update with LibTorch ops on whatever device the tensors are on.
 // master, grad and moments are FP32 and on the same device.
+// `step_t`, when given, holds `step` on the device (one tensor per step instead of a
+// fill per parameter; the fused kernel only reads it).
 void update_on_device(const OptSettings& o, const NamedParam& p, Tensor& master, const Tensor& grad,
-                      Tensor* m1, Tensor* m2, double lr, std::int64_t step) {
+                      Tensor* m1, Tensor* m2, double lr, std::int64_t step,
+                      const Tensor* step_t_given = nullptr) {
   auto adamw = [&](double b1, double b2) {
-    Tensor step_t = torch::full({}, static_cast<double>(step), master.options());
+    Tensor step_t =
+        step_t_given ? *step_t_given : torch::full({}, static_cast<double>(step), master.options());
     at::_fused_adamw_({master}, {grad}, {*m1}, {*m2}, {}, {step_t}, lr, b1, b2, o.weight_decay, o.eps, false,
                       false);
   };
@@ -562,8 +566,13 @@ class OffloadState {
       if (overlap_) {
         ensure_window();
         std::fill(updated_.begin(), updated_.end(), 0);
-        if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
-        gsq_dev_.zero_();
+        // Per-step tensors the hooks use, made once: the step for the fused AdamW and
+        // one slot per parameter for its gradient norm (one kernel per hook instead of
+        // a fill, and four for a running sum: host time in the hooks is time the
+        // backward pass is not being queued).
+        step_t_ = torch::full({}, static_cast<double>(step), dev_);
+        if (!grad_norms_.defined())
+          grad_norms_ = torch::zeros({static_cast<std::int64_t>(states_.size())}, dev_);
       }
     }
   }
@@ -642,11 +651,12 @@ class OffloadState {
       // Parameters that got no gradient in the last micro-batch.
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (!updated_[i]) {
-          gsq_dev_.add_(at::linalg_vector_norm(states_[i].grad, 2).to(torch::kFloat64).square());
+          record_grad_norm(i);
           update_one_streamed(i);
           fetch_ahead();
         }
-      return std::sqrt(gsq_dev_.item<double>());
+      // As NoOffload sums them: FP32 norms per parameter, squared and summed in FP64.
+      return grad_norms_.to(torch::kFloat64).square().sum().sqrt().item<double>();
     } else {
       // Norm and clipping stay on the device (no host round trip before the update).
       std::vector<Tensor> grads;
@@ -818,7 +828,7 @@ class OffloadState {
     const auto compute = dev::current_stream(device_);
     updated_[i] = 1;
     if (moment_bytes(s) == 0) {
-      update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_);
+      update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_, &step_t_);
       s.p->tensor.detach().copy_(s.master);
       return;
     }
@@ -840,7 +850,7 @@ class OffloadState {
       if (s.m2.defined()) m2 = s.m2.to(device_, /*non_blocking=*/true);
       stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
     }
-    update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_);
+    update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_, &step_t_);
     s.p->tensor.detach().copy_(s.master);
     if (in_tail) {
       tail_write_back_ = true;  // queued by end_step()
@@ -860,6 +870,11 @@ class OffloadState {
         }
       slot_[i].reset();
     }
+  }
+
+  void record_grad_norm(std::size_t i) {
+    Tensor slot = grad_norms_.select(0, static_cast<std::int64_t>(i));
+    at::linalg_vector_norm_out(slot, states_[i].grad, 2);
   }
 
   // Queues the copy of parameter i's updated moments back to host memory, after the
@@ -1436,7 +1451,7 @@ class OffloadState {
         s.grad.add_(g);
       }
       if (overlap_ && last_micro_ && !updated_[i]) {
-        gsq_dev_.add_(at::linalg_vector_norm(s.grad, 2).to(torch::kFloat64).square());
+        record_grad_norm(i);
         seen_.push_back(i);
         update_one_streamed(i);
         fetch_ahead();
@@ -1458,6 +1473,8 @@ class OffloadState {
 
   // OptimizerOffload on a GPU
   bool overlap_ = false;  // updates run in the gradient hooks (no clipping)
+  Tensor step_t_;         // this step's number, on the device
+  Tensor grad_norms_;     // FP32 gradient norm per parameter, this step
   Tensor window_;
   StagingRing window_ring_;
   std::deque<WindowEntry> window_entries_;        // one per live window region, oldest first
