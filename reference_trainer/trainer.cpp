@@ -764,6 +764,10 @@ class OffloadState {
     if (window_.defined()) return;
     std::size_t largest = 0, total = 0;
     for (auto& s : states_) {
+      // Without clipping the input embedding's moments get a buffer of their own from
+      // the second step on (tail_); the window is sized for the rest, as the planner
+      // assumes. In the first step they go through the window or temporaries.
+      if (overlap_ && s.p->name == "model.embed_tokens.weight") continue;
       const std::size_t b = moment_bytes(s);
       largest = std::max(largest, b);
       total += b;
@@ -790,6 +794,7 @@ class OffloadState {
   bool fetch(std::size_t i) {
     ParamState& s = states_[i];
     const std::size_t bytes = moment_bytes(s);
+    if (!window_ring_.fits_at_all(bytes)) return false;
     std::optional<StagingRing::Range> r;
     for (;;) {
       if ((r = window_ring_.try_acquire(bytes))) break;
