@@ -833,7 +833,8 @@ class OffloadState {
     const auto compute = dev::current_stream(device_);
     updated_[i] = 1;
     if (moment_bytes(s) == 0) {
-      update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_, &step_t_);
+      update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_,
+                       step_t_.defined() ? &step_t_ : nullptr);
       s.p->tensor.detach().copy_(s.master);
       return;
     }
@@ -855,7 +856,8 @@ class OffloadState {
       if (s.m2.defined()) m2 = s.m2.to(device_, /*non_blocking=*/true);
       stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
     }
-    update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_, &step_t_);
+    update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_,
+                     step_t_.defined() ? &step_t_ : nullptr);
     s.p->tensor.detach().copy_(s.master);
     if (in_tail) {
       tail_write_back_ = true;  // queued by end_step()
@@ -1478,7 +1480,7 @@ class OffloadState {
 
   // OptimizerOffload on a GPU
   bool overlap_ = false;  // updates run in the gradient hooks (no clipping)
-  Tensor step_t_;         // this step's number, on the device
+  Tensor step_t_;         // this step's number, on the device (set when updates run in the hooks)
   Tensor grad_norms_;     // FP32 gradient norm per parameter, this step
   Tensor window_;
   StagingRing window_ring_;
