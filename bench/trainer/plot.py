@@ -24,6 +24,14 @@ def section(text, title):
     return text[start:end if end != -1 else len(text)]
 
 
+def first_table(text):
+    """The first markdown table of a section (a section may hold several)."""
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("| "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def table_rows(text):
     rows = []
     for line in text.splitlines():
@@ -111,7 +119,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     text = open(a.doc).read()
-    throughput_and_memory(table_rows(section(text, "## Latest run")), a.out)
+    throughput_and_memory(table_rows(first_table(section(text, "## Latest run"))), a.out)
     planner(text, a.out)
     print(f"wrote {a.out}/trainer-throughput.png, trainer-memory.png, planner.png")
 
