@@ -274,9 +274,6 @@ struct ParamState {
   Tensor master;  // FP32 weights the optimizer updates
   Tensor grad;    // FP32 gradient accumulator over micro-batches (FullOffload: host, made when needed)
   Tensor m1, m2;  // moments (AdamW: exp_avg, exp_avg_sq; SGD/Muon: momentum)
-  // OptimizerOffload with two moments: m1 and m2 back to back in one pinned block, so
-  // each fetch and write-back is one copy, not two (host work in the gradient hooks).
-  Tensor m12;
 };
 
 // Fires after autograd accumulated a parameter's gradient; forwards to the strategy.
@@ -453,14 +450,8 @@ class OffloadState {
       }
       const auto moments_at = Strategy::moments_on_host ? (kHostUpdate ? plain : pinned) : dev_;
       const int moments = moment_count(opt, p);
-      if (moments >= 2 && Strategy::moments_on_host && !kHostUpdate) {
-        s.m12 = torch::zeros({2 * p.tensor.numel()}, moments_at);
-        s.m1 = s.m12.narrow(0, 0, p.tensor.numel()).view(p.tensor.sizes());
-        s.m2 = s.m12.narrow(0, p.tensor.numel(), p.tensor.numel()).view(p.tensor.sizes());
-      } else {
-        if (moments >= 1) s.m1 = torch::zeros(p.tensor.sizes(), moments_at);
-        if (moments >= 2) s.m2 = torch::zeros(p.tensor.sizes(), moments_at);
-      }
+      if (moments >= 1) s.m1 = torch::zeros(p.tensor.sizes(), moments_at);
+      if (moments >= 2) s.m2 = torch::zeros(p.tensor.sizes(), moments_at);
       states_.push_back(std::move(s));
     }
     masters_from_model();
@@ -816,7 +807,8 @@ class OffloadState {
     auto [m1, m2] = window_views(i, r->offset);
     {
       dev::StreamScope on(h2d_);
-      copy_moments(m1, m2, s, /*to_host=*/false);
+      copy_in_pieces(m1, s.m1);
+      if (m2.defined()) copy_in_pieces(m2, s.m2);
     }
     ready_[i] = dev::Marker::record(h2d_);
     slot_[i] = r->offset;
@@ -899,32 +891,11 @@ class OffloadState {
     dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
     {
       dev::StreamScope on(d2h_);
-      copy_moments(m1, m2, s, /*to_host=*/true);
+      copy_in_pieces(s.m1, m1);
+      if (m2.defined()) copy_in_pieces(s.m2, m2);
     }
     written_[i] = dev::Marker::record(d2h_);
     stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
-  }
-
-  // Queues the copies between device moments (m1, m2) and the host's, on the current
-  // stream: one copy when both sides hold m1 and m2 back to back (window and tail
-  // regions do; temporaries do not).
-  static void copy_moments(const Tensor& m1, const Tensor& m2, const ParamState& s, bool to_host) {
-    const auto n = m1.numel();
-    if (s.m12.defined() && m2.defined() && m2.data_ptr<float>() == m1.data_ptr<float>() + n) {
-      Tensor dev12 = at::from_blob(m1.data_ptr(), {2 * n}, m1.options());  // a view of the region
-      if (to_host)
-        copy_in_pieces(s.m12, dev12);
-      else
-        copy_in_pieces(dev12, s.m12);
-      return;
-    }
-    if (to_host) {
-      copy_in_pieces(s.m1, m1);
-      if (m2.defined()) copy_in_pieces(s.m2, m2);
-    } else {
-      copy_in_pieces(m1, s.m1);
-      if (m2.defined()) copy_in_pieces(m2, s.m2);
-    }
   }
 
   void flush_tail_write_back() {
@@ -978,7 +949,8 @@ class OffloadState {
     auto [m1, m2] = tail_views();
     {
       dev::StreamScope on(tail_h2d_);
-      copy_moments(m1, m2, s, /*to_host=*/false);
+      copy_in_pieces(m1, s.m1);
+      if (m2.defined()) copy_in_pieces(m2, s.m2);
     }
     ready_[*tail_] = dev::Marker::record(tail_h2d_);
     tail_fetched_ = true;
