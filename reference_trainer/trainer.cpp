@@ -1215,12 +1215,7 @@ class OffloadState {
     update_on_cpu_kernel(opt_, *pool_, s.master, grad, s.m1.defined() ? &s.m1 : nullptr,
                          s.m2.defined() ? &s.m2 : nullptr,
                          bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, c.lr, c.step);
-    const double kernel_s = seconds_since(t_kernel);
-    {
-      std::lock_guard lk(mu_);
-      stats_.cpu_update_s += kernel_s;
-      if (!w.is_cpu()) stats_.h2d_bytes += static_cast<double>(w.nbytes());
-    }
+    count_update(seconds_since(t_kernel), w.is_cpu() ? 0 : w.nbytes());
     if (w.is_cpu()) {
       if (!bf16) w.copy_(s.master);
     } else {
@@ -1228,11 +1223,23 @@ class OffloadState {
         dev::StreamScope on(h2d_);
         w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
       }
-      auto done = dev::Marker::record(h2d_);
-      if (bf16) up_free_.push_back(done);
-      std::lock_guard lk(mu_);
-      last_upload_ = done;
+      note_upload(bf16);
     }
+  }
+
+  void count_update(double kernel_s, std::size_t upload_bytes) {
+    std::lock_guard lk(mu_);
+    stats_.cpu_update_s += kernel_s;
+    stats_.h2d_bytes += static_cast<double>(upload_bytes);
+  }
+
+  // After an upload was queued on h2d_: its slot of the upload ring (when it used one)
+  // is free once it ran, and the compute stream will wait for it.
+  void note_upload(bool used_slot) {
+    auto done = dev::Marker::record(h2d_);
+    if (used_slot) up_free_.push_back(done);
+    std::lock_guard lk(mu_);
+    last_upload_ = done;
   }
 
   // A pinned bf16 buffer for w's new weights; waits for old uploads to finish
@@ -1300,12 +1307,7 @@ class OffloadState {
         }
       });
     }
-    const double kernel_s = seconds_since(t_kernel);
-    {
-      std::lock_guard lk(mu_);
-      stats_.cpu_update_s += kernel_s;
-      if (!w.is_cpu()) stats_.h2d_bytes += static_cast<double>(bf16 ? out.nbytes() : s.master.nbytes());
-    }
+    count_update(seconds_since(t_kernel), w.is_cpu() ? 0 : (bf16 ? out : s.master).nbytes());
     if (w.is_cpu()) {
       if (!bf16) w.copy_(s.master);
     } else {
@@ -1320,10 +1322,7 @@ class OffloadState {
         w.copy_(s.master, /*non_blocking=*/true);
       }
       c.batch_rows_dev.record_stream(*h2d_);
-      auto done = dev::Marker::record(h2d_);
-      if (bf16) up_free_.push_back(done);
-      std::lock_guard lk(mu_);
-      last_upload_ = done;
+      note_upload(bf16);
     }
   }
 
