@@ -167,7 +167,8 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   // last gradient of backward) get a buffer of their own and the window the rest.
   auto no_clip = cfg;
   std::get<AdamWConfig>(no_clip.optim).max_norm = std::nullopt;
-  const auto& opt_nc = plan::make_plan(no_clip, s, exact()).mode(Offload::optimizer).gpu;
+  const auto plan_nc = plan::make_plan(no_clip, s, exact());
+  const auto& opt_nc = plan_nc.mode(Offload::optimizer).gpu;
   CHECK(opt_nc.term("moment_tail") == 128 * 8);
   CHECK(opt_nc.term("moment_window") == 10688 - 128 * 8 + 4096);
   CHECK(opt.term("moment_tail") == 0);
