@@ -13,26 +13,8 @@ host holding the GPU back; a gap with only copies in it is a cross-stream wait.
 import argparse
 import collections
 import json
-import re
 
-
-def short(name):
-    name = re.sub(r"^void ", "", name)
-    name = re.sub(r"\(.*$", "", name)
-    name = re.sub(r"<.*$", "", name)
-    return name.split("::")[-1][:48]
-
-
-def union(intervals):
-    total, end = 0.0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+from trace_summary import short, union_length as union  # same folder
 
 
 def overlap(a0, a1, b0, b1):
