@@ -69,27 +69,31 @@ TEST_CASE("staging ring: FIFO ranges, wrap-around, never overlapping, released i
   }
 }
 
+// The tiny model under FullOffload on reverse-text, 4 rows of 48 tokens per step in
+// micro-batches of `micro`, AdamW without clipping (FullOffload cannot clip).
+static SFTConfig tiny_full(int micro, std::int64_t seed, int steps, const fs::path& out) {
+  SFTConfig c;
+  c.model.name = "primecfg/tiny";
+  c.model.offload = Offload::full;
+  c.model.compile = std::nullopt;
+  SFTDataConfig d;
+  d.seq_len = 48;
+  d.batch_size = 4;
+  d.micro_batch_size = micro;
+  d.seed = seed;
+  c.data = d;
+  AdamWConfig a;
+  a.lr = 2e-3;
+  a.max_norm = std::nullopt;
+  c.optim = a;
+  c.max_steps = steps;
+  c.output_dir = out;
+  return c;
+}
+
 TEST_CASE("full offload: a staging ring that holds one gradient gives the same run, bit for bit") {
   auto dir = fs::temp_directory_path() / ("primecfg-pipeline-test-" + std::to_string(::getpid()));
-  auto config = [&](const std::string& name, int micro) {
-    SFTConfig c;
-    c.model.name = "primecfg/tiny";
-    c.model.offload = Offload::full;
-    c.model.compile = std::nullopt;
-    SFTDataConfig d;
-    d.seq_len = 48;
-    d.batch_size = 4;
-    d.micro_batch_size = micro;
-    d.seed = 5;
-    c.data = d;
-    AdamWConfig a;
-    a.lr = 2e-3;
-    a.max_norm = std::nullopt;
-    c.optim = a;
-    c.max_steps = 6;
-    c.output_dir = dir / name;
-    return c;
-  };
+  auto config = [&](const std::string& name, int micro) { return tiny_full(micro, 5, 6, dir / name); };
   train::RunOptions o;
   o.print = false;
   o.collect_weights = true;
@@ -230,22 +234,8 @@ TEST_CASE(
 TEST_CASE("full offload: deferred updates finish before a checkpoint, and a resumed run continues exactly") {
   auto dir = fs::temp_directory_path() / ("primecfg-defer-ckpt-test-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  SFTConfig c;
-  c.model.name = "primecfg/tiny";
-  c.model.offload = Offload::full;
-  c.model.compile = std::nullopt;
-  SFTDataConfig d;
-  d.seq_len = 48;
-  d.batch_size = 4;
-  d.micro_batch_size = 4;  // one micro-batch per step: the updates are deferred
-  d.seed = 13;
-  c.data = d;
-  AdamWConfig a;
-  a.lr = 2e-3;
-  a.max_norm = std::nullopt;
-  c.optim = a;
-  c.max_steps = 10;
-  c.output_dir = dir / "whole";
+  // One micro-batch per step: the updates are deferred.
+  SFTConfig c = tiny_full(4, 13, 10, dir / "whole");
   c.ckpt = CheckpointConfig{};
   c.ckpt->interval = 5;
   c.ckpt->output_dir = dir / "checkpoints";
