@@ -13,6 +13,7 @@
 #include "cpu_optim/cpu_optim.hpp"
 #include "data.hpp"
 #include "device_streams.hpp"
+#include "host_trace.hpp"
 #include "model.hpp"
 #include "numa/numa_binding.hpp"
 #include "planner.hpp"
@@ -580,6 +581,7 @@ class OffloadState {
   // clipping, OptimizerOffload update during its backward), with its input ids.
   void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids) {
     last_micro_ = true;
+    h_forward_ = HostTrace::now();
     if constexpr (kHostUpdate) {
       // The tied embedding is split only with one micro-batch per step: with more,
       // the FP32 accumulator would have to be added row by row as well.
@@ -611,8 +613,10 @@ class OffloadState {
         // before_backward(); nothing else touches the window until then.
         prefetch_ = std::async(std::launch::async, [this] {
           torch::NoGradGuard ng;
+          const auto h0 = HostTrace::now();
           if (tail_) fetch_tail();
           fetch_ahead();
+          trace_.span("prefetch", "prefetch", h0, HostTrace::now(), step_);
         });
       }
     }
@@ -622,13 +626,18 @@ class OffloadState {
   // prefetch started in begin_last_micro_batch must be queued in full by now.
   void before_backward() {
     if (prefetch_.valid()) prefetch_.get();
+    h_backward_ = HostTrace::now();
+    trace_.span("main", "queue forward", h_forward_, h_backward_, step_);
   }
 
   // Called at the end of a step, once its loss and norm are read back.
   // OptimizerOffload queues the input embedding's moment write-back only now: a
   // read-back to pageable memory (.item()) waits for a running device-to-host copy,
   // and that one takes 22 ms on Qwen3-0.6B. Queued now, it runs beside the next forward.
-  void end_step() { flush_tail_write_back(); }
+  void end_step() {
+    trace_.span("main", "read back", h_finished_, HostTrace::now(), step_);
+    flush_tail_write_back();
+  }
 
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
@@ -641,6 +650,16 @@ class OffloadState {
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
   double finish_step() {
+    const auto h0 = HostTrace::now();
+    trace_.span("main", "queue backward", h_backward_, h0, step_);
+    const double norm = finish_step_impl();
+    h_finished_ = HostTrace::now();
+    trace_.span("main", "finish step", h0, h_finished_, step_);
+    return norm;
+  }
+
+ private:
+  double finish_step_impl() {
     if constexpr (!kHostUpdate) {
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (fresh_[i]) states_[i].grad.zero_();  // no gradient this step
@@ -673,6 +692,7 @@ class OffloadState {
     }
   }
 
+ public:
   // What the copy pipelines did in the last step.
   std::map<std::string, double> pipeline_stats() const {
     if constexpr (!Strategy::moments_on_host) {
@@ -1098,6 +1118,20 @@ class OffloadState {
     cv_.notify_all();
   }
 
+  static const char* part_name(Part p) {
+    switch (p) {
+      case Part::whole:
+        return "whole";
+      case Part::head:
+        return "head share";
+      case Part::batch_rows:
+        return "batch rows";
+      case Part::no_grad:
+        return "no gradient";
+    }
+    return "?";
+  }
+
   struct Job {
     std::size_t param = 0;
     StagingRing::Range slot;
@@ -1127,13 +1161,20 @@ class OffloadState {
       }
       try {
         const auto t_wait = std::chrono::steady_clock::now();
+        const auto h_wait = HostTrace::now();
         job.ready.synchronize();
         const double waited = seconds_since(t_wait);
         {
           std::lock_guard lk(mu_);
           stats_.copy_wait_s += waited;
         }
+        const auto h_run = HostTrace::now();
         if (!skip) consume(job);
+        if (trace_.on()) {
+          trace_.span("worker", "copy wait", h_wait, h_run, job.ctx->step);
+          trace_.span("worker", fmt::format("{} ({})", states_[job.param].p->name, part_name(job.part)),
+                      h_run, HostTrace::now(), job.ctx->step);
+        }
       } catch (...) {
         std::lock_guard lk(mu_);
         if (!error_) error_ = std::current_exception();
@@ -1413,6 +1454,7 @@ class OffloadState {
                                                   ? block_groups_[static_cast<std::size_t>(block)]
                                                   : head_group_;
       const auto t_wait = std::chrono::steady_clock::now();
+      const auto h_wait = HostTrace::now();
       dev::Marker uploaded;
       {
         std::unique_lock lk(mu_);
@@ -1429,6 +1471,9 @@ class OffloadState {
               knobs_.timeout.count() / 1000.0, block)));
         if (error_) std::rethrow_exception(error_);
         uploaded = last_upload_;  // the h2d stream is one queue: this covers the group's uploads
+        if (trace_.on())
+          trace_.span("main", fmt::format("wait for block {}", block), h_wait, HostTrace::now(),
+                      pending_step_);
         if (&group == &head_group_) pending_step_ = 0;  // every parameter is in some group
         stats_.defer_wait_s += seconds_since(t_wait);
       }
@@ -1447,6 +1492,12 @@ class OffloadState {
     ParamState& s = states_[i];
     Tensor& g = s.p->tensor.mutable_grad();
     if (!g.defined()) return;
+    const auto h_hook = HostTrace::now();
+    on_grad_ready_impl(i, s, g);
+    if (trace_.on()) trace_.span("hooks", "hook " + s.p->name, h_hook, HostTrace::now(), step_);
+  }
+
+  void on_grad_ready_impl(std::size_t i, ParamState& s, Tensor& g) {
     if constexpr (kHostUpdate) {
       submit_gradient(i, g);
     } else {
@@ -1468,6 +1519,8 @@ class OffloadState {
 
   Transformer& model_;
   OptSettings opt_;
+  HostTrace trace_;  // PRIMECFG_HOST_TRACE
+  HostTrace::clock::time_point h_forward_, h_backward_, h_finished_;
   torch::Device device_ = torch::kCPU;
   torch::TensorOptions dev_;
   PipelineKnobs knobs_;

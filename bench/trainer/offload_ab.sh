@@ -10,9 +10,11 @@
 # otherwise); printed per variant: the median step time over the steps after the
 # third, peak GPU memory, host RSS and the offload pipeline's figures of the last
 # step. PROFILE=1 also records the last two steps with the Kineto profiler and
-# prints bench/trainer/trace_gaps.py for them.
+# prints bench/trainer/trace_gaps.py for them; PROFILE=1 or TIMELINE=1 record the
+# host threads of the offload pipeline (PRIMECFG_HOST_TRACE) and print
+# bench/trainer/pipeline_timeline.py (with the GPU rows when PROFILE=1).
 #
-# Environment: MODEL, SEQ, STEPS, PROFILE, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
+# Environment: MODEL, SEQ, STEPS, PROFILE, TIMELINE, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -32,9 +34,10 @@ for spec in "$@"; do
     if [[ $word == *=* && $word != --* ]]; then envs+=("$word"); else flags+=("$word"); fi
   done
   out="$RES/v$n"
-  rm -rf "$out"
+  rm -rf "$out" "$out.host.json" "$out.trace.json"
   prof=()
   [ -n "${PROFILE:-}" ] && prof=("PRIMECFG_PROFILE=$out.trace.json")
+  [ -n "${PROFILE:-}${TIMELINE:-}" ] && prof+=("PRIMECFG_HOST_TRACE=$out.host.json")
   env "${envs[@]}" "${prof[@]}" timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
     --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${flags[@]}" \
     >"$out.log" 2>&1
@@ -59,5 +62,11 @@ EOF
   if [ -n "${PROFILE:-}" ] && [ -f "$out.trace.json" ]; then
     "$PY" bench/trainer/trace_gaps.py "$out.trace.json" --top 8 | sed 's/^/    /'
     [ -n "${OUT:-}" ] && gzip -c "$out.trace.json" >"$OUT/$(basename "$out").trace.json.gz"
+  fi
+  if [ -f "$out.host.json" ]; then
+    kineto=()
+    [ -f "$out.trace.json" ] && kineto=("$out.trace.json")
+    "$PY" bench/trainer/pipeline_timeline.py "$out.host.json" "${kineto[@]}" | sed 's/^/    /'
+    [ -n "${OUT:-}" ] && gzip -c "$out.host.json" >"$OUT/$(basename "$out").host.json.gz"
   fi
 done

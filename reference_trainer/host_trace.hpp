@@ -1,0 +1,87 @@
+// PRIMECFG_HOST_TRACE=trace.json: what the offload pipeline's host threads did and
+// when (the CPU worker's jobs, its waits for gradient copies, the forward's waits
+// for deferred updates), as Chrome trace events. Timestamps are Unix time in
+// microseconds, the clock the Kineto profiler writes, so the two traces of one run
+// (PRIMECFG_PROFILE) lie on one time axis: bench/trainer/pipeline_timeline.py draws
+// them side by side. Off (and free) unless the variable is set.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace primecfg::train {
+
+class HostTrace {
+ public:
+  using clock = std::chrono::system_clock;
+
+  HostTrace() {
+    const char* p = std::getenv("PRIMECFG_HOST_TRACE");
+    if (p && *p) path_ = p;
+  }
+  HostTrace(const HostTrace&) = delete;
+  HostTrace& operator=(const HostTrace&) = delete;
+  ~HostTrace() { write(); }
+
+  bool on() const { return !path_.empty(); }
+  static clock::time_point now() { return clock::now(); }
+
+  // A span on the row `thread` ("worker", "hooks", "main"), with the step it belongs to.
+  void span(const char* thread, std::string name, clock::time_point t0, clock::time_point t1,
+            std::int64_t step) {
+    if (!on()) return;
+    std::lock_guard lk(mu_);
+    events_.push_back(Event{thread, std::move(name), micros(t0), micros(t1) - micros(t0), step});
+  }
+
+ private:
+  struct Event {
+    const char* thread;
+    std::string name;
+    std::int64_t ts_us, dur_us, step;
+  };
+
+  static std::int64_t micros(clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  }
+
+  // Names are parameter names and fixed words: nothing to escape but quotes.
+  static std::string escaped(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out;
+  }
+
+  void write() {
+    if (!on()) return;
+    std::lock_guard lk(mu_);
+    std::ofstream f(path_);
+    f << "{\"traceEvents\":[\n";
+    for (std::size_t k = 0; k < events_.size(); ++k) {
+      const Event& e = events_[k];
+      f << fmt::format(
+          "{{\"ph\":\"X\",\"cat\":\"host_pipeline\",\"pid\":\"primecfg host\",\"tid\":\"{}\",\"name\":\"{}\","
+          "\"ts\":{},\"dur\":{},\"args\":{{\"step\":{}}}}}{}\n",
+          e.thread, escaped(e.name), e.ts_us, e.dur_us, e.step, k + 1 < events_.size() ? "," : "");
+    }
+    f << "]}\n";
+    if (!f) std::fprintf(stderr, "primecfg-train: could not write the host trace %s\n", path_.c_str());
+  }
+
+  std::string path_;
+  std::mutex mu_;
+  std::vector<Event> events_;
+};
+
+}  // namespace primecfg::train
