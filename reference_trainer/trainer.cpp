@@ -52,6 +52,7 @@
 #include <mutex>
 #include <numbers>
 #include <set>
+#include <string_view>
 #include <thread>
 
 namespace primecfg::train {
@@ -368,7 +369,8 @@ void copy_in_pieces(const Tensor& dst, const Tensor& src) {
 }
 
 // PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
-// Kineto profiler (CPU ops and CUDA kernels, as torch.profiler does) and writes
+// Kineto profiler (CPU ops and CUDA kernels, as torch.profiler does; only the
+// latter with PRIMECFG_PROFILE_CPU=0) and writes
 // a Chrome trace: what bench/trainer/profile_gpu.sh compares with the PyTorch peer.
 class StepProfiler {
  public:
@@ -383,7 +385,12 @@ class StepProfiler {
     if (path_.empty() || step != first_) return;
     namespace prof = torch::autograd::profiler;
     prof::ProfilerConfig config(prof::ProfilerState::KINETO);
-    std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU};
+    // PRIMECFG_PROFILE_CPU=0 records only the GPU's kernels and copies: recording every
+    // host operator slows the host down enough to change what a host-bound step does.
+    const char* cpu = std::getenv("PRIMECFG_PROFILE_CPU");
+    std::set<torch::profiler::impl::ActivityType> activities;
+    if (!cpu || std::string_view(cpu) != "0" || !torch::cuda::is_available())
+      activities.insert(torch::profiler::impl::ActivityType::CPU);
     if (torch::cuda::is_available()) activities.insert(torch::profiler::impl::ActivityType::CUDA);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
@@ -557,8 +564,13 @@ class OffloadState {
       ctx_ = std::move(c);
       std::fill(got_last_grad_.begin(), got_last_grad_.end(), 0);
       gsq_host_ = 0.0;
-      if (!gsq_dev_.defined()) gsq_dev_ = torch::zeros({}, dev_.dtype(torch::kFloat64));
-      gsq_dev_.zero_();
+      // One slot per parameter for its gradient norm, written by its hook (one kernel
+      // per hook: the autograd thread queues backward between hooks, and on a host
+      // busy with the CPU update every launch costs).
+      if (!grad_norms_.defined())
+        grad_norms_ = torch::zeros({static_cast<std::int64_t>(states_.size())}, dev_);
+      else
+        grad_norms_.zero_();
     } else {
       // The first gradient of the step is copied into the accumulator and later
       // ones added, so the accumulators are not zeroed here (a launch per
@@ -1054,8 +1066,8 @@ class OffloadState {
   void submit_gradient(std::size_t i, const Tensor& g) {
     if (single_micro_) {
       // The norm of this step's gradient, on the device, while it is still there.
-      gsq_dev_.add_(
-          at::linalg_vector_norm(g, 2, std::nullopt, false, torch::kFloat32).to(torch::kFloat64).square());
+      Tensor slot = grad_norms_.select(0, static_cast<std::int64_t>(i));
+      at::linalg_vector_norm_out(slot, g, 2, std::nullopt, false, torch::kFloat32);
     }
     if (tied_ && i == *tied_ && head_submitted_) {
       // The other rows were updated from the head's share: only the batch's rows move.
@@ -1409,17 +1421,21 @@ class OffloadState {
     cv_.notify_all();
     if (defer) {
       // One micro-batch: the whole norm was summed on the device, in the hooks.
-      const double norm = std::sqrt(gsq_dev_.item<double>());
+      const double norm = std::sqrt(device_norm_sq());
       std::lock_guard lk(mu_);
       stats_.drain_s = seconds_since(t_drain);
       return norm;
     }
     finish_pending();
-    const double norm_sq = gsq_host_ + gsq_dev_.item<double>();
+    const double norm_sq = gsq_host_ + (ctx_->single_micro ? device_norm_sq() : 0.0);
     std::lock_guard lk(mu_);
     stats_.drain_s = seconds_since(t_drain);
     return std::sqrt(norm_sq);
   }
+
+  // The squared global norm of the norms the hooks wrote (FP32 per parameter, summed
+  // in FP64, as NoOffload does).
+  double device_norm_sq() const { return grad_norms_.to(torch::kFloat64).square().sum().item<double>(); }
 
   // Waits until the worker has run every queued job; the compute stream then waits
   // for the last upload. A no-op except for FullOffload.
@@ -1533,7 +1549,7 @@ class OffloadState {
   // OptimizerOffload on a GPU
   bool overlap_ = false;  // updates run in the gradient hooks (no clipping)
   Tensor step_t_;         // this step's number, on the device (set when updates run in the hooks)
-  Tensor grad_norms_;     // FP32 gradient norm per parameter, this step
+  Tensor grad_norms_;     // FP32 gradient norm per parameter, this step (FullOffload too)
   Tensor window_;
   StagingRing window_ring_;
   std::deque<WindowEntry> window_entries_;        // one per live window region, oldest first
@@ -1599,8 +1615,7 @@ class OffloadState {
       fresh_;  // device accumulators: no gradient yet this step (hooks write, main reads after backward)
   std::vector<char> updated_;    // OptimizerOffload: updated in this step
   std::vector<char> acc_valid_;  // FullOffload, worker only: the host accumulator holds this step's sum
-  double gsq_host_ = 0;
-  Tensor gsq_dev_;
+  double gsq_host_ = 0;  // FullOffload with several micro-batches: the worker sums the norm on the host
 
   // Per-step pipeline figures for the metrics (seconds and bytes).
   struct Stats {

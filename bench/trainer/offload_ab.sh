@@ -10,9 +10,10 @@
 # otherwise); printed per variant: the median step time over the steps after the
 # third, peak GPU memory, host RSS and the offload pipeline's figures of the last
 # step. PROFILE=1 also records the last two steps with the Kineto profiler and
-# prints bench/trainer/trace_gaps.py for them; PROFILE=1 or TIMELINE=1 record the
+# prints bench/trainer/trace_gaps.py for them (PROFILE=gpu: only the GPU's kernels and
+# copies, which leaves the host's timing alone); PROFILE or TIMELINE=1 record the
 # host threads of the offload pipeline (PRIMECFG_HOST_TRACE) and print
-# bench/trainer/pipeline_timeline.py (with the GPU rows when PROFILE=1).
+# bench/trainer/pipeline_timeline.py (with the GPU rows when PROFILE is set).
 #
 # Environment: MODEL, SEQ, STEPS, PROFILE, TIMELINE, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
 set -u
@@ -37,6 +38,7 @@ for spec in "$@"; do
   rm -rf "$out" "$out.host.json" "$out.trace.json"
   prof=()
   [ -n "${PROFILE:-}" ] && prof=("PRIMECFG_PROFILE=$out.trace.json")
+  [ "${PROFILE:-}" = gpu ] && prof+=("PRIMECFG_PROFILE_CPU=0")
   [ -n "${PROFILE:-}${TIMELINE:-}" ] && prof+=("PRIMECFG_HOST_TRACE=$out.host.json")
   env "${envs[@]}" "${prof[@]}" timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
     --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${flags[@]}" \
