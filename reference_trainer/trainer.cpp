@@ -595,6 +595,7 @@ class OffloadState {
     last_micro_ = true;
     h_forward_ = HostTrace::now();
     if constexpr (kHostUpdate) {
+      if (tied_) request_lookup_rows(input_ids);
       // The tied embedding is split only with one micro-batch per step: with more,
       // the FP32 accumulator would have to be added row by row as well.
       split_tied_ = tied_ && single_micro_;
@@ -739,6 +740,7 @@ class OffloadState {
     }
     add(out["staging"], grad_ring_buf_);
     add(out["staging"], up_ring_buf_);
+    add(out["staging"], head_buf_);
     return out;
   }
 
@@ -1023,6 +1025,12 @@ class OffloadState {
       up_ring_ = StagingRing(knobs_.ring_for(largest, total));
       up_ring_buf_ = torch::empty({static_cast<std::int64_t>(up_ring_.capacity())}, bytes);
     }
+    if (tied_) {
+      const Tensor& w = states_[*tied_].p->tensor;
+      head_buf_ = torch::empty({static_cast<std::int64_t>(w.nbytes())}, bytes);
+      head_slice_rows_ = std::max<std::int64_t>(1, kHeadSliceElements / w.size(1));
+      lookup_done_rows_.assign(static_cast<std::size_t>(w.size(0)), 0);
+    }
 
     // CPU threads: the cores this process may use, less one for the thread that
     // drives the GPU; bound to the GPU's NUMA node when it has one.
@@ -1057,8 +1065,7 @@ class OffloadState {
   // What a staged gradient holds.
   enum class Part {
     whole,       // the parameter's gradient
-    head,        // tied embedding: the LM head's share, all rows (final outside the batch's rows)
-    batch_rows,  // tied embedding: the final gradient of the batch's rows only
+    batch_rows,  // tied embedding: the final gradient of the batch's rows only (the head share: HeadShare)
     no_grad,     // nothing staged: the parameter got no gradient in the last micro-batch
   };
 
@@ -1078,10 +1085,61 @@ class OffloadState {
     stage(i, g, Part::whole);
   }
 
-  // Transformer::HeadGradHook: the LM head's share of the tied embedding's gradient.
+  // Transformer::HeadGradHook: the LM head's share of the tied embedding's gradient,
+  // copied into head_buf_ and handed to the worker as this step's HeadShare.
   void submit_head_grad(const Tensor& head_grad) {
-    stage(*tied_, head_grad, Part::head);
+    {
+      // The last step's share is done: the forward waited for it at the LM head.
+      std::unique_lock lk(mu_);
+      if (!cv_.wait_for(lk, knobs_.timeout, [&] { return !head_.active || error_; }))
+        throw run_error(
+            diagnose_locked(fmt::format("timed out after {} s waiting for the last step's update of {}",
+                                        knobs_.timeout.count() / 1000.0, states_[*tied_].p->name)));
+      if (error_) std::rethrow_exception(error_);
+    }
+    std::fill(lookup_done_rows_.begin(), lookup_done_rows_.end(),
+              0);  // the worker is not in a head share now
+    Tensor staged = ring_view(head_buf_, 0, head_grad.scalar_type(), head_grad.sizes());
+    dev::Marker ready;
+    if (d2h_) {
+      dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
+      {
+        dev::StreamScope on(d2h_);
+        staged.copy_(head_grad, /*non_blocking=*/true);
+      }
+      head_grad.record_stream(*d2h_);
+      ready = dev::Marker::record(d2h_);
+    } else {
+      staged.copy_(head_grad);
+    }
+    {
+      std::lock_guard lk(mu_);
+      head_ = HeadShare{ctx_, std::move(ready), 0, std::nullopt, 0, true};
+      ++submitted_;
+      stats_.d2h_bytes += static_cast<double>(head_grad.nbytes());
+    }
+    cv_.notify_all();
     head_submitted_ = true;
+  }
+
+  // Called with the next step's input ids while the last step's head share may still
+  // be running: the rows its embedding lookup reads are updated before the rest.
+  void request_lookup_rows(const std::vector<std::int64_t>& ids) {
+    {
+      std::lock_guard lk(mu_);
+      if (!head_.active) return;
+      const StepContext& c = *head_.ctx;
+      const auto vocab = static_cast<std::int64_t>(c.in_batch.size());
+      std::vector<char> want(c.in_batch.size(), 0);
+      for (auto id : ids)  // rows below next_row are done, or in the slice running now
+        if (id >= head_.next_row && id < vocab && !c.in_batch[static_cast<std::size_t>(id)])
+          want[static_cast<std::size_t>(id)] = 1;
+      std::vector<std::int64_t> rows;
+      for (std::int64_t r = head_.next_row; r < vocab; ++r)
+        if (want[static_cast<std::size_t>(r)]) rows.push_back(r);
+      head_.lookup = std::move(rows);
+    }
+    cv_.notify_all();
   }
 
   // Copies g into the staging ring (on the d2h stream, after the compute stream's
@@ -1121,7 +1179,7 @@ class OffloadState {
     } else {
       staged.copy_(g);
     }
-    if (last_micro_ && part != Part::head) got_last_grad_[i] = 1;
+    if (last_micro_) got_last_grad_[i] = 1;
     {
       std::lock_guard lk(mu_);
       queue_.push_back(Job{i, r, std::move(ready), last_micro_, part, ctx_, true});
@@ -1134,8 +1192,6 @@ class OffloadState {
     switch (p) {
       case Part::whole:
         return "whole";
-      case Part::head:
-        return "head share";
       case Part::batch_rows:
         return "batch rows";
       case Part::no_grad:
@@ -1154,38 +1210,55 @@ class OffloadState {
     bool has_slot = true;  // holds a range of the staging ring
   };
 
+  // What the worker runs next (next_work_locked).
+  struct Work {
+    enum class Kind { job, head_slice, head_lookup, head_wait } kind = Kind::job;
+    Job job;                           // job
+    std::int64_t first = 0, last = 0;  // head_slice: rows [first, last)
+    std::vector<std::int64_t> rows;    // head_lookup
+  };
+
   void worker_main() {
     if (!bind_cpus_.empty()) {
       std::string err = numa::bind_current_thread(bind_cpus_);
       if (!err.empty()) std::fprintf(stderr, "primecfg-train: warning: %s\n", err.c_str());
     }
     for (;;) {
-      Job job;
+      Work w;
       bool skip = false;
+      std::shared_ptr<const StepContext> head_ctx;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || head_.active; });
         if (stop_) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        busy_ = static_cast<std::ptrdiff_t>(job.param);
+        w = next_work_locked();
+        head_ctx = head_.ctx;
+        busy_ = static_cast<std::ptrdiff_t>(w.kind == Work::Kind::job ? w.job.param : *tied_);
         skip = error_ != nullptr;
       }
+      const StepContext& c = w.kind == Work::Kind::job ? *w.job.ctx : *head_ctx;
       try {
         const auto t_wait = std::chrono::steady_clock::now();
         const auto h_wait = HostTrace::now();
-        job.ready.synchronize();
+        (w.kind == Work::Kind::job ? w.job.ready : head_ctx_ready_unlocked()).synchronize();
         const double waited = seconds_since(t_wait);
         {
           std::lock_guard lk(mu_);
           stats_.copy_wait_s += waited;
         }
         const auto h_run = HostTrace::now();
-        if (!skip) consume(job);
+        if (!skip) {
+          if (w.kind == Work::Kind::job) consume(w.job);
+          if (w.kind == Work::Kind::head_slice) update_head_slice(c, w.first, w.last);
+          if (w.kind == Work::Kind::head_lookup) {
+            update_embedding_rows(head_buf_view(), true, w.rows, Tensor(), c);
+            for (auto r : w.rows) lookup_done_rows_[static_cast<std::size_t>(r)] = 1;
+          }
+        }
         if (trace_.on()) {
-          trace_.span("worker", "copy wait", h_wait, h_run, job.ctx->step);
-          trace_.span("worker", fmt::format("{} ({})", states_[job.param].p->name, part_name(job.part)),
-                      h_run, HostTrace::now(), job.ctx->step);
+          trace_.span("worker", "copy wait", h_wait, h_run, c.step);
+          if (w.kind != Work::Kind::head_wait)
+            trace_.span("worker", work_name(w), h_run, HostTrace::now(), c.step);
         }
       } catch (...) {
         std::lock_guard lk(mu_);
@@ -1193,13 +1266,112 @@ class OffloadState {
       }
       {
         std::lock_guard lk(mu_);
-        if (job.has_slot) release_in_order_locked(job.slot);
-        if (job.last && job.part != Part::head) done_step_[job.param] = job.ctx->step;
-        ++processed_;
+        finish_work_locked(w, c.step);
         busy_ = -1;
       }
       cv_.notify_all();
     }
+  }
+
+  // The worker's choice, in this order: the rows the next forward's embedding lookup
+  // needs; a staged gradient whose copy has landed (or any, when the head share has
+  // nothing to run); a slice of the head share; waiting for the head share's copy.
+  // The head share so fills the time the worker would spend waiting for backward,
+  // and what is left of it runs after every other update, since only the LM head at
+  // the end of the next forward needs it.
+  Work next_work_locked() {
+    Work w;
+    const bool head_ready = head_.active && head_.ready.reached();
+    if (head_ready && head_.lookup) {
+      w.kind = Work::Kind::head_lookup;
+      w.rows = std::move(*head_.lookup);
+      head_.lookup.reset();
+      return w;
+    }
+    if (!queue_.empty() && (!head_ready || queue_.front().ready.reached())) {
+      w.job = std::move(queue_.front());
+      queue_.pop_front();
+      return w;
+    }
+    if (head_ready) {
+      const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
+      w.kind = Work::Kind::head_slice;
+      w.first = head_.next_row;
+      w.last = std::min(vocab, w.first + head_slice_rows_);
+      head_.next_row = w.last;
+      return w;
+    }
+    w.kind = Work::Kind::head_wait;
+    return w;
+  }
+
+  // The head share's copy marker, read by the worker outside the lock: only
+  // submit_head_grad() replaces head_, and only while it is not active.
+  const dev::Marker& head_ctx_ready_unlocked() const { return head_.ready; }
+
+  void finish_work_locked(const Work& w, std::int64_t step) {
+    switch (w.kind) {
+      case Work::Kind::job: {
+        const Job& j = w.job;
+        if (j.has_slot) release_in_order_locked(j.slot);
+        if (j.last) {
+          if (j.part == Part::batch_rows) {
+            tied_batch_done_step_ = step;
+            settle_tied_locked(step);
+          } else {
+            done_step_[j.param] = step;
+            if (tied_ && j.param == *tied_) lookup_done_step_ = step;
+          }
+        }
+        ++processed_;
+        return;
+      }
+      case Work::Kind::head_slice:
+        if (w.last < states_[*tied_].p->tensor.size(0) && !error_) return;
+        head_.active = false;
+        tied_head_done_step_ = step;
+        settle_tied_locked(step);
+        ++processed_;
+        return;
+      case Work::Kind::head_lookup:
+        head_.lookup_served_step = step;
+        settle_tied_locked(step);
+        return;
+      case Work::Kind::head_wait:
+        if (error_) {  // the copy failed: the share will not run
+          head_.active = false;
+          ++processed_;
+        }
+        return;
+    }
+  }
+
+  // The split tied embedding is done for `step` when its batch rows and its head
+  // share are; the next forward's lookup may read it once the batch rows and the
+  // lookup's rows (or the whole share) are.
+  void settle_tied_locked(std::int64_t step) {
+    if (tied_batch_done_step_ < step) return;
+    if (tied_head_done_step_ >= step) {
+      done_step_[*tied_] = step;
+      lookup_done_step_ = step;
+    } else if (head_.lookup_served_step >= step) {
+      lookup_done_step_ = step;
+    }
+  }
+
+  std::string work_name(const Work& w) const {
+    const std::string& name = states_[*tied_ ? *tied_ : 0].p->name;
+    switch (w.kind) {
+      case Work::Kind::job:
+        return fmt::format("{} ({})", states_[w.job.param].p->name, part_name(w.job.part));
+      case Work::Kind::head_slice:
+        return fmt::format("{} (head share, rows {}-{})", name, w.first, w.last);
+      case Work::Kind::head_lookup:
+        return fmt::format("{} (head share, {} rows of the next lookup)", name, w.rows.size());
+      case Work::Kind::head_wait:
+        return "head share copy wait";
+    }
+    return "?";
   }
 
   // Ranges of the staging ring go back in allocation order; one whose job ran out of
@@ -1230,14 +1402,11 @@ class OffloadState {
     }
     if (job.part == Part::batch_rows) {
       const std::array<std::int64_t, 2> rows{static_cast<std::int64_t>(c.batch_rows.size()), w.size(1)};
-      update_tied_rows(job.param, ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), rows), true, c);
+      update_embedding_rows(ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), rows), false,
+                            c.batch_rows, c.batch_rows_dev, c);
       return;
     }
     Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), w.sizes());
-    if (job.part == Part::head) {
-      update_tied_rows(job.param, staged, false, c);
-      return;
-    }
     if (!job.last) {
       if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
       if (acc_valid_[job.param])
@@ -1311,81 +1480,141 @@ class OffloadState {
     return ring_view(up_ring_buf_, r->offset, dtype, sizes);
   }
 
-  // The tied embedding's update in two parts (see tied_). `batch_rows` false: every
-  // row the batch's input ids do not touch, from the head's share `grad` [vocab, D];
-  // true: the batch's rows, from their final gradient `grad` [rows, D]. Rows are
-  // independent in an element-wise optimizer, so the two parts give the same bits as
-  // one update of the whole matrix.
-  void update_tied_rows(std::size_t i, const Tensor& grad, bool batch_rows, const StepContext& c) {
-    ParamState& s = states_[i];
+  // The tied embedding's update comes in parts (see HeadShare); rows are independent
+  // in an element-wise optimizer, so the parts give the same bits as one update of
+  // the whole matrix.
+  //
+  // Runs `n` elements of it: master and moments at element `at`, the gradient at
+  // element `grad_at` of `grad`, the bf16 copy at element `out_at` of `out16`.
+  struct EmbeddingSpans {
+    const OptSettings& opt;
+    const StepContext& c;
+    float *master, *m1, *m2;
+    const char* g;
+    std::int64_t g_elem;
+    bool g16;
+    std::uint16_t* out16;
+    void operator()(std::int64_t at, std::int64_t grad_at, std::int64_t out_at, std::int64_t n) const {
+      update_span_on_cpu(opt, master + at, m1 ? m1 + at : nullptr, m2 ? m2 + at : nullptr,
+                         g + grad_at * g_elem, g16, out16 ? out16 + out_at : nullptr, n, c.lr, c.step);
+    }
+  };
+  EmbeddingSpans embedding_spans(const StepContext& c, const Tensor& grad, std::uint16_t* out16) {
+    ParamState& s = states_[*tied_];
+    return EmbeddingSpans{opt_,
+                          c,
+                          s.master.data_ptr<float>(),
+                          s.m1.defined() ? s.m1.data_ptr<float>() : nullptr,
+                          s.m2.defined() ? s.m2.data_ptr<float>() : nullptr,
+                          static_cast<const char*>(grad.data_ptr()),
+                          static_cast<std::int64_t>(grad.element_size()),
+                          grad.scalar_type() == torch::kBFloat16,
+                          out16};
+  }
+  Tensor head_buf_view() const {
+    const Tensor& w = states_[*tied_].p->tensor;
+    return ring_view(head_buf_, 0, w.scalar_type(), w.sizes());
+  }
+
+  // Updates the listed rows of the tied embedding and uploads them: the batch's rows
+  // from their final gradient (`grad` [rows, D], row k of it for rows[k]), or rows of
+  // the head share (`grad_by_row`: `grad` [vocab, D]) that the next lookup reads.
+  void update_embedding_rows(const Tensor& grad, bool grad_by_row, const std::vector<std::int64_t>& rows,
+                             Tensor rows_dev, const StepContext& c) {
+    if (rows.empty()) return;
+    ParamState& s = states_[*tied_];
     Tensor w = s.p->tensor.detach();
     const bool bf16 = w.scalar_type() == torch::kBFloat16;
     const bool direct = w.is_cpu() && w.is_contiguous();  // bf16 rows written straight into w
     const std::int64_t dim = w.size(1);
-    const std::int64_t rows = batch_rows ? static_cast<std::int64_t>(c.batch_rows.size()) : w.size(0);
-    // The head part uploads the whole matrix (rows of the batch included: they are
-    // not read before the second part overwrites them); the second part its rows.
+    const auto k = static_cast<std::int64_t>(rows.size());
     Tensor out;
-    if (bf16 && !direct) out = batch_rows ? upload_slot(w.scalar_type(), {rows, dim}) : upload_slot(w);
-    auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? w : out).data_ptr()) : nullptr;
-    float* master = s.master.data_ptr<float>();
-    float* m1 = s.m1.defined() ? s.m1.data_ptr<float>() : nullptr;
-    float* m2 = s.m2.defined() ? s.m2.data_ptr<float>() : nullptr;
-    const auto* g = static_cast<const char*>(grad.data_ptr());
-    const auto g_elem = static_cast<std::int64_t>(grad.element_size());
-    const bool g16 = grad.scalar_type() == torch::kBFloat16;
-    auto run = [&](std::int64_t at, std::int64_t grad_at, std::int64_t out_at, std::int64_t n) {
-      update_span_on_cpu(opt_, master + at, m1 ? m1 + at : nullptr, m2 ? m2 + at : nullptr,
-                         g + grad_at * g_elem, g16, out16 ? out16 + out_at : nullptr, n, c.lr, c.step);
-    };
-    const std::int64_t grain = std::max<std::int64_t>(1, cpu::kDefaultGrain / dim);
+    if (bf16 && !direct) out = upload_slot(w.scalar_type(), {k, dim});
+    const EmbeddingSpans run = embedding_spans(
+        c, grad, bf16 ? reinterpret_cast<std::uint16_t*>((direct ? w : out).data_ptr()) : nullptr);
     const auto t_kernel = std::chrono::steady_clock::now();
-    if (!batch_rows) {
-      pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t r = b; r < e;) {  // runs of rows outside the batch
-          if (c.in_batch[static_cast<std::size_t>(r)]) {
-            ++r;
-            continue;
-          }
-          const std::int64_t first = r;
-          while (r < e && !c.in_batch[static_cast<std::size_t>(r)]) ++r;
-          run(first * dim, first * dim, first * dim, (r - first) * dim);
-        }
-      });
-    } else {
-      pool_->parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t k = b; k < e; ++k) {
-          const std::int64_t at = c.batch_rows[static_cast<std::size_t>(k)] * dim;
-          run(at, k * dim, direct ? at : k * dim, dim);
-        }
-      });
-    }
+    pool_->parallel_for(k, std::max<std::int64_t>(1, cpu::kDefaultGrain / dim),
+                        [&](std::int64_t b, std::int64_t e) {
+                          for (std::int64_t j = b; j < e; ++j) {
+                            const std::int64_t at = rows[static_cast<std::size_t>(j)] * dim;
+                            run(at, grad_by_row ? at : j * dim, direct ? at : j * dim, dim);
+                          }
+                        });
     count_update(seconds_since(t_kernel), w.is_cpu() ? 0 : (bf16 ? out : s.master).nbytes());
     if (w.is_cpu()) {
       if (!bf16) w.copy_(s.master);
-    } else {
-      dev::StreamScope on(h2d_);
-      if (!batch_rows) {
-        w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
-      } else if (bf16) {
-        Tensor up = out.to(device_, /*non_blocking=*/true);
-        w.index_copy_(0, c.batch_rows_dev, up);
-      } else {
-        // FP32 weights (tests): the whole master again; this queued copy follows the first.
-        w.copy_(s.master, /*non_blocking=*/true);
-      }
-      c.batch_rows_dev.record_stream(*h2d_);
-      note_upload(bf16);
+      return;
     }
+    dev::StreamScope on(h2d_);
+    if (bf16) {
+      if (!rows_dev.defined()) rows_dev = to_device(rows, {k}, device_);  // queued on h2d_
+      w.index_copy_(0, rows_dev, out.to(device_, /*non_blocking=*/true));
+      rows_dev.record_stream(*h2d_);
+    } else {
+      // FP32 weights (tests): the whole master; this upload follows the earlier ones.
+      w.copy_(s.master, /*non_blocking=*/true);
+    }
+    note_upload(bf16);
+  }
+
+  // Rows [first, last) of the tied embedding from the head share: each row outside the
+  // step's batch and not yet updated for the lookup is updated; then the whole range
+  // is uploaded, the other rows as the bf16 of their masters (the bits the kernel
+  // wrote, or will write and upload later for batch rows not done yet).
+  void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last) {
+    ParamState& s = states_[*tied_];
+    Tensor w = s.p->tensor.detach();
+    const bool bf16 = w.scalar_type() == torch::kBFloat16;
+    const bool direct = w.is_cpu() && w.is_contiguous();
+    const std::int64_t dim = w.size(1), rows = last - first;
+    Tensor out;
+    if (bf16 && !direct) out = upload_slot(w.scalar_type(), {rows, dim});
+    auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? w : out).data_ptr()) : nullptr;
+    const EmbeddingSpans run = embedding_spans(c, head_buf_view(), out16);
+    const float* master = s.master.data_ptr<float>();
+    auto skip = [&](std::int64_t r) {
+      return c.in_batch[static_cast<std::size_t>(r)] || lookup_done_rows_[static_cast<std::size_t>(r)];
+    };
+    const auto t_kernel = std::chrono::steady_clock::now();
+    pool_->parallel_for(rows, std::max<std::int64_t>(1, cpu::kDefaultGrain / dim),
+                        [&](std::int64_t b, std::int64_t e) {
+                          for (std::int64_t r = first + b; r < first + e;) {
+                            if (skip(r)) {
+                              if (out16 && !direct)
+                                cpu::float_to_bf16(master + r * dim, out16 + (r - first) * dim, dim);
+                              ++r;
+                              continue;
+                            }
+                            const std::int64_t from = r;
+                            while (r < first + e && !skip(r)) ++r;
+                            run(from * dim, from * dim, (direct ? from : from - first) * dim,
+                                (r - from) * dim);  // out: rows [first, last)
+                          }
+                        });
+    count_update(seconds_since(t_kernel),
+                 w.is_cpu() ? 0 : static_cast<std::size_t>(rows * dim) * w.element_size());
+    if (w.is_cpu()) {
+      if (!bf16) w.narrow(0, first, rows).copy_(s.master.narrow(0, first, rows));
+      return;
+    }
+    {
+      dev::StreamScope on(h2d_);
+      w.narrow(0, first, rows).copy_(bf16 ? out : s.master.narrow(0, first, rows), /*non_blocking=*/true);
+    }
+    note_upload(bf16);
   }
 
   std::string diagnose_locked(const std::string& what) const {
     std::string busy = busy_ >= 0 ? states_[static_cast<std::size_t>(busy_)].p->name : "nothing";
+    std::string head;
+    if (head_.active)
+      head = fmt::format("; head share of step {} at row {} of {}", head_.ctx->step, head_.next_row,
+                         states_[*tied_].p->tensor.size(0));
     return fmt::format(
         "offload = \"full\" pipeline: {}; gradients queued {}, processed {}, waiting {}; staging ring "
-        "{} of {} bytes in use in {} ranges; worker busy with {}",
+        "{} of {} bytes in use in {} ranges; worker busy with {}{}",
         what, submitted_, processed_, queue_.size(), grad_ring_.in_use(), grad_ring_.capacity(),
-        grad_ring_.live(), busy);
+        grad_ring_.live(), busy, head);
   }
 
   // End of backward. Parameters without a gradient in the last micro-batch are
@@ -1409,12 +1638,10 @@ class OffloadState {
           ++submitted_;
         }
       if (defer) {
-        // Backward queued the last layers' gradients last, and the next forward needs
-        // them first: run what is left in reverse, the head's share of a split
-        // embedding (if still queued) before its batch rows.
+        // Backward queued the first layers' gradients last, and the next forward needs
+        // them first: run what is left in reverse (the head share of a split embedding
+        // runs after all of it: next_work_locked).
         std::reverse(queue_.begin(), queue_.end());
-        std::stable_partition(queue_.begin(), queue_.end(),
-                              [](const Job& j) { return j.part == Part::head; });
         pending_step_ = ctx_->step;
       }
     }
@@ -1477,8 +1704,11 @@ class OffloadState {
         if (!pending_step_) return;
         auto ready = [&] {
           if (error_) return true;
-          for (auto i : group)
-            if (done_step_[i] < pending_step_) return false;
+          for (auto i : group) {
+            // The lookup reads only the batch's rows of a split tied embedding.
+            const bool lookup_of_tied = block < 0 && tied_ && i == *tied_;
+            if ((lookup_of_tied ? lookup_done_step_ : done_step_[i]) < pending_step_) return false;
+          }
           return true;
         };
         if (!cv_.wait_for(lk, knobs_.timeout, ready))
@@ -1580,8 +1810,27 @@ class OffloadState {
   // runs beside backward instead of after it.
   std::optional<std::size_t> tied_;  // the tied embedding's index in states_
   Transformer::HeadGradHook head_hook_;
-  bool split_tied_ = false;      // this step splits it (main thread, before backward)
-  bool head_submitted_ = false;  // the head's share is queued (hook thread; main after backward)
+  // The head share of one step: every row outside the step's batch, updated in slices
+  // of rows whenever the worker has nothing else it can run, so that it neither holds
+  // the layers' updates back during backward nor the next forward's first blocks after
+  // it (next_work_locked). The next forward's lookup waits only for the rows it reads
+  // (request_lookup_rows), its LM head for all of them.
+  struct HeadShare {
+    std::shared_ptr<const StepContext> ctx;
+    dev::Marker ready;                                // its copy into head_buf_ has landed
+    std::int64_t next_row = 0;                        // the next slice starts here
+    std::optional<std::vector<std::int64_t>> lookup;  // rows to update next, for the next lookup
+    std::int64_t lookup_served_step = 0;
+    bool active = false;  // rows are left to update (guarded by mu_)
+  } head_;
+  static constexpr std::int64_t kHeadSliceElements = std::int64_t{1} << 22;  // ~1 ms of CPU update
+  std::int64_t head_slice_rows_ = 1;
+  Tensor head_buf_;                     // pinned: the head share's gradient
+  std::vector<char> lookup_done_rows_;  // worker: rows of the head share the lookup job updated
+  std::int64_t tied_batch_done_step_ = 0, tied_head_done_step_ = 0;  // the tied embedding's two parts
+  std::int64_t lookup_done_step_ = 0;  // the step whose update of the next lookup's rows is done
+  bool split_tied_ = false;            // this step splits it (main thread, before backward)
+  bool head_submitted_ = false;        // the head's share is queued (hook thread; main after backward)
 
   std::shared_ptr<StepContext> ctx_ = std::make_shared<StepContext>();
 
