@@ -297,11 +297,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //   PRIMECFG_OFFLOAD_SPLIT_TIED 0 = FullOffload updates a tied embedding only after backward
 //   PRIMECFG_OFFLOAD_DEFER      1/0 = FullOffload lets the CPU updates still running after
 //                               backward finish beside the next forward (default: on a GPU)
+//   PRIMECFG_OFFLOAD_HEAD_LAST  0 = FullOffload updates the tied embedding's head share as soon
+//                               as it lands, before the layers' updates (default 1: last)
+//   PRIMECFG_OFFLOAD_EDF        0 = FullOffload's worker takes gradients in arrival order
+//                               (default 1: the one the next forward needs first)
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
   int threads = 0;
   bool split_tied = true;
+  bool head_last = true;
+  bool edf = true;
   std::optional<bool> defer;
 
   static PipelineKnobs from_env() {
@@ -321,6 +327,8 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_THREADS")) k.threads = static_cast<int>(*v);
     if (auto v = num("PRIMECFG_OFFLOAD_SPLIT_TIED")) k.split_tied = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_DEFER")) k.defer = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_HEAD_LAST")) k.head_last = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_EDF")) k.edf = *v != 0;
     return k;
   }
 
@@ -479,6 +487,10 @@ class OffloadState {
         if (states_[i].p->tensor.is_same(model.param("model.embed_tokens.weight")))
           lookup_group_.push_back(i);
       }
+      needed_at_.assign(states_.size(), model.args().layers);
+      for (std::size_t i = 0; i < states_.size(); ++i)
+        if (states_[i].p->block >= 0) needed_at_[i] = states_[i].p->block;
+      for (auto i : lookup_group_) needed_at_[i] = -1;
       acc_valid_.assign(states_.size(), 0);
       done_step_.assign(states_.size(), 0);
       got_last_grad_.assign(states_.size(), 0);
@@ -1161,7 +1173,9 @@ class OffloadState {
           throw run_error(diagnose_locked(
               fmt::format("timed out after {} s waiting for room for the gradient of {} ({} bytes)",
                           knobs_.timeout.count() / 1000.0, states_[i].p->name, bytes)));
+        ++ring_waiters_;  // the worker frees the oldest ranges first meanwhile
         cv_.wait_until(lk, deadline);
+        --ring_waiters_;
       }
       stats_.ring_wait_s += seconds_since(t_ring);
       stats_.d2h_bytes += static_cast<double>(bytes);
@@ -1288,10 +1302,17 @@ class OffloadState {
       head_.lookup.reset();
       return w;
     }
-    if (!queue_.empty() && (!head_ready || queue_.front().ready.reached())) {
-      w.job = std::move(queue_.front());
-      queue_.pop_front();
-      return w;
+    const bool head_first = !knobs_.head_last && head_ready;
+    if (!queue_.empty() && !head_first) {
+      // Copies land in the order they were queued: the landed jobs are a prefix.
+      while (landed_ < queue_.size() && queue_[landed_].ready.reached()) ++landed_;
+      if (landed_ > 0 || !head_ready) {
+        const std::size_t k = landed_ > 0 ? earliest_needed_locked() : 0;
+        w.job = std::move(queue_[k]);
+        queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(k));
+        if (k < landed_) --landed_;
+        return w;
+      }
     }
     if (head_ready) {
       const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
@@ -1303,6 +1324,31 @@ class OffloadState {
     }
     w.kind = Work::Kind::head_wait;
     return w;
+  }
+
+  // Among the landed jobs, the one the next forward needs first (earliest deadline
+  // first: the embedding lookup, then block by block, then the final norm). Backward
+  // hands gradients over from the last block down, so the blocks left when it ends are
+  // the top ones, which the next forward reaches last; in arrival order they would be
+  // the first blocks, and the forward would wait at each of them. The oldest job goes
+  // first when a hook waits for staging room (ranges are freed in order), with several
+  // micro-batches (an accumulation must precede its parameter's update), and with
+  // PRIMECFG_OFFLOAD_EDF=0.
+  std::size_t earliest_needed_locked() const {
+    if (!knobs_.edf || ring_waiters_ > 0) return 0;
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < landed_; ++k) {
+      const Job& j = queue_[k];
+      if (!j.ctx->single_micro) return 0;
+      if (needed_at(j) < needed_at(queue_[best])) best = k;
+    }
+    return best;
+  }
+  // Where the forward first reads a job's parameter: -1 the embedding lookup, b block
+  // b, the layer count the final norm and LM head.
+  int needed_at(const Job& j) const {
+    if (j.part == Part::batch_rows) return -1;
+    return needed_at_[j.param];
   }
 
   // The head share's copy marker, read by the worker outside the lock: only
@@ -1639,9 +1685,13 @@ class OffloadState {
         }
       if (defer) {
         // Backward queued the first layers' gradients last, and the next forward needs
-        // them first: run what is left in reverse (the head share of a split embedding
-        // runs after all of it: next_work_locked).
-        std::reverse(queue_.begin(), queue_.end());
+        // them first: in first-in-first-out order (PRIMECFG_OFFLOAD_EDF=0) run what is
+        // left in reverse. (The head share of a split embedding runs after all of it:
+        // next_work_locked.)
+        if (!knobs_.edf) {
+          std::reverse(queue_.begin(), queue_.end());
+          landed_ = 0;
+        }
         pending_step_ = ctx_->step;
       }
     }
@@ -1854,7 +1904,10 @@ class OffloadState {
   std::thread worker_;
   std::mutex mu_;  // guards the queue, the gradient ring, the counters, error_, last_upload_
   std::condition_variable cv_;
-  std::deque<Job> queue_;
+  std::deque<Job> queue_;       // in the order the hooks staged them (but see finish_host_step)
+  std::size_t landed_ = 0;      // queue_'s first landed_ jobs have their gradients in host memory
+  int ring_waiters_ = 0;        // hooks waiting for room in the staging ring
+  std::vector<int> needed_at_;  // per parameter: see needed_at()
   std::uint64_t submitted_ = 0, processed_ = 0;
   std::ptrdiff_t busy_ = -1;
   std::exception_ptr error_;
