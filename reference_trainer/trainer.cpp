@@ -308,6 +308,7 @@ struct PipelineKnobs {
   bool split_tied = true;
   bool head_last = true;
   bool edf = true;
+  bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
 
   static PipelineKnobs from_env() {
@@ -447,6 +448,7 @@ class OffloadState {
     if (run.offload_threads > 0) knobs_.threads = run.offload_threads;
     if (run.offload_split_tied) knobs_.split_tied = *run.offload_split_tied;
     if (run.offload_defer) knobs_.defer = run.offload_defer;
+    knobs_.hold_head = run.offload_hold_head_share;
     if (!knobs_.defer) knobs_.defer = !device_.is_cpu();
     const bool cuda = !device_.is_cpu();
     auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
@@ -732,7 +734,10 @@ class OffloadState {
         out["drain_s"] = stats_.drain_s;
         out["defer_wait_s"] = stats_.defer_wait_s;
         out["cpu_threads"] = pool_ ? pool_->size() : 0;
-        if (split_tied_) out["tied_batch_rows"] = static_cast<double>(ctx_->batch_rows.size());
+        if (split_tied_) {
+          out["tied_batch_rows"] = static_cast<double>(ctx_->batch_rows.size());
+          out["lookup_rows"] = stats_.lookup_rows;
+        }
       }
       return out;
     }
@@ -1149,7 +1154,9 @@ class OffloadState {
       std::vector<std::int64_t> rows;
       for (std::int64_t r = head_.next_row; r < vocab; ++r)
         if (want[static_cast<std::size_t>(r)]) rows.push_back(r);
+      stats_.lookup_rows = static_cast<double>(rows.size());
       head_.lookup = std::move(rows);
+      head_.lookup_requested = true;
     }
     cv_.notify_all();
   }
@@ -1243,7 +1250,7 @@ class OffloadState {
       std::shared_ptr<const StepContext> head_ctx;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || head_.active; });
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || head_runnable_locked(); });
         if (stop_) return;
         w = next_work_locked();
         head_ctx = head_.ctx;
@@ -1295,7 +1302,7 @@ class OffloadState {
   // the end of the next forward needs it.
   Work next_work_locked() {
     Work w;
-    const bool head_ready = head_.active && head_.ready.reached();
+    const bool head_ready = head_runnable_locked() && head_.ready.reached();
     if (head_ready && head_.lookup) {
       w.kind = Work::Kind::head_lookup;
       w.rows = std::move(*head_.lookup);
@@ -1324,6 +1331,12 @@ class OffloadState {
     }
     w.kind = Work::Kind::head_wait;
     return w;
+  }
+
+  // Whether the head share may run (tests hold it back until the next forward asks
+  // for its lookup rows, so that this path runs every step: RunOptions).
+  bool head_runnable_locked() const {
+    return head_.active && (!knobs_.hold_head || head_.lookup_requested || draining_);
   }
 
   // Among the landed jobs, the one the next forward needs first (earliest deadline
@@ -1722,8 +1735,11 @@ class OffloadState {
       dev::Marker last;
       {
         std::unique_lock lk(mu_);
+        draining_ = true;
+        cv_.notify_all();
         const bool done =
             cv_.wait_for(lk, knobs_.timeout, [&] { return processed_ == submitted_ || error_; });
+        draining_ = false;
         if (error_) std::rethrow_exception(error_);
         if (!done)
           throw run_error(diagnose_locked(fmt::format("timed out after {} s waiting for the CPU optimizer",
@@ -1871,7 +1887,8 @@ class OffloadState {
     std::int64_t next_row = 0;                        // the next slice starts here
     std::optional<std::vector<std::int64_t>> lookup;  // rows to update next, for the next lookup
     std::int64_t lookup_served_step = 0;
-    bool active = false;  // rows are left to update (guarded by mu_)
+    bool active = false;            // rows are left to update (guarded by mu_)
+    bool lookup_requested = false;  // request_lookup_rows() ran for it
   } head_;
   static constexpr std::int64_t kHeadSliceElements = std::int64_t{1} << 22;  // ~1 ms of CPU update
   std::int64_t head_slice_rows_ = 1;
@@ -1907,6 +1924,7 @@ class OffloadState {
   std::deque<Job> queue_;       // in the order the hooks staged them (but see finish_host_step)
   std::size_t landed_ = 0;      // queue_'s first landed_ jobs have their gradients in host memory
   int ring_waiters_ = 0;        // hooks waiting for room in the staging ring
+  bool draining_ = false;       // finish_pending() waits for every job
   std::vector<int> needed_at_;  // per parameter: see needed_at()
   std::uint64_t submitted_ = 0, processed_ = 0;
   std::ptrdiff_t busy_ = -1;
@@ -1926,6 +1944,7 @@ class OffloadState {
     double ring_wait_s = 0;   // hooks waiting for staging space
     double drain_s = 0;       // end of backward to the last update queued (deferred: to the hand-over)
     double defer_wait_s = 0;  // the forward waiting on the host for the last step's deferred updates
+    double lookup_rows = 0;   // rows of the last step's head share updated first for this lookup
     double d2h_bytes = 0, h2d_bytes = 0;
   } stats_;  // worker and hooks write under mu_ or while the other side is idle
 };

@@ -34,6 +34,9 @@ struct RunOptions {
   // forward, which waits block by block for its weights (default: on a GPU, or
   // PRIMECFG_OFFLOAD_DEFER). Results are bit-identical either way.
   std::optional<bool> offload_defer;
+  // Tests: FullOffload's worker holds the tied embedding's head share back until the
+  // next forward asks for the rows its lookup reads, so that that path runs each step.
+  bool offload_hold_head_share = false;
 };
 
 struct RunResult {

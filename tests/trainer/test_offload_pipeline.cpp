@@ -198,13 +198,23 @@ TEST_CASE(
       d.offload_defer = true;
       d.offload_ring_bytes = 1;
       auto deferred = train::run_sft(c, d);
+      // Held: the head share (the embedding rows outside the batch) waits each step
+      // until the next forward names the rows its lookup reads; those are updated
+      // first, the rest after, and the forward's lookup waits only for the former.
+      c.output_dir = dir / "held";
+      auto h = d;
+      h.offload_ring_bytes = 0;
+      h.offload_hold_head_share = true;
+      auto held = train::run_sft(c, h);
       o.offload_split_tied = false;
       c.output_dir = dir / "whole";
       auto whole = train::run_sft(c, o);
       REQUIRE(split.losses.size() == 5);
       CHECK(split.losses == whole.losses);
       CHECK(deferred.losses == whole.losses);
+      CHECK(held.losses == whole.losses);
       REQUIRE(split.weights.size() == whole.weights.size());
+      REQUIRE(held.weights.size() == whole.weights.size());
       REQUIRE(deferred.weights.size() == whole.weights.size());
       for (std::size_t i = 0; i < split.weights.size(); ++i) {
         CAPTURE(split.weights[i].first);
@@ -212,6 +222,8 @@ TEST_CASE(
         CHECK(split.model_weights[i].second == whole.model_weights[i].second);
         CHECK(deferred.weights[i].second == whole.weights[i].second);
         CHECK(deferred.model_weights[i].second == whole.model_weights[i].second);
+        CHECK(held.weights[i].second == whole.weights[i].second);
+        CHECK(held.model_weights[i].second == whole.model_weights[i].second);
       }
       CHECK(split.losses.back() < split.losses.front());
       // The split did happen: the metrics name the rows left for after backward.
@@ -221,6 +233,9 @@ TEST_CASE(
       // of the step before still pending and waited for them.
       CHECK(last_figure(dir / "deferred", "defer_wait_s") > 0);
       CHECK(last_figure(dir / "split", "defer_wait_s") == 0);
+      // The lookup path did run: the SFT batches read rows the step before did not
+      // (the fake data reads the same rows every step, so none are left for it).
+      if (k % 2 == 0) CHECK(last_figure(dir / "held", "lookup_rows") > 0);
     }
   }
   fs::remove_all(dir);
