@@ -523,6 +523,11 @@ MemoryPlan host_plan(const Workload& w, Offload mode) {
     const i64 ring = ring_capacity(max_n * dt, model_bytes, w.a.ring_bytes);
     b.add("grad_ring", pin(ring), "pinned staging ring the gradients land in");
     if (pinned && dt == 2) b.add("upload_ring", pin(ring), "pinned ring of new bf16 weights going up");
+    // A tied embedding's LM-head gradient lands in a buffer of its own (its update
+    // runs in slices whenever the CPU has nothing else to do).
+    if (w.s.tie_embeddings)
+      b.add("head_grad", pin(w.s.vocab_size * w.s.hidden * dt),
+            "pinned buffer of the tied LM head's gradient");
     // Startup copies the bf16 weights into the FP32 masters through a bf16 host copy;
     // with accumulation the worker squares an FP32 accumulator for the norm.
     b.add("state_transient", std::max(dt == 2 && pinned ? 2 * max_n : 0, w.micro_batches > 1 ? 4 * max_n : 0),
@@ -539,8 +544,8 @@ MemoryPlan host_plan(const Workload& w, Offload mode) {
     }
     b.add("checkpoint", std::max(model_bytes, opt_bundle), "host copies gathered while saving a checkpoint");
   }
-  const std::vector<std::string> state = {"runtime", "data",      "moments",    "masters",
-                                          "grads",   "grad_ring", "upload_ring"};
+  const std::vector<std::string> state = {"runtime", "data",      "moments",     "masters",
+                                          "grads",   "grad_ring", "upload_ring", "head_grad"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> v = state;
     v.insert(v.end(), extra.begin(), extra.end());
@@ -771,6 +776,7 @@ const std::vector<std::pair<std::string, std::string>>& host_labels() {
       {"grads", "FP32 gradient accumulators"},
       {"grad_ring", "gradient staging ring (pinned)"},
       {"upload_ring", "weight upload ring (pinned)"},
+      {"head_grad", "tied LM head gradient (pinned)"},
       {"state_transient", "host temporaries"},
       {"init", "safetensors mapped at startup"},
       {"checkpoint", "checkpoint save copies"},

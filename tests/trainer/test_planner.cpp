@@ -177,11 +177,13 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(p.mode(Offload::none).host.peak == 256);
   CHECK(p.mode(Offload::optimizer).host.peak == 256 + 10688);
   // Full: moments, masters (pageable), two staging rings (all 2672 bf16 bytes + 4096
-  // each), and the bf16 host copy of the embedding while the masters are initialised.
+  // each), the tied LM head's gradient buffer (16 x 8 bf16), and the bf16 host copy of
+  // the embedding while the masters are initialised.
   const auto& fh = p.mode(Offload::full).host;
   CHECK(fh.term("grads") == 0);  // one micro-batch: no accumulators
   CHECK(fh.term("grad_ring") == 2672 + 4096);
-  CHECK(fh.peak == 256 + 10688 + 5344 + 2 * (2672 + 4096) + 2 * 128);
+  CHECK(fh.term("head_grad") == 16 * 8 * 2);
+  CHECK(fh.peak == 256 + 10688 + 5344 + 2 * (2672 + 4096) + 16 * 8 * 2 + 2 * 128);
   // Two micro-batches per step: FP32 accumulators on the host.
   auto cfg2 = cfg;
   std::get<FakeDataConfig>(cfg2.data).batch_size = 2;
@@ -274,6 +276,7 @@ TEST_CASE("planner: allocator rounding") {
   auto q = plan::make_plan(fake_config("odd", 4), s, a);
   CHECK(q.mode(Offload::optimizer).host.term("moments") == 2 * 4 * 664);
   CHECK(q.mode(Offload::full).host.term("grad_ring") == 5424);
+  CHECK(q.mode(Offload::full).host.term("head_grad") == 0);  // untied: no LM head gradient buffer
   // Every one of the 12 bf16 weights is under 512 bytes: one 512-byte block each.
   CHECK(p.mode(Offload::none).gpu.term("weights") == 12 * 512);
 }
