@@ -1248,12 +1248,14 @@ class OffloadState {
       Work w;
       bool skip = false;
       std::shared_ptr<const StepContext> head_ctx;
+      dev::Marker head_ready;  // the head share's copy
       {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return stop_ || !queue_.empty() || head_runnable_locked(); });
         if (stop_) return;
         w = next_work_locked();
         head_ctx = head_.ctx;
+        head_ready = head_.ready;
         busy_ = static_cast<std::ptrdiff_t>(w.kind == Work::Kind::job ? w.job.param : *tied_);
         skip = error_ != nullptr;
       }
@@ -1261,7 +1263,7 @@ class OffloadState {
       try {
         const auto t_wait = std::chrono::steady_clock::now();
         const auto h_wait = HostTrace::now();
-        (w.kind == Work::Kind::job ? w.job.ready : head_ctx_ready_unlocked()).synchronize();
+        (w.kind == Work::Kind::job ? w.job.ready : head_ready).synchronize();
         const double waited = seconds_since(t_wait);
         {
           std::lock_guard lk(mu_);
@@ -1364,10 +1366,6 @@ class OffloadState {
     return needed_at_[j.param];
   }
 
-  // The head share's copy marker, read by the worker outside the lock: only
-  // submit_head_grad() replaces head_, and only while it is not active.
-  const dev::Marker& head_ctx_ready_unlocked() const { return head_.ready; }
-
   void finish_work_locked(const Work& w, std::int64_t step) {
     switch (w.kind) {
       case Work::Kind::job: {
@@ -1419,10 +1417,12 @@ class OffloadState {
   }
 
   std::string work_name(const Work& w) const {
-    const std::string& name = states_[*tied_ ? *tied_ : 0].p->name;
+    if (w.kind == Work::Kind::job)
+      return fmt::format("{} ({})", states_[w.job.param].p->name, part_name(w.job.part));
+    const std::string& name = states_[*tied_].p->name;  // the other kinds exist only with tied_
     switch (w.kind) {
       case Work::Kind::job:
-        return fmt::format("{} ({})", states_[w.job.param].p->name, part_name(w.job.part));
+        break;
       case Work::Kind::head_slice:
         return fmt::format("{} (head share, rows {}-{})", name, w.first, w.last);
       case Work::Kind::head_lookup:
