@@ -733,6 +733,7 @@ class OffloadState {
         out["ring_wait_s"] = stats_.ring_wait_s;
         out["drain_s"] = stats_.drain_s;
         out["defer_wait_s"] = stats_.defer_wait_s;
+        out["upload_wait_s"] = stats_.upload_wait_s;
         out["cpu_threads"] = pool_ ? pool_->size() : 0;
         if (split_tied_) {
           out["tied_batch_rows"] = static_cast<double>(ctx_->batch_rows.size());
@@ -1496,7 +1497,7 @@ class OffloadState {
     update_on_cpu_kernel(opt_, *pool_, s.master, grad, s.m1.defined() ? &s.m1 : nullptr,
                          s.m2.defined() ? &s.m2 : nullptr,
                          bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, c.lr, c.step);
-    count_update(seconds_since(t_kernel), w.is_cpu() ? 0 : w.nbytes());
+    count_update(t_kernel, w.is_cpu() ? 0 : w.nbytes());
     if (w.is_cpu()) {
       if (!bf16) w.copy_(s.master);
     } else {
@@ -1508,7 +1509,15 @@ class OffloadState {
     }
   }
 
-  void count_update(double kernel_s, std::size_t upload_bytes) {
+  void count_update(std::chrono::steady_clock::time_point t_kernel, std::size_t upload_bytes) {
+    const double kernel_s = seconds_since(t_kernel);
+    if (trace_.on()) {  // the kernel inside its job's span
+      const auto end = HostTrace::now();
+      trace_.span("worker", "kernel",
+                  end - std::chrono::duration_cast<HostTrace::clock::duration>(
+                            std::chrono::duration<double>(kernel_s)),
+                  end, 0);
+    }
     std::lock_guard lk(mu_);
     stats_.cpu_update_s += kernel_s;
     stats_.h2d_bytes += static_cast<double>(upload_bytes);
@@ -1531,10 +1540,19 @@ class OffloadState {
     for (auto d : sizes) n *= d;
     const auto bytes = static_cast<std::size_t>(n) * c10::elementSize(dtype);
     std::optional<StagingRing::Range> r;
+    const auto t_wait = std::chrono::steady_clock::now();
+    const auto h_wait = HostTrace::now();
+    bool waited = false;
     while (!(r = up_ring_.try_acquire(bytes))) {
+      waited = waited || !up_free_.front().reached();
       up_free_.front().synchronize();
       up_free_.pop_front();
       up_ring_.release(*up_ring_.oldest());
+    }
+    if (waited) {
+      trace_.span("worker", "upload slot wait", h_wait, HostTrace::now(), 0);
+      std::lock_guard lk(mu_);
+      stats_.upload_wait_s += seconds_since(t_wait);
     }
     return ring_view(up_ring_buf_, r->offset, dtype, sizes);
   }
@@ -1599,7 +1617,7 @@ class OffloadState {
                             run(at, grad_by_row ? at : j * dim, direct ? at : j * dim, dim);
                           }
                         });
-    count_update(seconds_since(t_kernel), w.is_cpu() ? 0 : (bf16 ? out : s.master).nbytes());
+    count_update(t_kernel, w.is_cpu() ? 0 : (bf16 ? out : s.master).nbytes());
     if (w.is_cpu()) {
       if (!bf16) w.copy_(s.master);
       return;
@@ -1650,8 +1668,7 @@ class OffloadState {
                                 (r - from) * dim);  // out: rows [first, last)
                           }
                         });
-    count_update(seconds_since(t_kernel),
-                 w.is_cpu() ? 0 : static_cast<std::size_t>(rows * dim) * w.element_size());
+    count_update(t_kernel, w.is_cpu() ? 0 : static_cast<std::size_t>(rows * dim) * w.element_size());
     if (w.is_cpu()) {
       if (!bf16) w.narrow(0, first, rows).copy_(s.master.narrow(0, first, rows));
       return;
@@ -1939,12 +1956,13 @@ class OffloadState {
 
   // Per-step pipeline figures for the metrics (seconds and bytes).
   struct Stats {
-    double cpu_update_s = 0;  // inside the CPU kernels
-    double copy_wait_s = 0;   // worker waiting for gradient copies to land
-    double ring_wait_s = 0;   // hooks waiting for staging space
-    double drain_s = 0;       // end of backward to the last update queued (deferred: to the hand-over)
-    double defer_wait_s = 0;  // the forward waiting on the host for the last step's deferred updates
-    double lookup_rows = 0;   // rows of the last step's head share updated first for this lookup
+    double cpu_update_s = 0;   // inside the CPU kernels
+    double copy_wait_s = 0;    // worker waiting for gradient copies to land
+    double ring_wait_s = 0;    // hooks waiting for staging space
+    double drain_s = 0;        // end of backward to the last update queued (deferred: to the hand-over)
+    double defer_wait_s = 0;   // the forward waiting on the host for the last step's deferred updates
+    double lookup_rows = 0;    // rows of the last step's head share updated first for this lookup
+    double upload_wait_s = 0;  // worker waiting for room in the upload ring
     double d2h_bytes = 0, h2d_bytes = 0;
   } stats_;  // worker and hooks write under mu_ or while the other side is idle
 };

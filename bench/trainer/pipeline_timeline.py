@@ -110,7 +110,9 @@ def main():
         return [(e["ts"], e["ts"] + e["dur"]) for e in by_tid[tid] if pred(e["name"])]
 
     wait = spans("worker", lambda n: n == "copy wait")
-    jobs = spans("worker", lambda n: n != "copy wait")
+    jobs = spans("worker", lambda n: n != "copy wait")  # the jobs' spans hold those of their kernels
+    kernels = spans("worker", lambda n: n == "kernel")
+    slot_waits = spans("worker", lambda n: n == "upload slot wait")
     main_rows = [
         ("W", spans("main", lambda n: n.startswith("wait for block"))),
         ("f", spans("main", lambda n: n == "queue forward")),
@@ -141,8 +143,9 @@ def main():
             print(f"  GPU compute busy {ms(gbusy):.1f} ms, idle {ms(span - gbusy):.1f} ms "
                   f"({ms(idle_waiting):.1f} of it while the forward waits for deferred updates)")
         kbusy, kwait = busy_in(jobs, t0, t1), busy_in(wait, t0, t1)
-        print(f"  CPU worker: updating {ms(kbusy):.1f} ms, waiting for copies {ms(kwait):.1f} ms, "
-              f"idle {ms(span - kbusy - kwait):.1f} ms")
+        print(f"  CPU worker: updating {ms(kbusy):.1f} ms (in the kernels {ms(busy_in(kernels, t0, t1)):.1f}, "
+              f"waiting for upload room {ms(busy_in(slot_waits, t0, t1)):.1f}), waiting for copies "
+              f"{ms(kwait):.1f} ms, idle {ms(span - kbusy - kwait):.1f} ms")
         print(f"  forward waits for deferred updates {ms(busy_in(main_rows[0][1], t0, t1)):.1f} ms")
         if compute:
             print("  compute |" + row(t0, t1, bin_us, [("#", compute)]) + "|")
