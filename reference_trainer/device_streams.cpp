@@ -3,6 +3,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #if defined(PRIMECFG_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -27,6 +33,55 @@ torch::Device concrete(torch::Device d, const c10::impl::DeviceGuardImplInterfac
   return torch::Device(d.type(), impl->getDevice().index());
 }
 
+// Events whose last Marker is gone, kept for the next record(): the offload pipelines
+// record several hundred markers per step, and creating and destroying a CUDA event
+// each time is driver work on threads that also launch kernels. Re-recording an event
+// nobody refers to any more is safe: a wait queued earlier captured the recording it
+// saw. The pool is never destroyed (events may come back during exit).
+// PRIMECFG_EVENT_POOL=0 turns it off (A/B runs).
+class EventPool {
+ public:
+  static EventPool& get() {
+    static auto* pool = new EventPool();
+    return *pool;
+  }
+  // An event for recording on `s` (an event keeps the device it was first recorded on).
+  std::shared_ptr<c10::Event> take(const c10::Stream& s) {
+    if (!on_) return std::make_shared<c10::Event>(s.device_type());
+    const c10::Device key = s.device();
+    std::unique_ptr<c10::Event> ev;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [device, events] : free_)
+        if (device == key && !events.empty()) {
+          ev = std::move(events.back());
+          events.pop_back();
+          break;
+        }
+    }
+    if (!ev) ev = std::make_unique<c10::Event>(s.device_type());
+    return std::shared_ptr<c10::Event>(ev.release(), [this, key](c10::Event* e) {
+      std::lock_guard lk(mu_);
+      for (auto& [device, events] : free_)
+        if (device == key) {
+          events.emplace_back(e);
+          return;
+        }
+      free_.emplace_back(key, std::vector<std::unique_ptr<c10::Event>>{});
+      free_.back().second.emplace_back(e);
+    });
+  }
+
+ private:
+  EventPool() {
+    const char* v = std::getenv("PRIMECFG_EVENT_POOL");
+    on_ = !(v && std::string_view(v) == "0");
+  }
+  bool on_ = true;
+  std::mutex mu_;
+  std::vector<std::pair<c10::Device, std::vector<std::unique_ptr<c10::Event>>>> free_;  // per device
+};
+
 }  // namespace
 
 MaybeStream current_stream(torch::Device d) {
@@ -48,7 +103,7 @@ void synchronize(const MaybeStream& s) {
 Marker Marker::record(const MaybeStream& s) {
   Marker m;
   if (s) {
-    m.ev_ = std::make_shared<c10::Event>(s->device_type());
+    m.ev_ = EventPool::get().take(*s);
     m.ev_->record(*s);
   }
   return m;
