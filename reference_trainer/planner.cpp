@@ -1,6 +1,7 @@
 #include "planner.hpp"
 
 #include "json.hpp"
+#include "optimizer_state.hpp"
 
 #include <fmt/format.h>
 
@@ -192,8 +193,6 @@ i64 pow2_ceil(i64 bytes) {
   return p;
 }
 
-enum class OptKind { adamw, sign_sgd, sgd, muon };
-
 struct OptInfo {
   OptKind kind = OptKind::adamw;
   bool momentum = false;  // SGD: momentum > 0
@@ -204,43 +203,26 @@ struct OptInfo {
 
 OptInfo optimizer_info(const OptimizerConfig& cfg) {
   OptInfo o;
+  o.kind = optimizer_kind(cfg);
   std::visit(
       [&](const auto& c) {
         using C = std::decay_t<decltype(c)>;
         o.name = std::string(C::type);
         o.clip = c.max_norm.has_value();
-        if constexpr (std::is_same_v<C, AdamWConfig>) {
-          o.kind = OptKind::adamw;
-        } else if constexpr (std::is_same_v<C, SignSGDConfig>) {
-          o.kind = OptKind::sign_sgd;
-        } else if constexpr (std::is_same_v<C, SGDConfig>) {
-          o.kind = OptKind::sgd;
+        if constexpr (std::is_same_v<C, SGDConfig>) {
           o.momentum = c.momentum > 0;
           o.nesterov = c.nesterov;
-        } else {
-          o.kind = OptKind::muon;
         }
       },
       cfg);
   return o;
 }
 
-// Muon orthogonalises block matrices; everything else takes AdamW (trainer.cpp).
-bool muon_handles(const ParamShape& p) { return p.is_matrix() && p.block >= 0; }
+bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
 
-// FP32 moment buffers of one parameter (trainer.cpp's moment_count).
+// FP32 moment buffers of one parameter (optimizer_state.hpp, as the trainer allocates them).
 int moment_count(const OptInfo& o, const ParamShape& p) {
-  switch (o.kind) {
-    case OptKind::adamw:
-      return 2;
-    case OptKind::sign_sgd:
-      return 0;
-    case OptKind::sgd:
-      return o.momentum ? 1 : 0;
-    case OptKind::muon:
-      return muon_handles(p) ? 1 : 2;
-  }
-  return 0;
+  return moment_buffers(o.kind, o.momentum, muon_handles(p));
 }
 
 // Device bytes allocated while the optimizer updates one parameter, beyond the

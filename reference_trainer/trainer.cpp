@@ -16,6 +16,7 @@
 #include "host_trace.hpp"
 #include "model.hpp"
 #include "numa/numa_binding.hpp"
+#include "optimizer_state.hpp"
 #include "planner.hpp"
 #include "safetensors.hpp"
 #include "staging_ring.hpp"
@@ -66,8 +67,6 @@ namespace {
 // 1. Optimizer
 // ===========================================================================
 
-enum class OptKind { adamw, sign_sgd, sgd, muon };
-
 // The optimizer settings in one flat struct (from the config's tagged union).
 struct OptSettings {
   OptKind kind = OptKind::adamw;
@@ -79,6 +78,7 @@ struct OptSettings {
 
   static OptSettings from(const OptimizerConfig& cfg) {
     OptSettings s;
+    s.kind = optimizer_kind(cfg);
     std::visit(
         [&](const auto& o) {
           using O = std::decay_t<decltype(o)>;
@@ -86,17 +86,12 @@ struct OptSettings {
           s.weight_decay = o.weight_decay;
           s.max_norm = o.max_norm;
           if constexpr (std::is_same_v<O, AdamWConfig>) {
-            s.kind = OptKind::adamw;
             s.beta1 = o.betas1;
             s.beta2 = o.betas2;
-          } else if constexpr (std::is_same_v<O, SignSGDConfig>) {
-            s.kind = OptKind::sign_sgd;
           } else if constexpr (std::is_same_v<O, SGDConfig>) {
-            s.kind = OptKind::sgd;
             s.momentum = o.momentum;
             s.nesterov = o.nesterov;
-          } else {
-            s.kind = OptKind::muon;
+          } else if constexpr (std::is_same_v<O, MuonConfig>) {
             s.momentum = o.momentum;
             s.beta1 = o.betas1;
             s.beta2 = o.betas2;
@@ -111,23 +106,11 @@ struct OptSettings {
   }
 };
 
-// Muon orthogonalises the momentum of hidden matrices; embeddings, the LM head
-// and vectors take AdamW.
-bool muon_handles(const NamedParam& p) { return p.tensor.dim() == 2 && p.block >= 0; }
+bool muon_handles(const NamedParam& p) { return muon_matrix(p.tensor.dim() == 2, p.block); }
 
-// Which moment buffers a parameter needs: 0, 1 (momentum) or 2 (AdamW).
+// Which moment buffers a parameter needs (optimizer_state.hpp; the planner counts the same).
 int moment_count(const OptSettings& o, const NamedParam& p) {
-  switch (o.kind) {
-    case OptKind::adamw:
-      return 2;
-    case OptKind::sign_sgd:
-      return 0;
-    case OptKind::sgd:
-      return o.momentum > 0 ? 1 : 0;
-    case OptKind::muon:
-      return muon_handles(p) ? 1 : 2;
-  }
-  return 0;
+  return moment_buffers(o.kind, o.momentum > 0, muon_handles(p));
 }
 
 // Quintic Newton-Schulz iteration (coefficients from the Muon reference) that
