@@ -1098,21 +1098,10 @@ class OffloadState {
                                         knobs_.timeout.count() / 1000.0, states_[*tied_].p->name)));
       if (error_) std::rethrow_exception(error_);
     }
-    std::fill(lookup_done_rows_.begin(), lookup_done_rows_.end(),
-              0);  // the worker is not in a head share now
-    Tensor staged = ring_view(head_buf_, 0, head_grad.scalar_type(), head_grad.sizes());
-    dev::Marker ready;
-    if (d2h_) {
-      dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
-      {
-        dev::StreamScope on(d2h_);
-        staged.copy_(head_grad, /*non_blocking=*/true);
-      }
-      head_grad.record_stream(*d2h_);
-      ready = dev::Marker::record(d2h_);
-    } else {
-      staged.copy_(head_grad);
-    }
+    // The worker is not in a head share now: nothing reads these.
+    std::fill(lookup_done_rows_.begin(), lookup_done_rows_.end(), 0);
+    dev::Marker ready =
+        copy_to_host(ring_view(head_buf_, 0, head_grad.scalar_type(), head_grad.sizes()), head_grad);
     {
       std::lock_guard lk(mu_);
       head_ = HeadShare{ctx_, std::move(ready), 0, std::nullopt, 0, true};
@@ -1145,8 +1134,23 @@ class OffloadState {
     cv_.notify_all();
   }
 
-  // Copies g into the staging ring (on the d2h stream, after the compute stream's
-  // work so far) and queues it for the worker.
+  // Queues the copy of the device gradient g into pinned `staged` on the d2h stream,
+  // after the compute stream's work so far; the marker says when it has landed.
+  dev::Marker copy_to_host(const Tensor& staged, const Tensor& g) {
+    if (!d2h_) {
+      staged.copy_(g);
+      return {};
+    }
+    dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
+    {
+      dev::StreamScope on(d2h_);
+      staged.copy_(g, /*non_blocking=*/true);
+    }
+    g.record_stream(*d2h_);  // the caching allocator keeps g until the copy ran
+    return dev::Marker::record(d2h_);
+  }
+
+  // Copies g into the staging ring (copy_to_host) and queues it for the worker.
   void stage(std::size_t i, const Tensor& g, Part part) {
     const std::size_t bytes = g.nbytes();
     StagingRing::Range r;
@@ -1171,19 +1175,7 @@ class OffloadState {
       stats_.ring_wait_s += seconds_since(t_ring);
       stats_.d2h_bytes += static_cast<double>(bytes);
     }
-    Tensor staged = ring_view(grad_ring_buf_, r.offset, g.scalar_type(), g.sizes());
-    dev::Marker ready;
-    if (d2h_) {
-      dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
-      {
-        dev::StreamScope on(d2h_);
-        staged.copy_(g, /*non_blocking=*/true);
-      }
-      g.record_stream(*d2h_);  // the caching allocator keeps g until the copy ran
-      ready = dev::Marker::record(d2h_);
-    } else {
-      staged.copy_(g);
-    }
+    dev::Marker ready = copy_to_host(ring_view(grad_ring_buf_, r.offset, g.scalar_type(), g.sizes()), g);
     if (last_micro_) got_last_grad_[i] = 1;
     {
       std::lock_guard lk(mu_);
