@@ -20,6 +20,7 @@
 #include "planner.hpp"
 #include "safetensors.hpp"
 #include "staging_ring.hpp"
+#include "task_thread.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -284,6 +285,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //                               as it lands, before the layers' updates (default 1: last)
 //   PRIMECFG_OFFLOAD_EDF        0 = FullOffload's worker takes gradients in arrival order
 //                               (default 1: the one the next forward needs first)
+//   PRIMECFG_OFFLOAD_UPLOAD_THREAD 0 = FullOffload's worker queues each weight upload itself
+//                               (default 1: a thread of their own queues them)
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
@@ -291,6 +294,7 @@ struct PipelineKnobs {
   bool split_tied = true;
   bool head_last = true;
   bool edf = true;
+  bool upload_thread = true;
   bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
 
@@ -313,6 +317,7 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_DEFER")) k.defer = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_HEAD_LAST")) k.head_last = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EDF")) k.edf = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_UPLOAD_THREAD")) k.upload_thread = *v != 0;
     return k;
   }
 
@@ -513,6 +518,7 @@ class OffloadState {
       cv_.notify_all();
       worker_.join();
     }
+    uploader_.reset();  // runs the uploads and completions still queued
     try {
       dev::synchronize(d2h_);
       dev::synchronize(h2d_);
@@ -1049,6 +1055,18 @@ class OffloadState {
       }
     }
     pool_ = std::make_unique<cpu::ThreadPool>(po);
+    if (knobs_.upload_thread)
+      uploader_ = std::make_unique<TaskThread>(
+          [this](std::exception_ptr e) {
+            {
+              std::lock_guard lk(mu_);
+              if (!error_) error_ = e;
+            }
+            cv_.notify_all();
+          },
+          [this] {
+            if (!bind_cpus_.empty()) (void)numa::bind_current_thread(bind_cpus_);  // the worker warns
+          });
     worker_ = std::thread([this] { worker_main(); });
   }
 
@@ -1265,10 +1283,26 @@ class OffloadState {
       }
       {
         std::lock_guard lk(mu_);
-        finish_work_locked(w, c.step);
+        // The staged gradient was read: its range may take the next one now.
+        if (w.kind == Work::Kind::job && w.job.has_slot) release_in_order_locked(w.job.slot);
         busy_ = -1;
       }
-      cv_.notify_all();
+      // The work counts as done (and the forward may read its weights) once its
+      // upload is queued: with an upload thread, after it in that thread's queue.
+      // Work that uploads nothing goes there too, as done must also mean that the
+      // uploads of the work before it are queued (an empty lookup job marks the rows
+      // of the slice before it as readable).
+      auto finish = [this, step = c.step, w = std::move(w)] {
+        {
+          std::lock_guard lk(mu_);
+          finish_work_locked(w, step);
+        }
+        cv_.notify_all();
+      };
+      if (uploader_)
+        uploader_->post(std::move(finish));
+      else
+        finish();
     }
   }
 
@@ -1313,8 +1347,11 @@ class OffloadState {
 
   // Whether the head share may run (tests hold it back until the next forward asks
   // for its lookup rows, so that this path runs every step: RunOptions).
+  // Once its last slice is handed out it is not: that slice still ends it (on the
+  // upload thread, after its upload).
   bool head_runnable_locked() const {
-    return head_.active && (!knobs_.hold_head || head_.lookup_requested || draining_);
+    const bool rows_left = head_.active && head_.next_row < states_[*tied_].p->tensor.size(0);
+    return rows_left && (!knobs_.hold_head || head_.lookup_requested || draining_);
   }
 
   // Among the landed jobs, the one the next forward needs first (earliest deadline
@@ -1345,8 +1382,7 @@ class OffloadState {
   void finish_work_locked(const Work& w, std::int64_t step) {
     switch (w.kind) {
       case Work::Kind::job: {
-        const Job& j = w.job;
-        if (j.has_slot) release_in_order_locked(j.slot);
+        const Job& j = w.job;  // its staged gradient went back in worker_main
         if (j.last) {
           if (j.part == Part::batch_rows) {
             tied_batch_done_step_ = step;
@@ -1473,15 +1509,9 @@ class OffloadState {
                          s.m2.defined() ? &s.m2 : nullptr,
                          bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, c.lr, c.step);
     count_update(t_kernel, w.is_cpu() ? 0 : w.nbytes());
-    if (w.is_cpu()) {
-      if (!bf16) w.copy_(s.master);
-    } else {
-      {
-        dev::StreamScope on(h2d_);
-        w.copy_(bf16 ? out : s.master, /*non_blocking=*/true);
-      }
-      note_upload(bf16);
-    }
+    if (w.is_cpu() && bf16) return;  // the kernel wrote the weights
+    queue_upload([w, from = bf16 ? out : s.master] { w.copy_(from, /*non_blocking=*/true); },
+                 bf16 && !w.is_cpu());
   }
 
   void count_update(std::chrono::steady_clock::time_point t_kernel, std::size_t upload_bytes) {
@@ -1498,11 +1528,37 @@ class OffloadState {
     stats_.h2d_bytes += static_cast<double>(upload_bytes);
   }
 
-  // After an upload was queued on h2d_: its slot of the upload ring (when it used one)
-  // is free once it ran, and the compute stream will wait for it.
-  void note_upload(bool used_slot) {
-    auto done = dev::Marker::record(h2d_);
-    if (used_slot) up_free_.push_back(done);
+  // Queues `copy` (new weights into the model's tensor) on the h2d stream: on the
+  // upload thread when there is one, else right here. `used_slot`: it reads a slot
+  // of the upload ring. (On the CPU the copy is a plain copy.)
+  void queue_upload(TaskThread::Task copy, bool used_slot) {
+    auto issue = [this, copy = std::move(copy), used_slot] {
+      torch::NoGradGuard ng;
+      const auto h0 = HostTrace::now();
+      try {
+        dev::StreamScope on(h2d_);
+        copy();
+      } catch (...) {
+        note_upload(used_slot, dev::Marker());  // keep the ring's count; the error stops the run
+        throw;
+      }
+      note_upload(used_slot, dev::Marker::record(h2d_));
+      if (uploader_) trace_.span("upload", "upload", h0, HostTrace::now(), 0);
+    };
+    if (!uploader_) return issue();
+    uploader_->post(std::move(issue));
+  }
+
+  // After an upload was queued on h2d_ (`done` marks it): its slot of the upload ring
+  // (when it used one) is free once it ran, and the compute stream will wait for it.
+  void note_upload(bool used_slot, const dev::Marker& done) {
+    if (used_slot) {
+      {
+        std::lock_guard lk(up_mu_);
+        up_free_.push_back(done);
+      }
+      up_cv_.notify_all();
+    }
     std::lock_guard lk(mu_);
     last_upload_ = done;
   }
@@ -1519,9 +1575,19 @@ class OffloadState {
     const auto h_wait = HostTrace::now();
     bool waited = false;
     while (!(r = up_ring_.try_acquire(bytes))) {
-      waited = waited || !up_free_.front().reached();
-      up_free_.front().synchronize();
-      up_free_.pop_front();
+      dev::Marker oldest;  // the upload that reads the oldest slot
+      {
+        std::unique_lock lk(up_mu_);
+        waited = waited || up_free_.empty();
+        if (!up_cv_.wait_for(lk, knobs_.timeout, [&] { return !up_free_.empty(); }))
+          throw run_error(
+              fmt::format("offload = \"full\": timed out after {} s waiting for the upload thread",
+                          knobs_.timeout.count() / 1000.0));
+        oldest = std::move(up_free_.front());
+        up_free_.pop_front();
+      }
+      waited = waited || !oldest.reached();
+      oldest.synchronize();
       up_ring_.release(*up_ring_.oldest());
     }
     if (waited) {
@@ -1593,20 +1659,19 @@ class OffloadState {
                           }
                         });
     count_update(t_kernel, w.is_cpu() ? 0 : (bf16 ? out : s.master).nbytes());
-    if (w.is_cpu()) {
-      if (!bf16) w.copy_(s.master);
+    if (w.is_cpu() && bf16) return;  // the kernel wrote the rows
+    if (!bf16) {
+      // FP32 weights (tests): the whole master; this upload follows the earlier ones.
+      queue_upload([w, master = s.master] { w.copy_(master, /*non_blocking=*/true); }, false);
       return;
     }
-    dev::StreamScope on(h2d_);
-    if (bf16) {
-      if (!rows_dev.defined()) rows_dev = to_device(rows, {k}, device_);  // queued on h2d_
-      w.index_copy_(0, rows_dev, out.to(device_, /*non_blocking=*/true));
-      rows_dev.record_stream(*h2d_);
-    } else {
-      // FP32 weights (tests): the whole master; this upload follows the earlier ones.
-      w.copy_(s.master, /*non_blocking=*/true);
-    }
-    note_upload(bf16);
+    queue_upload(
+        [this, w, out, rows_dev, ids = rows_dev.defined() ? std::vector<std::int64_t>{} : rows, k]() mutable {
+          if (!rows_dev.defined()) rows_dev = to_device(ids, {k}, device_);  // queued on h2d_
+          w.index_copy_(0, rows_dev, out.to(device_, /*non_blocking=*/true));
+          rows_dev.record_stream(*h2d_);
+        },
+        true);
   }
 
   // Rows [first, last) of the tied embedding from the head share: each row outside the
@@ -1644,15 +1709,12 @@ class OffloadState {
                           }
                         });
     count_update(t_kernel, w.is_cpu() ? 0 : static_cast<std::size_t>(rows * dim) * w.element_size());
-    if (w.is_cpu()) {
-      if (!bf16) w.narrow(0, first, rows).copy_(s.master.narrow(0, first, rows));
-      return;
-    }
-    {
-      dev::StreamScope on(h2d_);
-      w.narrow(0, first, rows).copy_(bf16 ? out : s.master.narrow(0, first, rows), /*non_blocking=*/true);
-    }
-    note_upload(bf16);
+    if (w.is_cpu() && bf16) return;  // the kernel wrote the rows
+    queue_upload(
+        [to = w.narrow(0, first, rows), from = bf16 ? out : s.master.narrow(0, first, rows)] {
+          to.copy_(from, /*non_blocking=*/true);
+        },
+        bf16 && !w.is_cpu());
   }
 
   std::string diagnose_locked(const std::string& what) const {
@@ -1909,7 +1971,12 @@ class OffloadState {
   std::vector<int> bind_cpus_;
   StagingRing grad_ring_, up_ring_;
   Tensor grad_ring_buf_, up_ring_buf_;
-  std::deque<dev::Marker> up_free_;  // worker only
+  // The uploads that read the upload ring, in its order (the upload thread appends,
+  // the worker takes them off as it reuses their slots).
+  std::deque<dev::Marker> up_free_;
+  std::mutex up_mu_;  // guards up_free_
+  std::condition_variable up_cv_;
+  std::unique_ptr<TaskThread> uploader_;  // queues the weight uploads (knobs_.upload_thread)
   std::thread worker_;
   std::mutex mu_;  // guards the queue, the gradient ring, the counters, error_, last_upload_
   std::condition_variable cv_;

@@ -18,6 +18,7 @@ kernel, copy-wait and idle time) and one character per bin for each row:
   main     f queues the forward  W waits for deferred updates  b queues backward
            F finishes the step  r reads the loss back
   hooks    h a gradient hook runs
+  upload   u the upload thread queues a weight upload
 """
 import argparse
 import collections
@@ -153,6 +154,10 @@ def main():
         print("  worker  |" + row(t0, t1, bin_us, [("K", jobs), ("w", wait)]) + "|")
         print("  main    |" + row(t0, t1, bin_us, main_rows, idle=" ") + "|")
         print("  hooks   |" + row(t0, t1, bin_us, [("h", spans("hooks"))], idle=" ") + "|")
+        uploads = spans("upload")
+        if uploads:
+            print(f"  upload thread: queueing uploads {ms(busy_in(uploads, t0, t1)):.1f} ms")
+            print("  upload  |" + row(t0, t1, bin_us, [("u", uploads)], idle=" ") + "|")
 
 
 if __name__ == "__main__":

@@ -3,16 +3,21 @@
 // gradient at a time, which makes the backward hooks wait for the CPU worker at
 // almost every parameter. The result must not change, bit for bit.
 #include "staging_ring.hpp"
+#include "task_thread.hpp"
 #include "trainer.hpp"
 
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace fs = std::filesystem;
 using namespace primecfg;
@@ -89,6 +94,37 @@ static SFTConfig tiny_full(int micro, std::int64_t seed, int steps, const fs::pa
   c.max_steps = steps;
   c.output_dir = out;
   return c;
+}
+
+// The upload thread of FullOffload: a job counts as done only when the task that
+// says so runs after its upload, so the order of posting must be the order of running.
+TEST_CASE("task thread: runs tasks in posting order, goes on after a throwing task, drains when destroyed") {
+  std::vector<int> ran;  // written only by the task thread until it is joined
+  std::vector<std::string> errors;
+  std::atomic<bool> started{false};
+  {
+    train::TaskThread t(
+        [&](std::exception_ptr e) {
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& x) {
+            errors.push_back(x.what());
+          }
+        },
+        [&] { started = true; });
+    for (int i = 0; i < 200; ++i) {
+      if (i == 50) t.post([] { throw std::runtime_error("task 50 failed"); });
+      t.post([&ran, i] {
+        if (i % 64 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let posts pile up
+        ran.push_back(i);
+      });
+    }
+  }  // the destructor runs what is left
+  CHECK(started);
+  REQUIRE(ran.size() == 200);
+  for (int i = 0; i < 200; ++i) CHECK(ran[static_cast<std::size_t>(i)] == i);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0] == "task 50 failed");
 }
 
 TEST_CASE("full offload: a staging ring that holds one gradient gives the same run, bit for bit") {
