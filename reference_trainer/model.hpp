@@ -4,7 +4,7 @@
 //   h = embed(ids)
 //   for each block:  h += attn(rmsnorm(h))   (RoPE, grouped-query attention, optional QK-norm)
 //                    h += mlp(rmsnorm(h))    (SwiGLU)
-//   loss = cross_entropy(rmsnorm(h) @ lm_head^T)   computed in token chunks, logits never whole
+//   loss = cross_entropy(rmsnorm(h) @ lm_head^T)   computed in chunks, logits never whole
 #pragma once
 
 #include <torch/torch.h>
@@ -87,17 +87,31 @@ class Transformer {
   // Final hidden states [B, T, D] after the last norm.
   torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1,
                        const BlockHook* before_block = nullptr);
-  // Called during backward with the LM head's share of the LM head weight's gradient, as soon
-  // as backward reaches the loss (the first thing it does). With tied embeddings that share
-  // is final for every embedding row the batch's input ids do not touch: the input
-  // embedding's share, added at the very end of backward, is zero there. FullOffload
-  // starts the CPU update of those rows from here instead of after backward.
-  using HeadGradHook = std::function<void(const torch::Tensor& head_grad)>;
+  // Receives the LM head's share of the LM head weight's gradient, rows [first_row,
+  // first_row + rows.size(0)) of it at a time. With tied embeddings that share is final
+  // for every embedding row the batch's input ids do not touch: the input embedding's
+  // share, added at the very end of backward, is zero there. FullOffload starts the CPU
+  // update of those rows from here instead of after backward.
+  using HeadGradHook = std::function<void(std::int64_t first_row, const torch::Tensor& rows)>;
 
-  // Sum of token cross-entropies times scale, in token chunks (targets -100 are ignored).
-  // `on_head_grad` (may be null) must outlive the backward pass of the returned loss.
+  // How the fused LM head + cross-entropy walks the logits, never all of them at once.
+  enum class LossChunks {
+    // Chunks of tokens; the head gradient is whole only after the last chunk, and the
+    // hook gets it in one piece when backward starts.
+    tokens,
+    // Chunks of vocabulary rows, in two passes (log-sum-exp first, then the gradients),
+    // one extra GEMM; the hook gets each chunk's rows of the head gradient during the
+    // forward pass, as soon as they are computed. The returned loss must then be
+    // backpropagated with gradient 1 (loss.backward()).
+    vocabulary,
+  };
+
+  // Sum of token cross-entropies times scale (targets -100 are ignored); a chunk holds
+  // about chunk_tokens x vocab logits either way. `on_head_grad` (may be null) must
+  // outlive the backward pass of the returned loss.
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& targets, double scale,
-                     std::int64_t chunk_tokens, const HeadGradHook* on_head_grad = nullptr);
+                     std::int64_t chunk_tokens, const HeadGradHook* on_head_grad = nullptr,
+                     LossChunks chunks = LossChunks::tokens);
   // Greedy continuation (no KV cache: for the small demo model).
   std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new,
                                      std::int64_t stop);

@@ -287,6 +287,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //                               (default 1: the one the next forward needs first)
 //   PRIMECFG_OFFLOAD_UPLOAD_THREAD 0 = FullOffload's worker queues each weight upload itself
 //                               (default 1: a thread of their own queues them)
+//   PRIMECFG_OFFLOAD_EARLY_HEAD 0 = FullOffload with tied embeddings computes the loss in token
+//                               chunks and hands the head share over when backward starts
+//                               (default 1: vocabulary chunks, each handed over as computed)
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
@@ -295,6 +298,7 @@ struct PipelineKnobs {
   bool head_last = true;
   bool edf = true;
   bool upload_thread = true;
+  bool early_head = true;
   bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
 
@@ -318,6 +322,7 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_HEAD_LAST")) k.head_last = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EDF")) k.edf = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_UPLOAD_THREAD")) k.upload_thread = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_EARLY_HEAD")) k.early_head = *v != 0;
     return k;
   }
 
@@ -465,7 +470,11 @@ class OffloadState {
       if (model.args().tie_embeddings && knobs_.split_tied)
         for (std::size_t i = 0; i < states_.size(); ++i)
           if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
-      head_hook_ = [this](const Tensor& head_grad) { submit_head_grad(head_grad); };
+      head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
+      // Vocabulary chunks whenever the embedding is tied, split or not, so that both
+      // compute the same loss and gradients (the tests compare them bit for bit).
+      if (model.args().tie_embeddings && knobs_.early_head)
+        loss_chunks_ = Transformer::LossChunks::vocabulary;
       block_hook_ = [this](int block) { wait_for_block(block); };
       block_groups_.resize(static_cast<std::size_t>(model.args().layers));
       for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -658,6 +667,8 @@ class OffloadState {
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
   const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }
+  // How Transformer::loss walks the logits (vocabulary chunks: FullOffload, tied embeddings).
+  Transformer::LossChunks loss_chunks() const { return loss_chunks_; }
 
   // The hook for Transformer::hidden: FullOffload's forward waits there for the
   // deferred updates of the weights it is about to use.
@@ -1104,30 +1115,42 @@ class OffloadState {
     stage(i, g, Part::whole);
   }
 
-  // Transformer::HeadGradHook: the LM head's share of the tied embedding's gradient,
-  // copied into head_buf_ and handed to the worker as this step's HeadShare.
-  void submit_head_grad(const Tensor& head_grad) {
-    {
-      // The last step's share is done: the forward waited for it at the LM head.
-      std::unique_lock lk(mu_);
-      if (!cv_.wait_for(lk, knobs_.timeout, [&] { return !head_.active || error_; }))
-        throw run_error(
-            diagnose_locked(fmt::format("timed out after {} s waiting for the last step's update of {}",
-                                        knobs_.timeout.count() / 1000.0, states_[*tied_].p->name)));
-      if (error_) std::rethrow_exception(error_);
+  // Transformer::HeadGradHook: rows [first_row, first_row + rows.size(0)) of the LM
+  // head's share of the tied embedding's gradient, copied into head_buf_ and handed to
+  // the worker as part of this step's HeadShare. They come in row order: all at once
+  // as backward starts, or chunk by chunk during the loss (LossChunks::vocabulary).
+  void submit_head_rows(std::int64_t first_row, const Tensor& rows) {
+    if (first_row == 0) {
+      {
+        // The last step's share is done: the forward waited for it at the LM head.
+        std::unique_lock lk(mu_);
+        if (!cv_.wait_for(lk, knobs_.timeout, [&] { return !head_.active || error_; }))
+          throw run_error(
+              diagnose_locked(fmt::format("timed out after {} s waiting for the last step's update of {}",
+                                          knobs_.timeout.count() / 1000.0, states_[*tied_].p->name)));
+        if (error_) std::rethrow_exception(error_);
+      }
+      // The worker is not in a head share now: nothing reads these.
+      std::fill(lookup_done_rows_.begin(), lookup_done_rows_.end(), 0);
+      {
+        std::lock_guard lk(mu_);
+        head_ = HeadShare{};
+        head_.ctx = ctx_;
+        head_.active = true;
+        ++submitted_;
+      }
+      head_submitted_ = true;
     }
-    // The worker is not in a head share now: nothing reads these.
-    std::fill(lookup_done_rows_.begin(), lookup_done_rows_.end(), 0);
-    dev::Marker ready =
-        copy_to_host(ring_view(head_buf_, 0, head_grad.scalar_type(), head_grad.sizes()), head_grad);
+    const auto row_bytes = static_cast<std::size_t>(rows.size(1) * rows.element_size());
+    dev::Marker ready = copy_to_host(ring_view(head_buf_, static_cast<std::size_t>(first_row) * row_bytes,
+                                               rows.scalar_type(), rows.sizes()),
+                                     rows);
     {
       std::lock_guard lk(mu_);
-      head_ = HeadShare{ctx_, std::move(ready), 0, std::nullopt, 0, true};
-      ++submitted_;
-      stats_.d2h_bytes += static_cast<double>(head_grad.nbytes());
+      head_.parts.push_back({first_row + rows.size(0), std::move(ready)});
+      stats_.d2h_bytes += static_cast<double>(rows.nbytes());
     }
     cv_.notify_all();
-    head_submitted_ = true;
   }
 
   // Called with the next step's input ids while the last step's head share may still
@@ -1231,6 +1254,7 @@ class OffloadState {
     Job job;                           // job
     std::int64_t first = 0, last = 0;  // head_slice: rows [first, last)
     std::vector<std::int64_t> rows;    // head_lookup
+    dev::Marker head_ready;            // the other kinds: the copy of the head share's rows they read
   };
 
   void worker_main() {
@@ -1242,14 +1266,12 @@ class OffloadState {
       Work w;
       bool skip = false;
       std::shared_ptr<const StepContext> head_ctx;
-      dev::Marker head_ready;  // the head share's copy
       {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return stop_ || !queue_.empty() || head_runnable_locked(); });
         if (stop_) return;
         w = next_work_locked();
         head_ctx = head_.ctx;
-        head_ready = head_.ready;
         busy_ = static_cast<std::ptrdiff_t>(w.kind == Work::Kind::job ? w.job.param : *tied_);
         skip = error_ != nullptr;
       }
@@ -1257,7 +1279,7 @@ class OffloadState {
       try {
         const auto t_wait = std::chrono::steady_clock::now();
         const auto h_wait = HostTrace::now();
-        (w.kind == Work::Kind::job ? w.job.ready : head_ready).synchronize();
+        (w.kind == Work::Kind::job ? w.job.ready : w.head_ready).synchronize();
         const double waited = seconds_since(t_wait);
         {
           std::lock_guard lk(mu_);
@@ -1314,10 +1336,16 @@ class OffloadState {
   // the end of the next forward needs it.
   Work next_work_locked() {
     Work w;
-    const bool head_ready = head_runnable_locked() && head_.ready.reached();
-    if (head_ready && head_.lookup) {
+    const bool runnable = head_runnable_locked();
+    const auto* part = runnable ? head_.part_of(head_.next_row) : nullptr;
+    const bool head_ready = part && part->ready.reached();
+    // The lookup's rows may lie anywhere: it waits for the whole share (the copies
+    // land in order, so for the last one).
+    if (runnable && head_.lookup && head_.copied_rows() == states_[*tied_].p->tensor.size(0) &&
+        head_.parts.back().ready.reached()) {
       w.kind = Work::Kind::head_lookup;
       w.rows = std::move(*head_.lookup);
+      w.head_ready = head_.parts.back().ready;
       head_.lookup.reset();
       return w;
     }
@@ -1333,24 +1361,25 @@ class OffloadState {
         return w;
       }
     }
-    if (head_ready) {
-      const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
+    if (head_ready) {  // a slice within the copied part
       w.kind = Work::Kind::head_slice;
       w.first = head_.next_row;
-      w.last = std::min(vocab, w.first + head_slice_rows_);
+      w.last = std::min(part->end_row, w.first + head_slice_rows_);
+      w.head_ready = part->ready;
       head_.next_row = w.last;
       return w;
     }
     w.kind = Work::Kind::head_wait;
+    if (part) w.head_ready = part->ready;
     return w;
   }
 
   // Whether the head share may run (tests hold it back until the next forward asks
   // for its lookup rows, so that this path runs every step: RunOptions).
-  // Once its last slice is handed out it is not: that slice still ends it (on the
-  // upload thread, after its upload).
+  // Only rows whose copy is queued can run. Once its last slice is handed out it is
+  // not runnable: that slice still ends it (on the upload thread, after its upload).
   bool head_runnable_locked() const {
-    const bool rows_left = head_.active && head_.next_row < states_[*tied_].p->tensor.size(0);
+    const bool rows_left = head_.active && head_.next_row < head_.copied_rows();
     return rows_left && (!knobs_.hold_head || head_.lookup_requested || draining_);
   }
 
@@ -1937,13 +1966,26 @@ class OffloadState {
   // (request_lookup_rows), its LM head for all of them.
   struct HeadShare {
     std::shared_ptr<const StepContext> ctx;
-    dev::Marker ready;                                // its copy into head_buf_ has landed
+    struct Part {
+      std::int64_t end_row = 0;  // rows up to here
+      dev::Marker ready;         // their copy into head_buf_ has landed
+    };
+    std::vector<Part> parts;                          // copies queued so far, in row order
     std::int64_t next_row = 0;                        // the next slice starts here
     std::optional<std::vector<std::int64_t>> lookup;  // rows to update next, for the next lookup
     std::int64_t lookup_served_step = 0;
     bool active = false;            // rows are left to update (guarded by mu_)
     bool lookup_requested = false;  // request_lookup_rows() ran for it
+
+    std::int64_t copied_rows() const { return parts.empty() ? 0 : parts.back().end_row; }
+    // The part that holds `row`, null when its copy is not queued yet.
+    const Part* part_of(std::int64_t row) const {
+      for (const Part& p : parts)
+        if (row < p.end_row) return &p;
+      return nullptr;
+    }
   } head_;
+  Transformer::LossChunks loss_chunks_ = Transformer::LossChunks::tokens;
   static constexpr std::int64_t kHeadSliceElements = std::int64_t{1} << 22;  // ~1 ms of CPU update
   std::int64_t head_slice_rows_ = 1;
   Tensor head_buf_;                     // pinned: the head share's gradient
@@ -2414,7 +2456,7 @@ class Trainer {
         Tensor targets = to_device(mb.targets, flat, setup_.device);
         if (last) state.begin_last_micro_batch(mb.input_ids);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq, state.block_hook()), targets, scale, ce_chunk,
-                                 last ? state.head_grad_hook() : nullptr);
+                                 last ? state.head_grad_hook() : nullptr, state.loss_chunks());
         if (last) state.before_backward();
         loss.backward();
         loss_acc += loss.detach().to(torch::kFloat64);

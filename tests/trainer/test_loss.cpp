@@ -1,0 +1,83 @@
+// The fused LM head + cross-entropy walked two ways: in token chunks, and in
+// vocabulary chunks (FullOffload with tied embeddings, which hands the head gradient
+// over chunk by chunk during the loss). Both must give the same loss and gradients
+// as far as FP32 summation order allows, and the rows handed over must be the final
+// head gradient, in order, covering the vocabulary once.
+#include "model.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+using namespace primecfg::train;
+using torch::Tensor;
+
+namespace {
+
+struct LossRun {
+  double loss = 0;
+  Tensor grad_hidden, grad_head;
+};
+
+LossRun run_loss(Transformer& model, const Tensor& hidden, const Tensor& targets, std::int64_t chunk_tokens,
+                 Transformer::LossChunks chunks, const Transformer::HeadGradHook* hook) {
+  Tensor h = hidden.detach().clone().requires_grad_(true);
+  auto& head = const_cast<Tensor&>(model.lm_head());
+  if (head.grad().defined()) head.mutable_grad().reset();
+  Tensor loss = model.loss(h, targets, 0.25, chunk_tokens, hook, chunks);
+  loss.backward();
+  return {loss.item<double>(), h.grad().clone(), head.grad().clone()};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "fused loss: vocabulary chunks give the loss and gradients of token chunks, and hand over every row "
+    "once") {
+  auto args = preset("primecfg/tiny");
+  REQUIRE(args);
+  Transformer model(*args, torch::kCPU, torch::kFloat32, 7);
+  const std::int64_t vocab = args->vocab_size, tokens = 37;
+  torch::manual_seed(3);
+  Tensor hidden = torch::randn({tokens, args->hidden});
+  Tensor targets = torch::randint(vocab, {tokens}, torch::TensorOptions().dtype(torch::kInt64));
+  targets.index_put_({torch::arange(0, tokens, 5)}, -100);  // ignored positions
+
+  const LossRun by_tokens = run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, nullptr);
+  std::vector<std::pair<std::int64_t, Tensor>> handed;
+  const Transformer::HeadGradHook hook = [&](std::int64_t first, const Tensor& rows) {
+    handed.emplace_back(first, rows.clone());
+  };
+  const LossRun by_vocab = run_loss(model, hidden, targets, 8, Transformer::LossChunks::vocabulary, &hook);
+
+  CHECK(by_vocab.loss == doctest::Approx(by_tokens.loss).epsilon(1e-6));
+  CHECK(torch::allclose(by_vocab.grad_hidden, by_tokens.grad_hidden, 1e-5, 1e-7));
+  CHECK(torch::allclose(by_vocab.grad_head, by_tokens.grad_head, 1e-5, 1e-7));
+  // Ignored targets give no gradient to their hidden states.
+  CHECK(by_vocab.grad_hidden.select(0, 5).abs().max().item<float>() == 0.0f);
+
+  // Several chunks, in row order, covering [0, vocab) exactly, each the final rows.
+  REQUIRE(handed.size() >= 8);
+  std::int64_t next = 0;
+  for (const auto& [first, rows] : handed) {
+    CHECK(first == next);
+    CHECK(torch::equal(rows, by_vocab.grad_head.narrow(0, first, rows.size(0))));
+    next = first + rows.size(0);
+  }
+  CHECK(next == vocab);
+
+  // Token chunks hand the head gradient over once, whole, when backward starts.
+  handed.clear();
+  run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, &hook);
+  REQUIRE(handed.size() == 1);
+  CHECK(handed[0].first == 0);
+  CHECK(torch::equal(handed[0].second, by_tokens.grad_head));
+
+  // Without gradients (evaluation) the vocabulary walk gives the same loss.
+  torch::NoGradGuard ng;
+  Tensor eval = model.loss(hidden, targets, 0.25, 8, nullptr, Transformer::LossChunks::vocabulary);
+  CHECK(eval.item<double>() == doctest::Approx(by_tokens.loss).epsilon(1e-6));
+}
