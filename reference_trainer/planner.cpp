@@ -415,21 +415,37 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
-  b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
-  // Per chunk, bf16 compute: the bf16 logits, their fp32 copy and the fp32
-  // log-probabilities (10 bytes per logit: LibTorch 2.11's CUDA log_softmax does not
-  // take bf16 in with fp32 out, so the trainer casts first; where it does, the peak is
-  // 6 and this over-predicts); later that fp32 buffer is the softmax gradient, in
-  // place, beside its bf16 copy. Unless the GEMM
-  // accumulates straight into the fp32 grad_w (addmm with an fp32 output, CUDA), a
-  // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
-  // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
-  const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
-  const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
-                            : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
-  const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
-  b.add("ce_chunk", std::max(chunk, tail),
-        fmt::format("logits chunk of {} tokens x vocab (fp32 logits, softmax, casts)", c));
+  if (mode == Offload::full && s.tie_embeddings) {
+    // FullOffload with a tied embedding walks vocabulary chunks (Transformer::LossChunks):
+    // chunks of k rows, k = c x V / N tokens' worth but at most V / 8, over all N
+    // tokens. The head gradient is written in bf16 row by row (no FP32 copy); the
+    // hidden states' gradient sums in FP32 beside a copy of the hidden rows. Per chunk
+    // 6 bytes per logit at the peak: the bf16 logits beside their FP32 copy, or the
+    // FP32 softmax beside its bf16 copy (on the H200 with LibTorch 2.11 the
+    // log-sum-exp's temporaries stayed below that: 13.39 GiB measured on Qwen3-0.6B
+    // at 8192, 30.53 on Llama-3.2-3B, 13.37 and 30.54 predicted). FP32 compute: the
+    // FP32 logits and the softmax in place, 4 bytes (+4 for the log-sum-exp).
+    const i64 k = std::clamp<i64>(c * V / std::max<i64>(N, 1), 1, std::max<i64>(1, (V + 7) / 8));
+    b.add("ce_grad_w", V * D * dt, "gradient of the LM head weight, written chunk by chunk");
+    b.add("ce_chunk", (dt == 2 ? 6 : 8) * N * k + N * D * (dt + 4) + N * 24,
+          fmt::format("logits chunk of {} vocabulary rows x {} tokens (fp32 logits, softmax, casts)", k, N));
+  } else {
+    b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
+    // Per chunk, bf16 compute: the bf16 logits, their fp32 copy and the fp32
+    // log-probabilities (10 bytes per logit: LibTorch 2.11's CUDA log_softmax does not
+    // take bf16 in with fp32 out, so the trainer casts first; where it does, the peak is
+    // 6 and this over-predicts); later that fp32 buffer is the softmax gradient, in
+    // place, beside its bf16 copy. Unless the GEMM
+    // accumulates straight into the fp32 grad_w (addmm with an fp32 output, CUDA), a
+    // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
+    // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
+    const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
+    const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
+                              : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
+    const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
+    b.add("ce_chunk", std::max(chunk, tail),
+          fmt::format("logits chunk of {} tokens x vocab (fp32 logits, softmax, casts)", c));
+  }
   b.add("ce_backward", 2 * (N * D * dt + V * D * dt), "saved LM-head gradients and their scaled copies");
 
   // --- Backward ----------------------------------------------------------------

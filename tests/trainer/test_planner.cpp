@@ -156,7 +156,14 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(opt.term("moments") == 0);
   CHECK(opt.term("moment_window") == 10688 + 4096);
   CHECK(opt.peak == 13360 + 14784 + 4112);
-  CHECK(p.mode(Offload::full).gpu.peak == 2672 + 4112);
+  // Full offload walks the tied embedding's logits in vocabulary chunks: 4 x 16 / 4 = 16
+  // rows' worth, at most 16 / 8 = 2 rows. 6 B per logit x 4 tokens x 2 rows = 48, the
+  // hidden rows and their FP32 gradient 4 x 8 x (2 + 4) = 192, indices 96; the head's
+  // gradient is written in bf16 (256) instead of summed in FP32.
+  const auto& full = p.mode(Offload::full).gpu;
+  CHECK(full.term("ce_grad_w") == 16 * 8 * 2);
+  CHECK(full.term("ce_chunk") == 48 + 192 + 96);
+  CHECK(full.peak == 2672 + 2336 + 160 + 80 + 64 + 64 + 256 + 336);
   CHECK(p.mode(Offload::full).gpu.phase("optimizer_step") == nullptr);
   // With PRIMECFG_OFFLOAD_RING_MB set below the largest moments, the window is those + 4096.
   auto small_ring = exact();
