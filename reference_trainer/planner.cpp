@@ -415,7 +415,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
-  if (mode == Offload::full && s.tie_embeddings) {
+  if (mode == Offload::full && vocab_chunked_loss(s.tie_embeddings, N)) {
     // FullOffload with a tied embedding walks vocabulary chunks (Transformer::LossChunks):
     // chunks of k rows, k = c x V / N tokens' worth but at most V / 8, over all N
     // tokens. The head gradient is written in bf16 row by row (no FP32 copy); the

@@ -55,6 +55,18 @@ inline std::int64_t default_ce_chunk_tokens(std::int64_t vocab_size) {
   return std::max<std::int64_t>(256, (std::int64_t{1} << 28) / std::max<std::int64_t>(1, vocab_size));
 }
 
+// Whether FullOffload with a tied embedding walks the loss in vocabulary chunks
+// (Transformer::LossChunks::vocabulary) for micro-batches of `tokens` tokens. That
+// costs the GPU one more GEMM and more passes over the logits, which grow with the
+// tokens, to let the CPU update start during the loss instead of after it: worth it
+// while the CPU update sets the step time. On the H200 machine with Qwen3-0.6B,
+// 8192 tokens gained 3% and 32768 lost 13% (docs/performance.md); the line lies
+// between. PRIMECFG_OFFLOAD_EARLY_HEAD=1 / 0 forces it either way (the trainer).
+inline constexpr std::int64_t kVocabChunkedLossMaxTokens = 16384;
+inline bool vocab_chunked_loss(bool tied_embeddings, std::int64_t tokens) {
+  return tied_embeddings && tokens <= kVocabChunkedLossMaxTokens;
+}
+
 std::optional<ModelShape> preset_shape(std::string_view name);
 // An HF config.json (llama, qwen2 without biases, qwen3), read like the trainer reads it.
 ModelShape shape_from_hf_config(const std::filesystem::path& config_json);

@@ -287,9 +287,11 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //                               (default 1: the one the next forward needs first)
 //   PRIMECFG_OFFLOAD_UPLOAD_THREAD 0 = FullOffload's worker queues each weight upload itself
 //                               (default 1: a thread of their own queues them)
-//   PRIMECFG_OFFLOAD_EARLY_HEAD 0 = FullOffload with tied embeddings computes the loss in token
-//                               chunks and hands the head share over when backward starts
-//                               (default 1: vocabulary chunks, each handed over as computed)
+//   PRIMECFG_OFFLOAD_EARLY_HEAD 1 / 0 = FullOffload with tied embeddings computes the loss in
+//                               vocabulary chunks, each chunk's rows of the head share handed
+//                               over as computed / in token chunks, the head share handed over
+//                               when backward starts (default: by micro-batch size,
+//                               plan::vocab_chunked_loss)
 struct PipelineKnobs {
   std::size_t ring_bytes = 0;
   std::chrono::milliseconds timeout{600'000};
@@ -298,7 +300,7 @@ struct PipelineKnobs {
   bool head_last = true;
   bool edf = true;
   bool upload_thread = true;
-  bool early_head = true;
+  std::optional<bool> early_head;
   bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
 
@@ -471,10 +473,7 @@ class OffloadState {
         for (std::size_t i = 0; i < states_.size(); ++i)
           if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
       head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
-      // Vocabulary chunks whenever the embedding is tied, split or not, so that both
-      // compute the same loss and gradients (the tests compare them bit for bit).
-      if (model.args().tie_embeddings && knobs_.early_head)
-        loss_chunks_ = Transformer::LossChunks::vocabulary;
+      tied_embeddings_ = model.args().tie_embeddings;
       block_hook_ = [this](int block) { wait_for_block(block); };
       block_groups_.resize(static_cast<std::size_t>(model.args().layers));
       for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -667,8 +666,15 @@ class OffloadState {
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
   const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }
-  // How Transformer::loss walks the logits (vocabulary chunks: FullOffload, tied embeddings).
-  Transformer::LossChunks loss_chunks() const { return loss_chunks_; }
+  // How Transformer::loss walks the logits of a micro-batch of `tokens` tokens:
+  // vocabulary chunks for FullOffload with a tied embedding (split or not, so that
+  // both compute the same loss and gradients: the tests compare them bit for bit)
+  // where plan::vocab_chunked_loss or PRIMECFG_OFFLOAD_EARLY_HEAD says so.
+  Transformer::LossChunks loss_chunks(std::int64_t tokens) const {
+    const bool vocab = kHostUpdate && tied_embeddings_ &&
+                       knobs_.early_head.value_or(plan::vocab_chunked_loss(tied_embeddings_, tokens));
+    return vocab ? Transformer::LossChunks::vocabulary : Transformer::LossChunks::tokens;
+  }
 
   // The hook for Transformer::hidden: FullOffload's forward waits there for the
   // deferred updates of the weights it is about to use.
@@ -1985,7 +1991,7 @@ class OffloadState {
       return nullptr;
     }
   } head_;
-  Transformer::LossChunks loss_chunks_ = Transformer::LossChunks::tokens;
+  bool tied_embeddings_ = false;  // the model's (tied_ is set only when split: knobs_.split_tied)
   static constexpr std::int64_t kHeadSliceElements = std::int64_t{1} << 22;  // ~1 ms of CPU update
   std::int64_t head_slice_rows_ = 1;
   Tensor head_buf_;                     // pinned: the head share's gradient
@@ -2456,7 +2462,7 @@ class Trainer {
         Tensor targets = to_device(mb.targets, flat, setup_.device);
         if (last) state.begin_last_micro_batch(mb.input_ids);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq, state.block_hook()), targets, scale, ce_chunk,
-                                 last ? state.head_grad_hook() : nullptr, state.loss_chunks());
+                                 last ? state.head_grad_hook() : nullptr, state.loss_chunks(targets.numel()));
         if (last) state.before_backward();
         loss.backward();
         loss_acc += loss.detach().to(torch::kFloat64);

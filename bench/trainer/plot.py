@@ -119,9 +119,14 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     text = open(a.doc).read()
-    throughput_and_memory(table_rows(first_table(section(text, "## Latest run"))), a.out)
-    planner(text, a.out)
-    print(f"wrote {a.out}/trainer-throughput.png, trainer-memory.png, planner.png")
+    # docs/performance.md, or the page bench/trainer/report.py writes for one run.
+    latest = "## Latest run" if "## Latest run" in text else "## Trainer:"
+    throughput_and_memory(table_rows(first_table(section(text, latest))), a.out)
+    wrote = ["trainer-throughput.png", "trainer-memory.png"]
+    if "### The largest model per mode" in text:
+        planner(text, a.out)
+        wrote.append("planner.png")
+    print(f"wrote {', '.join(wrote)} in {a.out}")
 
 
 if __name__ == "__main__":

@@ -164,6 +164,12 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(full.term("ce_grad_w") == 16 * 8 * 2);
   CHECK(full.term("ce_chunk") == 48 + 192 + 96);
   CHECK(full.peak == 2672 + 2336 + 160 + 80 + 64 + 64 + 256 + 336);
+  // Above plan::kVocabChunkedLossMaxTokens tokens per micro-batch it walks token chunks.
+  const auto long_plan =
+      plan::make_plan(fake_config("hand", plan::kVocabChunkedLossMaxTokens + 1), s, exact());
+  CHECK(long_plan.mode(Offload::full).gpu.term("ce_grad_w") == 16 * 8 * 4);
+  CHECK(long_plan.mode(Offload::full).gpu.term("ce_chunk") ==
+        long_plan.mode(Offload::none).gpu.term("ce_chunk"));
   CHECK(p.mode(Offload::full).gpu.phase("optimizer_step") == nullptr);
   // With PRIMECFG_OFFLOAD_RING_MB set below the largest moments, the window is those + 4096.
   auto small_ring = exact();
