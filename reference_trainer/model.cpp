@@ -386,15 +386,18 @@ Tensor scaled_as(Tensor& g, double scale, torch::ScalarType dtype) {
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor h, Tensor w, Tensor targets,
                         double scale, std::int64_t chunk, const Transformer::HeadGradHook* on_head_grad,
-                        bool by_vocab) {
+                        const Transformer::HeadRowsHook* before_rows, bool by_vocab) {
     const bool want_grad = h.requires_grad() || w.requires_grad();
     torch::NoGradGuard no_grad;
     Tensor rows = targets.ne(-100).nonzero().squeeze(1);
     Tensor loss, grad_h, grad_w;
-    if (by_vocab)
-      loss = by_vocabulary(h, w, targets, rows, scale, chunk, want_grad, on_head_grad, grad_h, grad_w);
-    else
+    if (by_vocab) {
+      loss = by_vocabulary(h, w, targets, rows, scale, chunk, want_grad, on_head_grad, before_rows, grad_h,
+                           grad_w);
+    } else {
+      if (before_rows) (*before_rows)(0, w.size(0));
       loss = by_tokens(h, w, targets, rows, scale, chunk, want_grad, grad_h, grad_w);
+    }
     // The vocabulary walk has handed the head gradient over already.
     ctx->saved_data["on_head_grad"] = reinterpret_cast<std::int64_t>(by_vocab ? nullptr : on_head_grad);
     if (want_grad) ctx->save_for_backward({grad_h, grad_w});
@@ -440,7 +443,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   // arriving early in the loss instead of after it.
   static Tensor by_vocabulary(const Tensor& h, const Tensor& w, const Tensor& targets, const Tensor& rows,
                               double scale, std::int64_t chunk_tokens, bool want_grad,
-                              const Transformer::HeadGradHook* hook, Tensor& grad_h, Tensor& grad_w) {
+                              const Transformer::HeadGradHook* hook,
+                              const Transformer::HeadRowsHook* before_rows, Tensor& grad_h, Tensor& grad_w) {
     const std::int64_t n = rows.size(0), vocab = w.size(0);
     Tensor hs = h.index_select(0, rows);
     Tensor ts = targets.index_select(0, rows);
@@ -460,6 +464,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     Tensor target_logit = torch::zeros({n}, fopt);
     for (std::int64_t v0 = 0; v0 < vocab; v0 += per_chunk) {
       const std::int64_t k = std::min(per_chunk, vocab - v0);
+      if (before_rows) (*before_rows)(v0, v0 + k);  // the second pass reads them again: all are ready then
       Tensor logits = logits_of(v0, k);
       auto [col, in] = target_in(v0, k);
       lse = torch::logaddexp(lse, torch::logsumexp(logits, 1));
@@ -494,8 +499,14 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     if (const auto* hook =
             reinterpret_cast<const Transformer::HeadGradHook*>(ctx->saved_data["on_head_grad"].toInt()))
       (*hook)(0, grad_w);
-    return {
-        saved[0] * go.to(saved[0].scalar_type()), grad_w, Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {saved[0] * go.to(saved[0].scalar_type()),
+            grad_w,
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
   }
 };
 
@@ -528,9 +539,10 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
 }
 
 Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens,
-                         const HeadGradHook* on_head_grad, LossChunks chunks) {
+                         LossHooks hooks, LossChunks chunks) {
   return LinearCrossEntropy::apply(hidden.reshape({-1, args_.hidden}), lm_head(), targets.reshape({-1}),
-                                   scale, chunk_tokens, on_head_grad, chunks == LossChunks::vocabulary);
+                                   scale, chunk_tokens, hooks.on_head_grad, hooks.before_head_rows,
+                                   chunks == LossChunks::vocabulary);
 }
 
 std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, std::int64_t max_new,

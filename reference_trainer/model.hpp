@@ -93,6 +93,16 @@ class Transformer {
   // share, added at the very end of backward, is zero there. FullOffload starts the CPU
   // update of those rows from here instead of after backward.
   using HeadGradHook = std::function<void(std::int64_t first_row, const torch::Tensor& rows)>;
+  // Called before the loss reads rows [first_row, end_row) of the LM head weight: once
+  // for all of them with token chunks, per chunk with vocabulary chunks. FullOffload
+  // waits there for the last step's CPU updates of those rows (the tied embedding's),
+  // which then run beside the loss's first pass instead of before it.
+  using HeadRowsHook = std::function<void(std::int64_t first_row, std::int64_t end_row)>;
+  struct LossHooks {  // null: none ({} gives both; no member initializers, so {} works as a default argument
+                      // here)
+    const HeadGradHook* on_head_grad;  // must outlive the backward pass
+    const HeadRowsHook* before_head_rows;
+  };
 
   // How the fused LM head + cross-entropy walks the logits, never all of them at once.
   enum class LossChunks {
@@ -107,11 +117,9 @@ class Transformer {
   };
 
   // Sum of token cross-entropies times scale (targets -100 are ignored); a chunk holds
-  // about chunk_tokens x vocab logits either way. `on_head_grad` (may be null) must
-  // outlive the backward pass of the returned loss.
+  // about chunk_tokens x vocab logits either way.
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& targets, double scale,
-                     std::int64_t chunk_tokens, const HeadGradHook* on_head_grad = nullptr,
-                     LossChunks chunks = LossChunks::tokens);
+                     std::int64_t chunk_tokens, LossHooks hooks = {}, LossChunks chunks = LossChunks::tokens);
   // Greedy continuation (no KV cache: for the small demo model).
   std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new,
                                      std::int64_t stop);

@@ -475,6 +475,7 @@ class OffloadState {
       head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
       tied_embeddings_ = model.args().tie_embeddings;
       block_hook_ = [this](int block) { wait_for_block(block); };
+      rows_hook_ = [this](std::int64_t first, std::int64_t end) { wait_for_head_rows(first, end); };
       block_groups_.resize(static_cast<std::size_t>(model.args().layers));
       for (std::size_t i = 0; i < states_.size(); ++i) {
         const int b = states_[i].p->block;
@@ -679,6 +680,11 @@ class OffloadState {
   // The hook for Transformer::hidden: FullOffload's forward waits there for the
   // deferred updates of the weights it is about to use.
   const Transformer::BlockHook* block_hook() const { return kHostUpdate ? &block_hook_ : nullptr; }
+  // The hooks for Transformer::loss (`last`: the step's last micro-batch).
+  Transformer::LossHooks loss_hooks(bool last) const {
+    if constexpr (!kHostUpdate) return {};
+    return {last ? head_grad_hook() : nullptr, &rows_hook_};
+  }
 
   // Called after the last micro-batch's backward. Returns the global gradient norm
   // (before clipping).
@@ -1431,6 +1437,7 @@ class OffloadState {
         return;
       }
       case Work::Kind::head_slice:
+        head_.done_row = w.last;  // slices are handed out and finished in row order
         if (w.last < states_[*tied_].p->tensor.size(0) && !error_) return;
         head_.active = false;
         tied_head_done_step_ = step;
@@ -1860,7 +1867,9 @@ class OffloadState {
         auto ready = [&] {
           if (error_) return true;
           for (auto i : group) {
-            // The lookup reads only the batch's rows of a split tied embedding.
+            // A split tied embedding: the lookup reads only the batch's rows; the LM head
+            // waits for its rows in the loss (wait_for_head_rows).
+            if (block >= 0 && tied_ && i == *tied_) continue;
             const bool lookup_of_tied = block < 0 && tied_ && i == *tied_;
             if ((lookup_of_tied ? lookup_done_step_ : done_step_[i]) < pending_step_) return false;
           }
@@ -1875,12 +1884,49 @@ class OffloadState {
         if (trace_.on())
           trace_.span("main", fmt::format("wait for block {}", block), h_wait, HostTrace::now(),
                       pending_step_);
-        if (&group == &head_group_) pending_step_ = 0;  // every parameter is in some group
+        if (&group == &head_group_ && !tied_) pending_step_ = 0;  // every parameter is in some group
         stats_.defer_wait_s += seconds_since(t_wait);
       }
       uploaded.wait_on(dev::current_stream(device_));
     } else {
       (void)block;
+    }
+  }
+
+  // Transformer::HeadRowsHook: before the loss reads rows [first, end) of a split tied
+  // embedding, wait until the last step's deferred update of them is queued: its batch
+  // rows, and the head share's slices (done in row order) up to `end`. With vocabulary
+  // chunks the rest of the head share so runs beside the loss's first pass.
+  void wait_for_head_rows(std::int64_t first, std::int64_t end) {
+    if constexpr (kHostUpdate) {
+      if (!tied_) return;  // not split: the LM head is one job of the head group
+      const auto t_wait = std::chrono::steady_clock::now();
+      const auto h_wait = HostTrace::now();
+      dev::Marker uploaded;
+      {
+        std::unique_lock lk(mu_);
+        if (!pending_step_) return;
+        auto ready = [&] {
+          if (error_ || done_step_[*tied_] >= pending_step_) return true;
+          return tied_batch_done_step_ >= pending_step_ && head_.ctx && head_.ctx->step == pending_step_ &&
+                 head_.done_row >= end;
+        };
+        if (!cv_.wait_for(lk, knobs_.timeout, ready))
+          throw run_error(diagnose_locked(
+              fmt::format("timed out after {} s waiting for the updates of rows {} to {} of the LM head",
+                          knobs_.timeout.count() / 1000.0, first, end)));
+        if (error_) std::rethrow_exception(error_);
+        uploaded = last_upload_;
+        if (trace_.on())
+          trace_.span("main",
+                      fmt::format("wait for block {} (LM head rows {}-{})", block_groups_.size(), first, end),
+                      h_wait, HostTrace::now(), pending_step_);
+        if (end >= states_[*tied_].p->tensor.size(0)) pending_step_ = 0;  // the last group
+        stats_.defer_wait_s += seconds_since(t_wait);
+      }
+      uploaded.wait_on(dev::current_stream(device_));
+    } else {
+      (void)first, (void)end;
     }
   }
 
@@ -1978,6 +2024,7 @@ class OffloadState {
     };
     std::vector<Part> parts;                          // copies queued so far, in row order
     std::int64_t next_row = 0;                        // the next slice starts here
+    std::int64_t done_row = 0;                        // slices are done (and uploaded) up to here
     std::optional<std::vector<std::int64_t>> lookup;  // rows to update next, for the next lookup
     std::int64_t lookup_served_step = 0;
     bool active = false;            // rows are left to update (guarded by mu_)
@@ -2008,6 +2055,7 @@ class OffloadState {
   // when the first gradient lands), so what is left runs beside the next forward,
   // which waits per block for the parameters it is about to use.
   Transformer::BlockHook block_hook_;
+  Transformer::HeadRowsHook rows_hook_;
   std::vector<std::vector<std::size_t>> block_groups_;  // parameters of each transformer block
   std::vector<std::size_t> head_group_;                 // the rest (used at the start and the end)
   std::vector<std::size_t> lookup_group_;               // the input embedding
@@ -2462,7 +2510,7 @@ class Trainer {
         Tensor targets = to_device(mb.targets, flat, setup_.device);
         if (last) state.begin_last_micro_batch(mb.input_ids);
         Tensor loss = model.loss(model.hidden(in, ac, ac_freq, state.block_hook()), targets, scale, ce_chunk,
-                                 last ? state.head_grad_hook() : nullptr, state.loss_chunks(targets.numel()));
+                                 state.loss_hooks(last), state.loss_chunks(targets.numel()));
         if (last) state.before_backward();
         loss.backward();
         loss_acc += loss.detach().to(torch::kFloat64);

@@ -23,11 +23,11 @@ struct LossRun {
 };
 
 LossRun run_loss(Transformer& model, const Tensor& hidden, const Tensor& targets, std::int64_t chunk_tokens,
-                 Transformer::LossChunks chunks, const Transformer::HeadGradHook* hook) {
+                 Transformer::LossChunks chunks, Transformer::LossHooks hooks) {
   Tensor h = hidden.detach().clone().requires_grad_(true);
   auto& head = const_cast<Tensor&>(model.lm_head());
   if (head.grad().defined()) head.mutable_grad().reset();
-  Tensor loss = model.loss(h, targets, 0.25, chunk_tokens, hook, chunks);
+  Tensor loss = model.loss(h, targets, 0.25, chunk_tokens, hooks, chunks);
   loss.backward();
   return {loss.item<double>(), h.grad().clone(), head.grad().clone()};
 }
@@ -46,12 +46,18 @@ TEST_CASE(
   Tensor targets = torch::randint(vocab, {tokens}, torch::TensorOptions().dtype(torch::kInt64));
   targets.index_put_({torch::arange(0, tokens, 5)}, -100);  // ignored positions
 
-  const LossRun by_tokens = run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, nullptr);
+  const LossRun by_tokens = run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, {});
   std::vector<std::pair<std::int64_t, Tensor>> handed;
   const Transformer::HeadGradHook hook = [&](std::int64_t first, const Tensor& rows) {
     handed.emplace_back(first, rows.clone());
   };
-  const LossRun by_vocab = run_loss(model, hidden, targets, 8, Transformer::LossChunks::vocabulary, &hook);
+  std::vector<std::pair<std::int64_t, std::int64_t>> awaited;  // rows the loss said it was about to read
+  const Transformer::HeadRowsHook before_rows = [&](std::int64_t first, std::int64_t end) {
+    CHECK(handed.empty());  // the first pass reads every row before any gradient row exists
+    awaited.emplace_back(first, end);
+  };
+  const LossRun by_vocab =
+      run_loss(model, hidden, targets, 8, Transformer::LossChunks::vocabulary, {&hook, &before_rows});
 
   CHECK(by_vocab.loss == doctest::Approx(by_tokens.loss).epsilon(1e-6));
   CHECK(torch::allclose(by_vocab.grad_hidden, by_tokens.grad_hidden, 1e-5, 1e-7));
@@ -68,16 +74,25 @@ TEST_CASE(
     next = first + rows.size(0);
   }
   CHECK(next == vocab);
+  // The same chunks were announced before they were read.
+  REQUIRE(awaited.size() == handed.size());
+  for (std::size_t i = 0; i < awaited.size(); ++i) {
+    CHECK(awaited[i].first == handed[i].first);
+    CHECK(awaited[i].second == handed[i].first + handed[i].second.size(0));
+  }
 
   // Token chunks hand the head gradient over once, whole, when backward starts.
   handed.clear();
-  run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, &hook);
+  awaited.clear();
+  run_loss(model, hidden, targets, 8, Transformer::LossChunks::tokens, {&hook, &before_rows});
+  REQUIRE(awaited.size() == 1);
+  CHECK(awaited[0] == std::pair<std::int64_t, std::int64_t>{0, vocab});
   REQUIRE(handed.size() == 1);
   CHECK(handed[0].first == 0);
   CHECK(torch::equal(handed[0].second, by_tokens.grad_head));
 
   // Without gradients (evaluation) the vocabulary walk gives the same loss.
   torch::NoGradGuard ng;
-  Tensor eval = model.loss(hidden, targets, 0.25, 8, nullptr, Transformer::LossChunks::vocabulary);
+  Tensor eval = model.loss(hidden, targets, 0.25, 8, {}, Transformer::LossChunks::vocabulary);
   CHECK(eval.item<double>() == doctest::Approx(by_tokens.loss).epsilon(1e-6));
 }
