@@ -1386,13 +1386,15 @@ class OffloadState {
     return w;
   }
 
-  // Whether the head share may run (tests hold it back until the next forward asks
-  // for its lookup rows, so that this path runs every step: RunOptions).
-  // Only rows whose copy is queued can run. Once its last slice is handed out it is
-  // not runnable: that slice still ends it (on the upload thread, after its upload).
+  // Whether the head share may run. Only rows whose copy is queued can run. Once its
+  // last slice is handed out it is not runnable: that slice still ends it (on the
+  // upload thread, after its upload). Tests hold it back (RunOptions) until the next
+  // forward asks for its lookup rows (then only those run) and then until the loss
+  // asks for its rows, so that both of those waits matter every step.
   bool head_runnable_locked() const {
     const bool rows_left = head_.active && head_.next_row < head_.copied_rows();
-    return rows_left && (!knobs_.hold_head || head_.lookup_requested || draining_);
+    if (!rows_left || !knobs_.hold_head || draining_) return rows_left;
+    return (head_.lookup && head_.lookup_requested) || head_.rows_requested;
   }
 
   // Among the landed jobs, the one the next forward needs first (earliest deadline
@@ -1906,6 +1908,10 @@ class OffloadState {
       {
         std::unique_lock lk(mu_);
         if (!pending_step_) return;
+        if (head_.active && !head_.rows_requested) {
+          head_.rows_requested = true;
+          cv_.notify_all();
+        }
         auto ready = [&] {
           if (error_ || done_step_[*tied_] >= pending_step_) return true;
           return tied_batch_done_step_ >= pending_step_ && head_.ctx && head_.ctx->step == pending_step_ &&
@@ -2029,6 +2035,7 @@ class OffloadState {
     std::int64_t lookup_served_step = 0;
     bool active = false;            // rows are left to update (guarded by mu_)
     bool lookup_requested = false;  // request_lookup_rows() ran for it
+    bool rows_requested = false;    // wait_for_head_rows() ran for it
 
     std::int64_t copied_rows() const { return parts.empty() ? 0 : parts.back().end_row; }
     // The part that holds `row`, null when its copy is not queued yet.

@@ -236,7 +236,9 @@ TEST_CASE(
       auto deferred = train::run_sft(c, d);
       // Held: the head share (the embedding rows outside the batch) waits each step
       // until the next forward names the rows its lookup reads; those are updated
-      // first, the rest after, and the forward's lookup waits only for the former.
+      // first, the forward's lookup waits only for them, and the rest waits until the
+      // loss asks for its rows, chunk by chunk (a loss that did not wait would read
+      // them before their update).
       c.output_dir = dir / "held";
       auto h = d;
       h.offload_ring_bytes = 0;
