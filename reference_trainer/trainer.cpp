@@ -274,7 +274,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Knobs of the copy pipelines, from the environment (tests shrink the rings;
-// nothing here changes results).
+// nothing here changes results but PRIMECFG_OFFLOAD_EARLY_HEAD, within FP32 rounding).
 //   PRIMECFG_OFFLOAD_RING_MB    size of each staging ring / GPU moment window (default: automatic)
 //   PRIMECFG_OFFLOAD_TIMEOUT_S  how long a pipeline wait may take before it fails (default 600)
 //   PRIMECFG_OFFLOAD_THREADS    CPU optimizer threads (default: the usable CPUs minus one)
