@@ -1,6 +1,7 @@
 #include "model.hpp"
 
 #include "json.hpp"
+#include "loss_chunking.hpp"
 #include "safetensors.hpp"
 
 #include <fmt/format.h>
@@ -448,10 +449,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     const std::int64_t n = rows.size(0), vocab = w.size(0);
     Tensor hs = h.index_select(0, rows);
     Tensor ts = targets.index_select(0, rows);
-    // As many logits per chunk as a token chunk holds, and at least 8 chunks, so that
-    // the first rows of the head gradient come early.
-    const std::int64_t per_chunk = std::clamp<std::int64_t>(
-        chunk_tokens * vocab / std::max<std::int64_t>(n, 1), 1, std::max<std::int64_t>(1, (vocab + 7) / 8));
+    const std::int64_t per_chunk = vocab_chunk_rows(chunk_tokens, vocab, n);
     auto logits_of = [&](std::int64_t v0, std::int64_t k) {  // FP32 [n, k]
       return torch::matmul(hs, w.narrow(0, v0, k).t()).to(torch::kFloat32);
     };

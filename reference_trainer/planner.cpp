@@ -1,6 +1,7 @@
 #include "planner.hpp"
 
 #include "json.hpp"
+#include "loss_chunking.hpp"
 #include "optimizer_state.hpp"
 
 #include <fmt/format.h>
@@ -425,7 +426,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
     // log-sum-exp's temporaries stayed below that: 13.39 GiB measured on Qwen3-0.6B
     // at 8192, 30.53 on Llama-3.2-3B, 13.37 and 30.54 predicted). FP32 compute: the
     // FP32 logits and the softmax in place, 4 bytes (+4 for the log-sum-exp).
-    const i64 k = std::clamp<i64>(c * V / std::max<i64>(N, 1), 1, std::max<i64>(1, (V + 7) / 8));
+    const i64 k = vocab_chunk_rows(c, V, N);
     b.add("ce_grad_w", V * D * dt, "gradient of the LM head weight, written chunk by chunk");
     b.add("ce_chunk", (dt == 2 ? 6 : 8) * N * k + N * D * (dt + 4) + N * 24,
           fmt::format("logits chunk of {} vocabulary rows x {} tokens (fp32 logits, softmax, casts)", k, N));
