@@ -247,12 +247,14 @@ int main(int argc, char** argv) {
       o.hugepages = true;
     else if (a == "--stream-min")
       cpu::set_streaming_store_threshold(std::atoll(next().c_str()));
+    else if (a == "--prefetch")
+      cpu::set_prefetch_distance(std::atoll(next().c_str()));
     else {
       std::fprintf(
           stderr,
           "usage: %s [--n N] [--iters K] [--warmup W] [--threads 1,2,4] [--isa avx512|avx2|scalar]\n"
           "          [--peer CMD] [--no-peer] [--gpu-bus-id BUS] [--markdown FILE] [--stream-min ELEMENTS]\n"
-          "          [--pieces PER_THREAD] [--hugepages]\n",
+          "          [--prefetch ELEMENTS] [--pieces PER_THREAD] [--hugepages]\n",
           argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -306,7 +308,8 @@ int main(int argc, char** argv) {
        << "- command: `" << command << "`\n"
        << "- parameters per step: " << n << " (median of " << o.iters << " iterations after " << o.warmup
        << " warm-up), binding: " << bind_note << ", streaming bf16 stores from "
-       << cpu::streaming_store_threshold() << " elements per piece, " << o.pieces << " pieces per thread"
+       << cpu::streaming_store_threshold() << " elements per piece, software prefetch "
+       << cpu::prefetch_distance() << " elements ahead, " << o.pieces << " pieces per thread"
        << (o.hugepages ? ", buffers madvise(MADV_HUGEPAGE)" : "") << "\n"
        << "- % of stream BW: against the fastest of the stream rows at the same thread count\n";
   std::printf("%s\n", head.str().c_str());

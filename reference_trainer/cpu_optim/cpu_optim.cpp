@@ -1,5 +1,6 @@
 #include "cpu_optim/cpu_optim.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -44,12 +45,32 @@ std::atomic<std::int64_t>& stream_slot() noexcept {
 
 std::int64_t stream_min_elements() noexcept { return stream_slot().load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<std::int64_t>& prefetch_slot() noexcept {
+  static std::atomic<std::int64_t> slot{[] {
+    std::int64_t v = 0;
+    if (const char* env = std::getenv("PRIMECFG_CPU_PREFETCH"); env != nullptr && *env != '\0') {
+      v = std::max<std::int64_t>(0, std::strtoll(env, nullptr, 10));
+    }
+    return v;
+  }()};
+  return slot;
+}
+}  // namespace
+
+std::int64_t prefetch_elements() noexcept { return prefetch_slot().load(std::memory_order_relaxed); }
+
 }  // namespace detail
 
 void set_streaming_store_threshold(std::int64_t elements) noexcept {
   detail::stream_slot().store(elements, std::memory_order_relaxed);
 }
 std::int64_t streaming_store_threshold() noexcept { return detail::stream_min_elements(); }
+
+void set_prefetch_distance(std::int64_t elements) noexcept {
+  detail::prefetch_slot().store(elements > 0 ? elements : 0, std::memory_order_relaxed);
+}
+std::int64_t prefetch_distance() noexcept { return detail::prefetch_elements(); }
 
 namespace {
 

@@ -67,6 +67,12 @@ bool set_active_isa(Isa isa) noexcept;
 void set_streaming_store_threshold(std::int64_t elements) noexcept;
 std::int64_t streaming_store_threshold() noexcept;
 
+// How far ahead (in elements) the AVX-512 kernels prefetch their input streams with software
+// prefetches, on top of what the hardware prefetcher does. Default 0 (off), or the environment
+// variable PRIMECFG_CPU_PREFETCH; negative values count as 0. Results do not depend on it.
+void set_prefetch_distance(std::int64_t elements) noexcept;
+std::int64_t prefetch_distance() noexcept;
+
 // Bytes of memory traffic per parameter, as counted by the benchmark (reads + writes, no
 // write-allocate): AdamW with bf16 grad and bf16 output = 4*3 read + 2 + 4*3 written + 2 = 28.
 constexpr double adamw_bytes_per_param(bool bf16_grad, bool bf16_out) {

@@ -57,6 +57,9 @@ inline bool use_streaming_stores(std::int64_t elements) noexcept {
   return t >= 0 && elements >= t;
 }
 
+// Software prefetch distance in elements (0 = none); see set_prefetch_distance.
+std::int64_t prefetch_elements() noexcept;
+
 #define PRIMECFG_INLINE inline __attribute__((always_inline))
 
 PRIMECFG_INLINE float bits_to_float(std::uint32_t u) {

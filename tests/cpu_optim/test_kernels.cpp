@@ -443,7 +443,7 @@ TEST_CASE("default entry points follow the active path") {
   CHECK(p[5] == doctest::Approx(1.0 * (1 - 1e-3 * 0.01) - 2e-3).epsilon(1e-5));
 }
 
-TEST_CASE("streaming and ordinary stores of the bf16 copy give the same bytes") {
+TEST_CASE("streaming stores and software prefetch change no byte of the result") {
   const std::int64_t n = 70001;
   const std::size_t un = static_cast<std::size_t>(n);
   std::mt19937 rng(21);
@@ -451,25 +451,39 @@ TEST_CASE("streaming and ordinary stores of the bf16 copy give the same bytes") 
   Buffer<std::uint16_t> g(un);
   fill_state(rng, n, p0.data(), m0.data(), v0.data());
   fill_grads(rng, n, g.data(), nullptr);
-  const std::int64_t saved = cpu::streaming_store_threshold();
+  const std::int64_t saved_threshold = cpu::streaming_store_threshold();
+  const std::int64_t saved_prefetch = cpu::prefetch_distance();
   for (cpu::Isa isa : supported_isas()) {
     const std::string isa_name = cpu::to_string(isa);
     CAPTURE(isa_name);
     std::vector<std::vector<std::uint16_t>> outs;
+    std::vector<std::vector<float>> masters;
     for (std::int64_t threshold : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{1} << 15}) {
       cpu::set_streaming_store_threshold(threshold);
-      for (std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
-        std::vector<float> p = p0, m = m0, v = v0;
-        Buffer<std::uint16_t> out(un, offset);
-        cpu::adamw(isa, p.data(), m.data(), v.data(), g.data(), out.data(), n, cpu::AdamWStep{});
-        outs.emplace_back(out.data(), out.data() + un);
-        std::vector<float> q = p0;
-        Buffer<std::uint16_t> out2(un, offset);
-        cpu::sign_sgd(isa, q.data(), g.data(), out2.data(), n, cpu::SignSGDStep{});
-        check_bf16_out(q.data(), out2.data(), n);
+      // 1000 elements ahead runs past the end of every buffer in the last steps.
+      for (std::int64_t ahead : {std::int64_t{0}, std::int64_t{1000}}) {
+        cpu::set_prefetch_distance(ahead);
+        for (std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+          std::vector<float> p = p0, m = m0, v = v0;
+          Buffer<std::uint16_t> out(un, offset);
+          cpu::adamw(isa, p.data(), m.data(), v.data(), g.data(), out.data(), n, cpu::AdamWStep{});
+          outs.emplace_back(out.data(), out.data() + un);
+          masters.push_back(p);
+          std::vector<float> q = p0;
+          Buffer<std::uint16_t> out2(un, offset);
+          cpu::sign_sgd(isa, q.data(), g.data(), out2.data(), n, cpu::SignSGDStep{});
+          check_bf16_out(q.data(), out2.data(), n);
+        }
       }
     }
     for (const auto& o : outs) CHECK(o == outs.front());
+    for (const auto& p : masters)
+      CHECK(std::memcmp(p.data(), masters.front().data(), un * sizeof(float)) == 0);
   }
-  cpu::set_streaming_store_threshold(saved);
+  cpu::set_streaming_store_threshold(saved_threshold);
+  cpu::set_prefetch_distance(saved_prefetch);
+  CHECK(cpu::prefetch_distance() == saved_prefetch);
+  cpu::set_prefetch_distance(-5);
+  CHECK(cpu::prefetch_distance() == 0);
+  cpu::set_prefetch_distance(saved_prefetch);
 }
