@@ -287,6 +287,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //                               (default 1: the one the next forward needs first)
 //   PRIMECFG_OFFLOAD_UPLOAD_THREAD 0 = FullOffload's worker queues each weight upload itself
 //                               (default 1: a thread of their own queues them)
+//   PRIMECFG_OFFLOAD_WINDOW_THREAD 0 = OptimizerOffload queues each hook's update and
+//                               moment copies from the autograd thread itself (default:
+//                               from a thread of their own, TaskThread)
 //   PRIMECFG_OFFLOAD_EARLY_HEAD 1 / 0 = FullOffload with tied embeddings computes the loss in
 //                               vocabulary chunks, each chunk's rows of the head share handed
 //                               over as computed / in token chunks, the head share handed over
@@ -300,6 +303,7 @@ struct PipelineKnobs {
   bool head_last = true;
   bool edf = true;
   bool upload_thread = true;
+  bool window_thread = true;
   std::optional<bool> early_head;
   bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
@@ -324,6 +328,7 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_HEAD_LAST")) k.head_last = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EDF")) k.edf = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_UPLOAD_THREAD")) k.upload_thread = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_WINDOW_THREAD")) k.window_thread = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EARLY_HEAD")) k.early_head = *v != 0;
     return k;
   }
@@ -500,6 +505,11 @@ class OffloadState {
         h2d_ = dev::side_stream(device_);
         d2h_ = dev::side_stream(device_);
         overlap_ = !opt.max_norm;
+        if (overlap_ && knobs_.window_thread)
+          window_thread_ = std::make_unique<TaskThread>([this](std::exception_ptr e) {
+            std::lock_guard lk(window_mu_);
+            if (!window_error_) window_error_ = e;
+          });
       }
     }
     for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -514,6 +524,7 @@ class OffloadState {
 
   ~OffloadState() {
     for (auto& s : states_) torch::autograd::impl::set_post_acc_grad_hooks(s.p->tensor, nullptr);
+    window_thread_.reset();  // runs the updates still queued
     if (prefetch_.valid()) prefetch_.wait();
     try {
       finish_pending();
@@ -549,6 +560,7 @@ class OffloadState {
   // reads it, and at the end of a run).
   void sync_host() {
     finish_pending();
+    drain_window_thread();
     flush_tail_write_back();
     dev::synchronize(d2h_);
     dev::synchronize(h2d_);
@@ -596,6 +608,7 @@ class OffloadState {
         // a fill, and four for a running sum: host time in the hooks is time the
         // backward pass is not being queued).
         step_t_ = torch::full({}, static_cast<double>(step), dev_);
+        hooked_.assign(states_.size(), 0);
         if (!grad_norms_.defined())
           grad_norms_ = torch::zeros({static_cast<std::int64_t>(states_.size())}, dev_);
       }
@@ -706,6 +719,7 @@ class OffloadState {
     if constexpr (kHostUpdate) {
       return finish_host_step();
     } else if (overlap_) {
+      drain_window_thread();
       // Parameters that got no gradient in the last micro-batch.
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (!updated_[i]) {
@@ -1960,14 +1974,48 @@ class OffloadState {
       } else {
         s.grad.add_(g);
       }
-      if (overlap_ && last_micro_ && !updated_[i]) {
-        record_grad_norm(i);
-        seen_.push_back(i);
-        update_one_streamed(i);
-        fetch_ahead();
+      if (overlap_ && last_micro_ && !hooked_[i]) {
+        hooked_[i] = 1;
+        if (window_thread_) {
+          // The window thread queues the update on the stream this hook runs on,
+          // after the gradient's accumulation above. Backward kernels the autograd
+          // thread queues meanwhile read other weights only: this parameter's last
+          // use in backward has been queued before its gradient was final.
+          window_thread_->post([this, i, compute = dev::current_stream(device_)] {
+            torch::NoGradGuard ng;
+            dev::StreamScope on(compute);
+            const auto h0 = HostTrace::now();
+            update_in_hook(i);
+            if (trace_.on())
+              trace_.span("window", "update " + states_[i].p->name, h0, HostTrace::now(), step_);
+          });
+        } else {
+          update_in_hook(i);
+        }
       }
     }
     g = Tensor();
+  }
+
+  // OptimizerOffload without clipping: parameter i's update as its gradient is final.
+  // Runs on the window thread when there is one, else in the hook; the window's
+  // state is touched by that thread alone until finish_step drains it.
+  void update_in_hook(std::size_t i) {
+    record_grad_norm(i);
+    seen_.push_back(i);
+    update_one_streamed(i);
+    fetch_ahead();
+  }
+
+  void drain_window_thread() {
+    if (!window_thread_) return;
+    window_thread_->wait_idle();
+    std::exception_ptr e;
+    {
+      std::lock_guard lk(window_mu_);
+      std::swap(e, window_error_);
+    }
+    if (e) std::rethrow_exception(e);
   }
 
   Transformer& model_;
@@ -2007,6 +2055,11 @@ class OffloadState {
   bool tail_fetched_ = false;     // its moments are queued into tail_buf_ for this step
   bool tail_write_back_ = false;  // updated; the copy back to host memory waits for end_step()
   std::future<void> prefetch_;    // the prefetch of this step, queued beside the forward
+  // The hooks' updates and copies, queued from a thread of their own (knobs_.window_thread).
+  std::unique_ptr<TaskThread> window_thread_;
+  std::vector<char> hooked_;  // hook thread: parameter i's update is posted this step
+  std::mutex window_mu_;
+  std::exception_ptr window_error_;  // the first error of a posted update (window_mu_)
 
   // FullOffload
   // With tied embeddings and one micro-batch per step, the LM head's share of the
