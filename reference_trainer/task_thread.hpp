@@ -5,16 +5,11 @@
 // each call can block the caller for most of a millisecond. On a thread of their
 // own those calls no longer hold up the CPU optimizer's next update.
 //
-// OptimizerOffload gives its moment window one for the same reason: the updates and
-// copies of each gradient hook would otherwise be queued by the autograd thread,
-// between the backward kernels it should be launching.
-//
 // A task that throws does not stop the thread: the exception goes to `on_error`,
 // and the tasks after it still run (they may be the ones that report completion).
 #pragma once
 
 #include <condition_variable>
-#include <cstddef>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -53,15 +48,8 @@ class TaskThread {
     {
       std::lock_guard lk(mu_);
       tasks_.push_back(std::move(t));
-      ++unfinished_;
     }
     cv_.notify_one();
-  }
-
-  // Blocks until every task posted so far has run (or thrown).
-  void wait_idle() {
-    std::unique_lock lk(mu_);
-    idle_cv_.wait(lk, [&] { return unfinished_ == 0; });
   }
 
  private:
@@ -76,10 +64,6 @@ class TaskThread {
         tasks_.pop_front();
       }
       run_guarded(t);
-      {
-        std::lock_guard lk(mu_);
-        if (--unfinished_ == 0) idle_cv_.notify_all();
-      }
     }
   }
 
@@ -94,9 +78,7 @@ class TaskThread {
   std::function<void(std::exception_ptr)> on_error_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::condition_variable idle_cv_;
   std::deque<Task> tasks_;
-  std::size_t unfinished_ = 0;  // posted and not yet run
   bool stop_ = false;
   std::thread thread_;  // last: starts once the members above exist
 };

@@ -287,9 +287,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 //                               (default 1: the one the next forward needs first)
 //   PRIMECFG_OFFLOAD_UPLOAD_THREAD 0 = FullOffload's worker queues each weight upload itself
 //                               (default 1: a thread of their own queues them)
-//   PRIMECFG_OFFLOAD_WINDOW_THREAD 0 = OptimizerOffload queues each hook's update and
-//                               moment copies from the autograd thread itself (default:
-//                               from a thread of their own, TaskThread)
+//   PRIMECFG_OFFLOAD_GROUP_UPDATES 0 = OptimizerOffload updates each parameter on its own
+//                               (default with AdamW: a transformer block's parameters in
+//                               multi-tensor launches once all their gradients are in)
 //   PRIMECFG_OFFLOAD_EARLY_HEAD 1 / 0 = FullOffload with tied embeddings computes the loss in
 //                               vocabulary chunks, each chunk's rows of the head share handed
 //                               over as computed / in token chunks, the head share handed over
@@ -303,7 +303,7 @@ struct PipelineKnobs {
   bool head_last = true;
   bool edf = true;
   bool upload_thread = true;
-  bool window_thread = true;
+  bool group_updates = true;
   std::optional<bool> early_head;
   bool hold_head = false;  // RunOptions::offload_hold_head_share (tests)
   std::optional<bool> defer;
@@ -328,7 +328,7 @@ struct PipelineKnobs {
     if (auto v = num("PRIMECFG_OFFLOAD_HEAD_LAST")) k.head_last = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EDF")) k.edf = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_UPLOAD_THREAD")) k.upload_thread = *v != 0;
-    if (auto v = num("PRIMECFG_OFFLOAD_WINDOW_THREAD")) k.window_thread = *v != 0;
+    if (auto v = num("PRIMECFG_OFFLOAD_GROUP_UPDATES")) k.group_updates = *v != 0;
     if (auto v = num("PRIMECFG_OFFLOAD_EARLY_HEAD")) k.early_head = *v != 0;
     return k;
   }
@@ -505,11 +505,6 @@ class OffloadState {
         h2d_ = dev::side_stream(device_);
         d2h_ = dev::side_stream(device_);
         overlap_ = !opt.max_norm;
-        if (overlap_ && knobs_.window_thread)
-          window_thread_ = std::make_unique<TaskThread>([this](std::exception_ptr e) {
-            std::lock_guard lk(window_mu_);
-            if (!window_error_) window_error_ = e;
-          });
       }
     }
     for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -524,7 +519,6 @@ class OffloadState {
 
   ~OffloadState() {
     for (auto& s : states_) torch::autograd::impl::set_post_acc_grad_hooks(s.p->tensor, nullptr);
-    window_thread_.reset();  // runs the updates still queued
     if (prefetch_.valid()) prefetch_.wait();
     try {
       finish_pending();
@@ -560,7 +554,6 @@ class OffloadState {
   // reads it, and at the end of a run).
   void sync_host() {
     finish_pending();
-    drain_window_thread();
     flush_tail_write_back();
     dev::synchronize(d2h_);
     dev::synchronize(h2d_);
@@ -609,6 +602,8 @@ class OffloadState {
         // backward pass is not being queued).
         step_t_ = torch::full({}, static_cast<double>(step), dev_);
         hooked_.assign(states_.size(), 0);
+        if (window_groups_.empty()) make_window_groups();
+        for (auto& w : group_waiting_) w.clear();
         if (!grad_norms_.defined())
           grad_norms_ = torch::zeros({static_cast<std::int64_t>(states_.size())}, dev_);
       }
@@ -719,7 +714,10 @@ class OffloadState {
     if constexpr (kHostUpdate) {
       return finish_host_step();
     } else if (overlap_) {
-      drain_window_thread();
+      // Groups some of whose parameters got no gradient in the last micro-batch: the
+      // others first, as a group, then those (below).
+      for (auto& w : group_waiting_)
+        if (!w.empty()) update_in_hook(std::exchange(w, {}));
       // Parameters that got no gradient in the last micro-batch.
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (!updated_[i]) {
@@ -904,11 +902,66 @@ class OffloadState {
     }
   }
 
+  // Parameter i's moments on the device for its update, the compute stream made to
+  // wait for them: from the window (fetched now if not yet), the tail's buffer, or,
+  // when the window is full of moments fetched for parameters whose gradients have not
+  // come yet (hooks out of the expected order), temporary memory.
+  struct DeviceMoments {
+    Tensor m1, m2;
+    enum class From { window, tail, temporary } from = From::window;
+  };
+  DeviceMoments moments_for(std::size_t i) {
+    ParamState& s = states_[i];
+    const auto compute = dev::current_stream(device_);
+    DeviceMoments d;
+    if (tail_ && i == *tail_ && tail_fetched_) {
+      std::tie(d.m1, d.m2) = tail_views();
+      d.from = DeviceMoments::From::tail;
+      ready_[i].wait_on(compute);
+      tail_fetched_ = false;
+    } else if (slot_[i] || fetch(i)) {
+      std::tie(d.m1, d.m2) = window_views(i, *slot_[i]);
+      ready_[i].wait_on(compute);
+    } else {
+      d.from = DeviceMoments::From::temporary;
+      written_[i].wait_on(compute);
+      d.m1 = s.m1.to(device_, /*non_blocking=*/true);
+      if (s.m2.defined()) d.m2 = s.m2.to(device_, /*non_blocking=*/true);
+      stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
+    }
+    return d;
+  }
+
+  // After the update of parameter i is queued: its moments go back to host memory
+  // (`written`, the marker of a write-back already queued, or a new one), and its
+  // window region is free for reuse once they have.
+  void release_moments(std::size_t i, const DeviceMoments& d, const dev::Marker* written = nullptr) {
+    if (d.from == DeviceMoments::From::tail) {
+      tail_write_back_ = true;  // queued by end_step()
+      return;
+    }
+    if (written)
+      written_[i] = *written;
+    else
+      write_back(i, d.m1, d.m2);
+    if (d.from == DeviceMoments::From::temporary) {
+      d.m1.record_stream(*d2h_);
+      if (d.m2.defined()) d.m2.record_stream(*d2h_);
+      return;
+    }
+    for (auto& e : window_entries_)
+      if (e.param == i && !e.queued) {
+        e.queued = true;
+        e.free = written_[i];
+        break;
+      }
+    slot_[i].reset();
+  }
+
   // Updates parameter i with its moments from the window (queued work only).
   void update_one_streamed(std::size_t i) {
     torch::NoGradGuard ng;
     ParamState& s = states_[i];
-    const auto compute = dev::current_stream(device_);
     updated_[i] = 1;
     if (moment_bytes(s) == 0) {
       update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_,
@@ -916,45 +969,58 @@ class OffloadState {
       s.p->tensor.detach().copy_(s.master);
       return;
     }
-    Tensor m1, m2;
-    const bool in_tail = tail_ && i == *tail_ && tail_fetched_;
-    const bool windowed = !in_tail && (slot_[i] || fetch(i));
-    if (in_tail) {
-      std::tie(m1, m2) = tail_views();
-      ready_[i].wait_on(compute);
-      tail_fetched_ = false;
-    } else if (windowed) {
-      std::tie(m1, m2) = window_views(i, *slot_[i]);
-      ready_[i].wait_on(compute);
-    } else {
-      // Window full of moments fetched for parameters whose gradients have not come
-      // yet (hooks out of the expected order): this one goes through temporary memory.
-      written_[i].wait_on(compute);
-      m1 = s.m1.to(device_, /*non_blocking=*/true);
-      if (s.m2.defined()) m2 = s.m2.to(device_, /*non_blocking=*/true);
-      stats_.h2d_bytes += static_cast<double>(moment_bytes(s));
-    }
+    const DeviceMoments d = moments_for(i);
+    Tensor m1 = d.m1, m2 = d.m2;
     update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_,
                      step_t_.defined() ? &step_t_ : nullptr);
     s.p->tensor.detach().copy_(s.master);
-    if (in_tail) {
-      tail_write_back_ = true;  // queued by end_step()
-      return;
+    release_moments(i, d);
+  }
+
+  // AdamW over the parameters of one transformer block (update_group_ready), in
+  // multi-tensor launches: one norm, one update and one weight copy for the group
+  // instead of each per parameter, and one write-back marker. The same arithmetic as
+  // update_one_streamed per parameter (and as NoOffload's update), bit for bit.
+  void update_group_streamed(std::vector<std::size_t> members) {
+    torch::NoGradGuard ng;
+    // In index order: the members are consecutive parameters (make_window_groups), so
+    // their norms land in one slice of grad_norms_.
+    std::sort(members.begin(), members.end());
+    const auto n = members.size();
+    TORCH_CHECK(members.back() - members.front() + 1 == n,
+                "OptimizerOffload: an update group is not consecutive");
+    std::vector<Tensor> grads, masters, a, b, weights;
+    std::vector<DeviceMoments> moments;
+    for (auto i : members) {
+      ParamState& s = states_[i];
+      updated_[i] = 1;
+      grads.push_back(s.grad);
+      masters.push_back(s.master);
+      weights.push_back(s.p->tensor.detach());
+      moments.push_back(moments_for(i));
+      a.push_back(moments.back().m1);
+      b.push_back(moments.back().m2);
     }
-    write_back(i, m1, m2);
-    if (!windowed) {
-      m1.record_stream(*d2h_);
-      if (m2.defined()) m2.record_stream(*d2h_);
+    Tensor norms =
+        grad_norms_.narrow(0, static_cast<std::int64_t>(members.front()), static_cast<std::int64_t>(n));
+    at::stack_out(norms, at::_foreach_norm(grads, 2));
+    std::vector<Tensor> steps(n, step_t_);
+    at::_fused_adamw_(masters, grads, a, b, {}, steps, lr_, opt_.beta1, opt_.beta2, opt_.weight_decay,
+                      opt_.eps, false, false);
+    at::_foreach_copy_(weights, masters);
+    // One marker for the group's write-back.
+    dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
+    {
+      dev::StreamScope on(d2h_);
+      for (std::size_t k = 0; k < n; ++k) {
+        ParamState& s = states_[members[k]];
+        copy_in_pieces(s.m1, moments[k].m1);
+        copy_in_pieces(s.m2, moments[k].m2);
+        stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
+      }
     }
-    if (windowed) {
-      for (auto& e : window_entries_)
-        if (e.param == i && !e.queued) {
-          e.queued = true;
-          e.free = written_[i];
-          break;
-        }
-      slot_[i].reset();
-    }
+    const dev::Marker written = dev::Marker::record(d2h_);
+    for (std::size_t k = 0; k < n; ++k) release_moments(members[k], moments[k], &written);
   }
 
   void record_grad_norm(std::size_t i) {
@@ -1976,46 +2042,43 @@ class OffloadState {
       }
       if (overlap_ && last_micro_ && !hooked_[i]) {
         hooked_[i] = 1;
-        if (window_thread_) {
-          // The window thread queues the update on the stream this hook runs on,
-          // after the gradient's accumulation above. Backward kernels the autograd
-          // thread queues meanwhile read other weights only: this parameter's last
-          // use in backward has been queued before its gradient was final.
-          window_thread_->post([this, i, compute = dev::current_stream(device_)] {
-            torch::NoGradGuard ng;
-            dev::StreamScope on(compute);
-            const auto h0 = HostTrace::now();
-            update_in_hook(i);
-            if (trace_.on())
-              trace_.span("window", "update " + states_[i].p->name, h0, HostTrace::now(), step_);
-          });
-        } else {
-          update_in_hook(i);
-        }
+        auto& waiting = group_waiting_[group_of_[i]];
+        waiting.push_back(i);
+        if (waiting.size() == window_groups_[group_of_[i]].size()) update_in_hook(std::exchange(waiting, {}));
       }
     }
     g = Tensor();
   }
 
-  // OptimizerOffload without clipping: parameter i's update as its gradient is final.
-  // Runs on the window thread when there is one, else in the hook; the window's
-  // state is touched by that thread alone until finish_step drains it.
-  void update_in_hook(std::size_t i) {
-    record_grad_norm(i);
-    seen_.push_back(i);
-    update_one_streamed(i);
+  // OptimizerOffload without clipping: the update of a group whose gradients are all
+  // final, from the hook of its last one (members in the order their hooks ran).
+  void update_in_hook(const std::vector<std::size_t>& members) {
+    seen_.insert(seen_.end(), members.begin(), members.end());
+    if (members.size() > 1) {
+      update_group_streamed(members);
+    } else {
+      record_grad_norm(members.front());
+      update_one_streamed(members.front());
+    }
     fetch_ahead();
   }
 
-  void drain_window_thread() {
-    if (!window_thread_) return;
-    window_thread_->wait_idle();
-    std::exception_ptr e;
-    {
-      std::lock_guard lk(window_mu_);
-      std::swap(e, window_error_);
+  // OptimizerOffload's update groups: with AdamW (and knobs_.group_updates) the
+  // parameters of one transformer block, when consecutive in states_; every other
+  // parameter alone. (A block whose parameters were not consecutive would make
+  // several groups: correct, only slower.)
+  void make_window_groups() {
+    window_groups_.clear();
+    group_of_.assign(states_.size(), 0);
+    const bool by_block = opt_.kind == OptKind::adamw && knobs_.group_updates;
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      const int block = states_[i].p->block;
+      const bool joins = by_block && block >= 0 && i > 0 && states_[i - 1].p->block == block;
+      if (!joins) window_groups_.emplace_back();
+      window_groups_.back().push_back(i);
+      group_of_[i] = window_groups_.size() - 1;
     }
-    if (e) std::rethrow_exception(e);
+    group_waiting_.assign(window_groups_.size(), {});
   }
 
   Transformer& model_;
@@ -2055,11 +2118,11 @@ class OffloadState {
   bool tail_fetched_ = false;     // its moments are queued into tail_buf_ for this step
   bool tail_write_back_ = false;  // updated; the copy back to host memory waits for end_step()
   std::future<void> prefetch_;    // the prefetch of this step, queued beside the forward
-  // The hooks' updates and copies, queued from a thread of their own (knobs_.window_thread).
-  std::unique_ptr<TaskThread> window_thread_;
-  std::vector<char> hooked_;  // hook thread: parameter i's update is posted this step
-  std::mutex window_mu_;
-  std::exception_ptr window_error_;  // the first error of a posted update (window_mu_)
+  std::vector<char> hooked_;      // hook thread: parameter i's hook ran in the last micro-batch
+  std::vector<std::vector<std::size_t>> window_groups_;  // update groups (make_window_groups)
+  std::vector<std::size_t> group_of_;                    // parameter -> its group
+  std::vector<std::vector<std::size_t>>
+      group_waiting_;  // hook thread: hooked members of a group not complete yet
 
   // FullOffload
   // With tied embeddings and one micro-batch per step, the LM head's share of the

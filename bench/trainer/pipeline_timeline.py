@@ -158,10 +158,6 @@ def main():
         if uploads:
             print(f"  upload thread: queueing uploads {ms(busy_in(uploads, t0, t1)):.1f} ms")
             print("  upload  |" + row(t0, t1, bin_us, [("u", uploads)], idle=" ") + "|")
-        window = spans("window")  # OptimizerOffload: the hooks' updates on the window thread
-        if window:
-            print(f"  window thread: queueing updates and moment copies {ms(busy_in(window, t0, t1)):.1f} ms")
-            print("  window  |" + row(t0, t1, bin_us, [("u", window)], idle=" ") + "|")
 
 
 if __name__ == "__main__":
