@@ -51,10 +51,15 @@ def throughput_and_memory(rows, out):
     data = {}
     for r in rows:
         model, seq, run = r[0], r[1], r[2].replace("primecfg ", "").replace("`", "")
+        run = re.sub(r"\s*\(.*\)$", "", run)  # "PyTorch eager (next call)": a note on the row
         shape = f"{model.split('/')[-1]} @ {seq}"
         if shape not in shapes:
             shapes.append(shape)
-        data[(shape, run)] = {"tps": number(r[4]), "gpu": number(r[6]), "rss": number(r[7])}
+        # A run listed twice (e.g. again beside a peer): the later figures win, blanks keep
+        # the earlier ones.
+        row = {"tps": number(r[4]), "gpu": number(r[6]), "rss": number(r[7])}
+        old = data.setdefault((shape, run), {})
+        old.update({k: v for k, v in row.items() if v is not None or k not in old})
     runs = ["none", "optimizer", "full", "PyTorch eager", "PyTorch compile"]
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.16
