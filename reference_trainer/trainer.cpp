@@ -21,6 +21,7 @@
 #include "safetensors.hpp"
 #include "staging_ring.hpp"
 #include "task_thread.hpp"
+#include "update_groups.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -2063,21 +2064,20 @@ class OffloadState {
     fetch_ahead();
   }
 
-  // OptimizerOffload's update groups: with AdamW (and knobs_.group_updates) the
-  // parameters of one transformer block, when consecutive in states_; every other
-  // parameter alone. (A block whose parameters were not consecutive would make
-  // several groups: correct, only slower.)
+  // OptimizerOffload's update groups (update_groups.hpp): with AdamW (and
+  // knobs_.group_updates) a transformer block's parameters, up to a quarter of the
+  // window's moments per group; with other optimizers every parameter alone.
   void make_window_groups() {
-    window_groups_.clear();
-    group_of_.assign(states_.size(), 0);
-    const bool by_block = opt_.kind == OptKind::adamw && knobs_.group_updates;
+    std::vector<int> block(states_.size(), -1);
+    std::vector<std::size_t> bytes(states_.size(), 0);
     for (std::size_t i = 0; i < states_.size(); ++i) {
-      const int block = states_[i].p->block;
-      const bool joins = by_block && block >= 0 && i > 0 && states_[i - 1].p->block == block;
-      if (!joins) window_groups_.emplace_back();
-      window_groups_.back().push_back(i);
-      group_of_[i] = window_groups_.size() - 1;
+      if (opt_.kind == OptKind::adamw && knobs_.group_updates) block[i] = states_[i].p->block;
+      bytes[i] = moment_bytes(states_[i]);
     }
+    window_groups_ = update_groups(block, bytes, window_ring_.capacity() / 4);
+    group_of_.assign(states_.size(), 0);
+    for (std::size_t g = 0; g < window_groups_.size(); ++g)
+      for (auto i : window_groups_[g]) group_of_[i] = g;
     group_waiting_.assign(window_groups_.size(), {});
   }
 

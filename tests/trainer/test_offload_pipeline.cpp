@@ -5,6 +5,7 @@
 #include "staging_ring.hpp"
 #include "task_thread.hpp"
 #include "trainer.hpp"
+#include "update_groups.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -125,6 +127,54 @@ TEST_CASE("task thread: runs tasks in posting order, goes on after a throwing ta
   for (int i = 0; i < 200; ++i) CHECK(ran[static_cast<std::size_t>(i)] == i);
   REQUIRE(errors.size() == 1);
   CHECK(errors[0] == "task 50 failed");
+}
+
+// OptimizerOffload's update groups (the GPU test checks the grouped update itself
+// against NoOffload bit for bit).
+TEST_CASE("update groups: a block's consecutive parameters, closed at the byte limit") {
+  using G = std::vector<std::vector<std::size_t>>;
+  // embedding, two blocks of three, final norm
+  CHECK(train::update_groups({-1, 0, 0, 0, 1, 1, 1, -1}, {10, 10, 10, 10, 10, 10, 10, 10}, 100) ==
+        G{{0}, {1, 2, 3}, {4, 5, 6}, {7}});
+  // the limit closes a group; a parameter over the limit stands alone
+  CHECK(train::update_groups({0, 0, 0}, {40, 40, 40}, 100) == G{{0, 1}, {2}});
+  CHECK(train::update_groups({0, 0, 0}, {10, 150, 10}, 100) == G{{0}, {1}, {2}});
+  CHECK(train::update_groups({0, 0, 0}, {50, 50, 1}, 100) == G{{0, 1}, {2}});
+  // a block that is not consecutive, parameters outside blocks, nothing at all
+  CHECK(train::update_groups({0, 1, 0}, {1, 1, 1}, 100) == G{{0}, {1}, {2}});
+  CHECK(train::update_groups({-1, -1}, {1, 1}, 100) == G{{0}, {1}});
+  CHECK(train::update_groups({}, {}, 100).empty());
+
+  // Random layouts: a partition into runs of consecutive indices of one block, within
+  // the limit unless alone.
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t n = rng() % 40;
+    std::vector<int> block(n);
+    std::vector<std::size_t> bytes(n);
+    int b = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (rng() % 4 == 0) b = static_cast<int>(rng() % 5) - 1;
+      block[i] = b;
+      bytes[i] = rng() % 60;
+    }
+    const auto groups = train::update_groups(block, bytes, 100);
+    std::size_t next = 0;
+    for (const auto& g : groups) {
+      REQUIRE(!g.empty());
+      std::size_t sum = 0;
+      for (std::size_t k = 0; k < g.size(); ++k) {
+        CHECK(g[k] == next++);
+        CHECK(block[g[k]] == block[g.front()]);
+        sum += bytes[g[k]];
+      }
+      if (g.size() > 1) {
+        CHECK(block[g.front()] >= 0);
+        CHECK(sum <= 100);
+      }
+    }
+    CHECK(next == n);
+  }
 }
 
 TEST_CASE("full offload: a staging ring that holds one gradient gives the same run, bit for bit") {
