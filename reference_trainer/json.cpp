@@ -1,5 +1,6 @@
 #include "json.hpp"
 
+#include <primecfg/detail/quote.hpp>
 #include <primecfg/detail/utf8.hpp>
 
 #include <charconv>
@@ -240,36 +241,7 @@ const value* value::find(std::string_view key) const {
 
 value parse(std::string_view text) { return parser(text).document(); }
 
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+// JSON and TOML basic strings escape alike; one implementation for both.
+std::string quote(std::string_view s) { return primecfg::detail::quote_toml_string(s); }
 
 }  // namespace primecfg::train::json

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <primecfg/detail/enum_names.hpp>
+#include <primecfg/detail/quote.hpp>
 #include <primecfg/detail/type_traits.hpp>
 
 #include <fmt/format.h>
@@ -17,42 +18,6 @@ std::string_view enum_to_name(E value) {
   for (const auto& e : enum_entries<E>)
     if (e.value == value) return e.name;
   return "?";
-}
-
-// A TOML basic string (double quotes, escapes), valid in TOML and JSON alike.
-inline std::string quote_toml_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-          out += fmt::format("\\u{:04X}", static_cast<unsigned char>(c));
-        else
-          out += c;
-    }
-  }
-  return out + "\"";
 }
 
 template <class T>
