@@ -693,18 +693,10 @@ class OffloadState {
     return d;
   }
 
-  // After the update of parameter i is queued: its moments go back to host memory
-  // (`written`, the marker of a write-back already queued, or a new one), and its
-  // window region is free for reuse once they have.
-  void release_moments(std::size_t i, const DeviceMoments& d, const dev::Marker* written = nullptr) {
-    if (d.from == DeviceMoments::From::tail) {
-      tail_write_back_ = true;  // queued by end_step()
-      return;
-    }
-    if (written)
-      written_[i] = *written;
-    else
-      write_back(i, d.m1, d.m2);
+  // After parameter i's update and the write-back of its moments are queued:
+  // temporary moments are kept until the write-back has read them; a window region
+  // is free for reuse once it has.
+  void release_moments(std::size_t i, const DeviceMoments& d) {
     if (d.from == DeviceMoments::From::temporary) {
       d.m1.record_stream(*d2h_);
       if (d.m2.defined()) d.m2.record_stream(*d2h_);
@@ -735,10 +727,15 @@ class OffloadState {
     update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_,
                      step_t_.defined() ? &step_t_ : nullptr);
     s.p->tensor.detach().copy_(s.master);
+    if (d.from == DeviceMoments::From::tail) {
+      tail_write_back_ = true;  // queued by end_step()
+      return;
+    }
+    write_back({i}, {d});
     release_moments(i, d);
   }
 
-  // AdamW over the parameters of one transformer block (update_group_ready), in
+  // AdamW over the parameters of one update group (make_window_groups) in
   // multi-tensor launches: one norm, one update and one weight copy for the group
   // instead of each per parameter, and one write-back marker. The same arithmetic as
   // update_one_streamed per parameter (and as NoOffload's update), bit for bit.
@@ -769,19 +766,8 @@ class OffloadState {
     at::_fused_adamw_(masters, grads, a, b, {}, steps, lr_, opt_.beta1, opt_.beta2, opt_.weight_decay,
                       opt_.eps, false, false);
     at::_foreach_copy_(weights, masters);
-    // One marker for the group's write-back.
-    dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
-    {
-      dev::StreamScope on(d2h_);
-      for (std::size_t k = 0; k < n; ++k) {
-        ParamState& s = states_[members[k]];
-        copy_in_pieces(s.m1, moments[k].m1);
-        copy_in_pieces(s.m2, moments[k].m2);
-        stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
-      }
-    }
-    const dev::Marker written = dev::Marker::record(d2h_);
-    for (std::size_t k = 0; k < n; ++k) release_moments(members[k], moments[k], &written);
+    write_back(members, moments);
+    for (std::size_t k = 0; k < n; ++k) release_moments(members[k], moments[k]);
   }
 
   void record_grad_norm(std::size_t i) {
@@ -789,25 +775,29 @@ class OffloadState {
     at::linalg_vector_norm_out(slot, states_[i].grad, 2);
   }
 
-  // Queues the copy of parameter i's updated moments back to host memory, after the
-  // compute stream's work so far.
-  void write_back(std::size_t i, const Tensor& m1, const Tensor& m2) {
-    ParamState& s = states_[i];
+  // Queues the copies of the updated moments of `params` (on the device: `moments`,
+  // in the same order) back to host memory after the compute stream's work so far,
+  // with one marker for all of them.
+  void write_back(const std::vector<std::size_t>& params, const std::vector<DeviceMoments>& moments) {
     dev::Marker::record(dev::current_stream(device_)).wait_on(d2h_);
     {
       dev::StreamScope on(d2h_);
-      copy_in_pieces(s.m1, m1);
-      if (m2.defined()) copy_in_pieces(s.m2, m2);
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        ParamState& s = states_[params[k]];
+        copy_in_pieces(s.m1, moments[k].m1);
+        if (moments[k].m2.defined()) copy_in_pieces(s.m2, moments[k].m2);
+        stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
+      }
     }
-    written_[i] = dev::Marker::record(d2h_);
-    stats_.d2h_bytes += static_cast<double>(moment_bytes(s));
+    const dev::Marker done = dev::Marker::record(d2h_);
+    for (auto i : params) written_[i] = done;
   }
 
   void flush_tail_write_back() {
     if (!tail_write_back_) return;
     tail_write_back_ = false;
     auto [m1, m2] = tail_views();
-    write_back(*tail_, m1, m2);
+    write_back({*tail_}, {DeviceMoments{m1, m2, DeviceMoments::From::tail}});
   }
 
   // The order to fetch in: what the last step's hooks saw, then anything else.
