@@ -476,9 +476,9 @@ class OffloadState {
       return finish_host_step();
     } else if (overlap_) {
       // Groups some of whose parameters got no gradient in the last micro-batch: the
-      // others first, as a group, then those (below).
+      // others one by one (they need not be consecutive any more), then those (below).
       for (auto& w : group_waiting_)
-        if (!w.empty()) update_in_hook(std::exchange(w, {}));
+        for (auto i : std::exchange(w, {})) update_in_hook({i});
       // Parameters that got no gradient in the last micro-batch.
       for (std::size_t i = 0; i < states_.size(); ++i)
         if (!updated_[i]) {
@@ -746,7 +746,7 @@ class OffloadState {
     std::sort(members.begin(), members.end());
     const auto n = members.size();
     TORCH_CHECK(members.back() - members.front() + 1 == n,
-                "OptimizerOffload: an update group is not consecutive");
+                "OptimizerOffload: an update group is not consecutive");  // whole groups only
     std::vector<Tensor> grads, masters, a, b, weights;
     std::vector<DeviceMoments> moments;
     for (auto i : members) {
