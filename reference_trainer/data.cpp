@@ -2,6 +2,8 @@
 
 #include "json.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <numeric>
@@ -62,29 +64,49 @@ class ReverseText final : public ExampleSource {
 
 class Jsonl final : public ExampleSource {
  public:
-  Jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed) : shuffle_(shuffle), seed_(seed) {
+  Jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed, const JsonlLimits& limits)
+      : shuffle_(shuffle), seed_(seed) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+      throw std::runtime_error(path.string() + ": the JSONL data file is not a regular file");
     std::ifstream in(path);
     if (!in) throw std::runtime_error(path.string() + ": cannot open the JSONL data file");
     std::string line;
-    std::int64_t lineno = 0;
+    std::int64_t lineno = 0, truncated = 0;
+    std::string first_truncated;
     while (std::getline(in, line)) {
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       auto where = path.string() + ":" + std::to_string(lineno);
       try {
-        auto v = json::parse(line);
-        const auto* p = v.find("prompt");
-        const auto* c = v.find("completion");
-        if (!p || !c)
-          throw std::runtime_error(where + ": a record needs \"prompt\" and \"completion\" strings");
-        examples_.push_back(prompt_completion(p->as_string(), c->as_string()));
+        Example ex = record(json::parse(line), limits, where);
+        const auto max_tokens = static_cast<std::size_t>(limits.seq_len + 1);
+        if (limits.seq_len > 0 && ex.tokens.size() > max_tokens) {
+          if (std::find(ex.loss.begin() + 1, ex.loss.begin() + static_cast<std::ptrdiff_t>(max_tokens), 1) ==
+              ex.loss.begin() + static_cast<std::ptrdiff_t>(max_tokens))
+            throw std::runtime_error(fmt::format(
+                "the record has {} tokens and every token in the loss lies past seq_len + 1 = {}; "
+                "cut at seq_len it would train on nothing (raise data.seq_len or shorten the prompt)",
+                ex.tokens.size(), max_tokens));
+          if (truncated++ == 0) first_truncated = where;
+        }
+        examples_.push_back(std::move(ex));
       } catch (const json::error& e) {
+        throw std::runtime_error(where + ": " + e.what());
+      } catch (const std::runtime_error& e) {
         throw std::runtime_error(where + ": " + e.what());
       }
     }
     if (examples_.empty()) throw std::runtime_error(path.string() + ": no records");
+    if (truncated)
+      report_ = fmt::format(
+          "{}: {} of {} records have more than seq_len + 1 = {} tokens and are truncated to that (the first "
+          "at "
+          "{})",
+          path.string(), truncated, examples_.size(), limits.seq_len + 1, first_truncated);
   }
   std::optional<std::int64_t> size() const override { return static_cast<std::int64_t>(examples_.size()); }
+  std::string report() const override { return report_; }
   Example at(std::int64_t position) const override {
     const auto n = static_cast<std::int64_t>(examples_.size());
     std::int64_t epoch = position / n, offset = position % n;
@@ -100,9 +122,74 @@ class Jsonl final : public ExampleSource {
   }
 
  private:
+  // One record, either form; errors say what is wrong (the caller adds file:line).
+  static Example record(const json::value& v, const JsonlLimits& limits, const std::string& where) {
+    if (!v.is_object()) throw std::runtime_error("a record must be a JSON object");
+    for (const auto& [key, val] : v.as_object())
+      if (key != "prompt" && key != "completion" && key != "input_ids" && key != "loss_mask")
+        throw std::runtime_error(fmt::format(
+            "unknown key \"{}\" (records hold prompt and completion, or input_ids and loss_mask{})", key,
+            key == "messages" || key == "text"
+                ? "; tokenize chat or text records with tools/tokenize_jsonl.py"
+                : ""));
+    const auto* ids = v.find("input_ids");
+    if (!ids) {
+      const auto* p = v.find("prompt");
+      const auto* c = v.find("completion");
+      if (!p || !c || v.find("loss_mask"))
+        throw std::runtime_error(
+            "a record needs \"prompt\" and \"completion\" strings, or \"input_ids\" (and optional "
+            "\"loss_mask\")");
+      if (limits.vocab_size < ByteTokenizer::vocab_size)
+        throw std::runtime_error(fmt::format(
+            "prompt/completion records are byte-tokenized (ids up to {}), but the model's vocabulary has {} "
+            "tokens; give input_ids made with the model's tokenizer (tools/tokenize_jsonl.py)",
+            ByteTokenizer::vocab_size - 1, limits.vocab_size));
+      Example ex = prompt_completion(p->as_string(), c->as_string());
+      (void)where;
+      return ex;
+    }
+    if (v.find("prompt") || v.find("completion"))
+      throw std::runtime_error("a record has either input_ids or prompt and completion, not both");
+    Example ex;
+    const auto& list = ids->as_array();
+    if (list.size() < 2) throw std::runtime_error("input_ids needs at least two tokens (one to predict)");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const auto& t = list[i];
+      if (!t.is_number() || !std::get<json::number>(t.v).integral)
+        throw std::runtime_error(fmt::format("input_ids[{}] is not an integer", i));
+      const std::int64_t id = t.as_int();
+      if (id < 0 || id >= limits.vocab_size)
+        throw std::runtime_error(fmt::format("input_ids[{}] = {} is outside the vocabulary (0 .. {})", i, id,
+                                             limits.vocab_size - 1));
+      ex.tokens.push_back(id);
+    }
+    ex.loss.assign(ex.tokens.size(), 1);
+    if (const auto* mask = v.find("loss_mask")) {
+      const auto& m = mask->as_array();
+      if (m.size() != list.size())
+        throw std::runtime_error(
+            fmt::format("loss_mask has {} entries, input_ids {}; they must match", m.size(), list.size()));
+      for (std::size_t i = 0; i < m.size(); ++i) {
+        if (m[i].is_bool())
+          ex.loss[i] = m[i].as_bool();
+        else if (m[i].is_number() && std::get<json::number>(m[i].v).integral &&
+                 (m[i].as_int() == 0 || m[i].as_int() == 1))
+          ex.loss[i] = static_cast<std::uint8_t>(m[i].as_int());
+        else
+          throw std::runtime_error(fmt::format("loss_mask[{}] must be 0, 1, true or false", i));
+      }
+    }
+    ex.loss[0] = 0;  // the first token is never predicted
+    if (std::find(ex.loss.begin(), ex.loss.end(), 1) == ex.loss.end())
+      throw std::runtime_error("loss_mask leaves no token to train on (only input_ids[0] or zeros)");
+    return ex;
+  }
+
   std::vector<Example> examples_;
   bool shuffle_;
   std::int64_t seed_;
+  std::string report_;
   mutable std::int64_t cached_epoch_ = -1;
   mutable std::vector<std::int64_t> order_;
 };
@@ -155,9 +242,9 @@ std::pair<std::string, std::string> reverse_text_pair(std::int64_t seed, std::in
 std::unique_ptr<ExampleSource> make_reverse_text(std::int64_t seed, const ReverseTextOptions& o) {
   return std::make_unique<ReverseText>(seed, o);
 }
-std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle,
-                                          std::int64_t seed) {
-  return std::make_unique<Jsonl>(path, shuffle, seed);
+std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed,
+                                          const JsonlLimits& limits) {
+  return std::make_unique<Jsonl>(path, shuffle, seed, limits);
 }
 std::unique_ptr<ExampleSource> make_fake(const FakeDataConfig& cfg, std::int64_t vocab_size) {
   return std::make_unique<Fake>(cfg, vocab_size);
@@ -216,7 +303,7 @@ Batch Loader::next() {
     mb.rows = opts_.micro_batch_size;
     mb.seq_len = opts_.seq_len;
     const auto total = static_cast<std::size_t>(mb.rows * mb.seq_len);
-    mb.input_ids.assign(total, ByteTokenizer::pad);
+    mb.input_ids.assign(total, opts_.pad_id);
     mb.targets.assign(total, -100);
     mb.positions.assign(total, 0);
     mb.doc_ids.assign(total, 0);
@@ -233,12 +320,21 @@ Loader make_loader(const SFTDataSource& cfg, std::int64_t vocab_size) {
       [&](const auto& c) -> Loader {
         using C = std::decay_t<decltype(c)>;
         LoaderOptions o{c.seq_len, c.batch_size, c.micro_batch_size, true};
+        // The byte tokenizer's pad id where the vocabulary has it, else 0 (padding
+        // is masked out of attention and loss, but it must still be a valid id).
+        o.pad_id = vocab_size > ByteTokenizer::pad ? ByteTokenizer::pad : 0;
         if constexpr (std::is_same_v<C, FakeDataConfig>) {
           o.pack = c.length == FakeLength::variable;
           return Loader(make_fake(c, vocab_size), o);
         } else {
           o.pack = c.pack;
-          if (c.path) return Loader(make_jsonl(*c.path, c.shuffle, c.seed), o);
+          if (c.path)
+            return Loader(make_jsonl(*c.path, c.shuffle, c.seed, JsonlLimits{vocab_size, c.seq_len}), o);
+          if (vocab_size < ByteTokenizer::vocab_size)
+            throw std::runtime_error(fmt::format(
+                "data: the built-in reverse-text task is byte-tokenized (ids up to {}), but the model's "
+                "vocabulary has {} tokens; set data.path to pre-tokenized JSONL",
+                ByteTokenizer::vocab_size - 1, vocab_size));
           return Loader(make_reverse_text(c.seed), o);
         }
       },

@@ -41,6 +41,8 @@ class ExampleSource {
   virtual std::optional<std::int64_t> size() const = 0;
   // The example at a global position (epoch * size + offset); deterministic.
   virtual Example at(std::int64_t position) const = 0;
+  // What the user should know about the data as read (e.g. truncated records); empty if nothing.
+  virtual std::string report() const { return {}; }
 };
 
 // The reverse-text task: prompt "<bos>abcd<sep>", completion "dcba<eos>", loss on the completion.
@@ -54,8 +56,22 @@ std::unique_ptr<ExampleSource> make_reverse_text(std::int64_t seed, const Revers
 std::pair<std::string, std::string> reverse_text_pair(std::int64_t seed, std::int64_t position,
                                                       const ReverseTextOptions& = {});
 
-// JSONL of {"prompt": str, "completion": str}; loss on the completion; shuffled per epoch.
-std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed);
+// What a JSONL file is checked against when it is read.
+struct JsonlLimits {
+  std::int64_t vocab_size = ByteTokenizer::vocab_size;  // token ids must lie below it
+  std::int64_t seq_len = 0;  // a record of more than seq_len + 1 tokens is truncated (0: no limit)
+};
+
+// JSONL, one record a line, either
+//   {"prompt": str, "completion": str}: byte-tokenized, loss on the completion and eos; or
+//   {"input_ids": [int, ...], "loss_mask": [0/1 or bool, ...]}: pre-tokenized (by
+//     tools/tokenize_jsonl.py with the model's tokenizer); loss_mask[i] says whether
+//     predicting input_ids[i] counts, and without it every token counts.
+// Shuffled per epoch. Every error names file:line: an unknown key, an id outside the
+// vocabulary, a record with no token in the loss, and a record whose loss tokens all lie
+// past the truncation at seq_len + 1 tokens. Truncated records are counted (report()).
+std::unique_ptr<ExampleSource> make_jsonl(const std::filesystem::path& path, bool shuffle, std::int64_t seed,
+                                          const JsonlLimits& limits = {});
 
 // prime-rl's fake data: loss on every token; fixed (seq_len + 1 tokens, one per sample)
 // or variable (random lengths, packed); increasing (0, 1, 2, ...) or random ids.
@@ -85,6 +101,7 @@ struct LoaderOptions {
   std::int64_t batch_size = 8;        // samples per optimizer step
   std::int64_t micro_batch_size = 1;  // samples per forward/backward
   bool pack = true;
+  std::int64_t pad_id = ByteTokenizer::pad;  // input id of padding (no loss, attends to nothing real)
 };
 
 class Loader {
@@ -98,6 +115,7 @@ class Loader {
   // True once an epoch of a finite source has been consumed.
   bool epoch_done() const;
   const LoaderOptions& options() const { return opts_; }
+  std::string source_report() const { return source_->report(); }
 
  private:
   void fill_row(MicroBatch& mb, std::int64_t row);

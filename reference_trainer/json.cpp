@@ -78,10 +78,16 @@ class parser {
     }
     for (;;) {
       if (peek() != '"') fail("expected a string key");
+      const std::size_t key_at = pos_;
       std::string key = parse_string();
       if (peek() != ':') fail("expected ':'");
       ++pos_;
-      out.insert_or_assign(std::move(key), parse_value(depth + 1));
+      // A key twice would keep one of the values silently: which one is not the writer's intent.
+      if (out.count(key)) {
+        pos_ = key_at;
+        fail("duplicate key " + quote(key));
+      }
+      out.emplace(std::move(key), parse_value(depth + 1));
       char c = peek();
       ++pos_;
       if (c == '}') break;

@@ -64,6 +64,9 @@ embedded default (a tiny model on the built-in reverse-text task).
   --a.b=value, --a.b v   override one field; --flag / --no-flag for booleans
   --device=cpu|cuda      where to run (default: cuda when available)
   --compute-dtype=bf16|fp32  compute dtype (default: bf16 on CUDA, fp32 on CPU)
+  --dump-logits=FILE     train nothing: write the logits of the data's first micro-batch
+                         (FP32) with its input_ids, positions and targets to FILE
+                         (safetensors), to compare with transformers
   --print-default        print the embedded default config and exit
   --plan                 print the predicted peak GPU and host memory of the config in
                          each offload mode, and which modes fit; runs nothing
@@ -73,7 +76,8 @@ embedded default (a tiny model on the built-in reverse-text task).
   --help                 this text
 
 Model presets (model.name): primecfg/tiny, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B,
-meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B; or a local HF directory.
+meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B; or a local
+HF directory (llama, qwen2, qwen3; every config.json key is used or refused by name).
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml.
 )";
 
@@ -241,6 +245,12 @@ int main(int argc, char** argv) {
     if (a.rfind("--device", 0) == 0) {
       if (auto v = value_of("--device")) {
         run.device = *v;
+        continue;
+      }
+    }
+    if (a.rfind("--dump-logits", 0) == 0) {
+      if (auto v = value_of("--dump-logits")) {
+        run.dump_logits = *v;
         continue;
       }
     }

@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,105 +22,6 @@ namespace primecfg::train {
 
 using torch::Tensor;
 namespace F = torch::nn::functional;
-
-// ---------------------------------------------------------------------------
-// Shapes
-// ---------------------------------------------------------------------------
-
-std::int64_t ModelArgs::matmul_params() const {
-  const std::int64_t q = heads * head_dim, kv = kv_heads * head_dim;
-  const std::int64_t per_block = hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * intermediate;
-  return layers * per_block + vocab_size * hidden;  // + LM head
-}
-
-std::int64_t ModelArgs::total_params() const {
-  std::int64_t norms = layers * (2 * hidden + (qk_norm ? 2 * head_dim : 0)) + hidden;
-  return matmul_params() + norms + (tie_embeddings ? 0 : vocab_size * hidden);
-}
-
-namespace {
-
-struct preset_row {
-  std::string_view name;
-  ModelArgs args;
-};
-
-const std::vector<preset_row>& presets() {
-  static const std::vector<preset_row> rows = {
-      // Small enough to learn reverse-text in about a minute on two CPU cores.
-      {"primecfg/tiny", ModelArgs{260, 128, 2, 4, 2, 32, 384, 10000.0, 1e-6, true, true}},
-      {"Qwen/Qwen3-0.6B", ModelArgs{151936, 1024, 28, 16, 8, 128, 3072, 1000000.0, 1e-6, true, true}},
-      {"meta-llama/Llama-3.2-1B", ModelArgs{128256, 2048, 16, 32, 8, 64, 8192, 500000.0, 1e-5, false, true}},
-      {"meta-llama/Llama-3.2-3B", ModelArgs{128256, 3072, 28, 24, 8, 128, 8192, 500000.0, 1e-5, false, true}},
-      {"meta-llama/Meta-Llama-3-8B",
-       ModelArgs{128256, 4096, 32, 32, 8, 128, 14336, 500000.0, 1e-5, false, false}},
-  };
-  return rows;
-}
-
-}  // namespace
-
-std::optional<ModelArgs> preset(std::string_view name) {
-  for (const auto& r : presets())
-    if (r.name == name) return r.args;
-  if (name == "tiny") return presets().front().args;
-  if (name == "meta-llama/Llama-3.1-8B") return preset("meta-llama/Meta-Llama-3-8B");
-  return std::nullopt;
-}
-
-std::vector<std::string> preset_names() {
-  std::vector<std::string> out;
-  for (const auto& r : presets()) out.emplace_back(r.name);
-  return out;
-}
-
-ModelArgs args_from_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto root = json::parse(ss.str());
-  auto get = [&](std::string_view key) -> const json::value& {
-    const auto* v = root.find(key);
-    if (!v) throw std::runtime_error(fmt::format("{}: missing \"{}\"", path.string(), key));
-    return *v;
-  };
-  std::string type = root.find("model_type") ? get("model_type").as_string() : "llama";
-  if (type != "llama" && type != "qwen2" && type != "qwen3")
-    throw std::runtime_error(
-        fmt::format("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3)", path.string(), type));
-  if (const auto* b = root.find("attention_bias"); b && b->is_bool() && b->as_bool())
-    throw std::runtime_error(path.string() + ": attention_bias = true is not supported");
-  ModelArgs a;
-  a.vocab_size = get("vocab_size").as_int();
-  a.hidden = get("hidden_size").as_int();
-  a.layers = get("num_hidden_layers").as_int();
-  a.heads = get("num_attention_heads").as_int();
-  a.kv_heads = root.find("num_key_value_heads") ? get("num_key_value_heads").as_int() : a.heads;
-  const auto* hd = root.find("head_dim");
-  a.head_dim = hd && !hd->is_null() ? hd->as_int() : a.hidden / a.heads;
-  a.intermediate = get("intermediate_size").as_int();
-  a.rope_theta = root.find("rope_theta") ? get("rope_theta").as_double() : 10000.0;
-  a.rms_eps = root.find("rms_norm_eps") ? get("rms_norm_eps").as_double() : 1e-6;
-  a.qk_norm = type == "qwen3";
-  a.tie_embeddings = root.find("tie_word_embeddings") ? get("tie_word_embeddings").as_bool() : false;
-  if (a.heads % a.kv_heads != 0)
-    throw std::runtime_error(path.string() +
-                             ": num_attention_heads must be a multiple of num_key_value_heads");
-  return a;
-}
-
-void write_hf_config(const std::filesystem::path& path, const ModelArgs& a) {
-  std::ofstream out(path);
-  out << fmt::format(
-      "{{\n  \"model_type\": \"{}\",\n  \"vocab_size\": {},\n  \"hidden_size\": {},\n"
-      "  \"num_hidden_layers\": {},\n  \"num_attention_heads\": {},\n  \"num_key_value_heads\": {},\n"
-      "  \"head_dim\": {},\n  \"intermediate_size\": {},\n  \"rope_theta\": {},\n  \"rms_norm_eps\": {},\n"
-      "  \"tie_word_embeddings\": {},\n  \"torch_dtype\": \"bfloat16\"\n}}\n",
-      a.qk_norm ? "qwen3" : "llama", a.vocab_size, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
-      a.intermediate, a.rope_theta, a.rms_eps, a.tie_embeddings ? "true" : "false");
-  if (!out) throw std::runtime_error(path.string() + ": write failed");
-}
 
 // ---------------------------------------------------------------------------
 // Construction and weights
@@ -140,56 +42,52 @@ Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::Scalar
     std::lock_guard<std::mutex> lock(dev_gen->mutex());
     dev_gen->set_current_seed(seed);
   }
-  auto make = [&](std::string name, std::vector<std::int64_t> shape, int block, bool is_norm) {
-    torch::NoGradGuard no_grad;
+  torch::NoGradGuard no_grad;
+  // Copied once: a host-to-device copy in every forward pass would make the host wait.
+  inv_freq_ = torch::tensor(a.rope_inv_freq(), torch::kFloat64).to(device_, torch::kFloat32);
+  for (const auto& shape : a.params()) {
+    std::vector<std::int64_t> sizes{shape.rows};
+    if (shape.is_matrix()) sizes.push_back(shape.cols);
     Tensor t;
-    if (is_norm)
-      t = torch::ones(shape);
+    if (shape.kind == ParamShape::Kind::norm)
+      t = torch::ones(sizes);
+    else if (shape.kind == ParamShape::Kind::bias)
+      t = torch::zeros(sizes);
     else if (dev_gen)
-      t = at::normal(0.0, 0.02, shape, *dev_gen,
+      t = at::normal(0.0, 0.02, sizes, *dev_gen,
                      torch::TensorOptions().device(device_).dtype(torch::kFloat32));
     else
-      t = at::normal(0.0, 0.02, shape, gen);
-    t = t.to(device_, dtype_).requires_grad_(true);
-    params_.push_back({std::move(name), t, block});
-  };
-  const std::int64_t D = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim;
-  make("model.embed_tokens.weight", {a.vocab_size, D}, -1, false);
-  for (int l = 0; l < a.layers; ++l) {
-    auto p = fmt::format("model.layers.{}.", l);
-    make(p + "input_layernorm.weight", {D}, l, true);
-    make(p + "self_attn.q_proj.weight", {q, D}, l, false);
-    make(p + "self_attn.k_proj.weight", {kv, D}, l, false);
-    make(p + "self_attn.v_proj.weight", {kv, D}, l, false);
-    make(p + "self_attn.o_proj.weight", {D, q}, l, false);
-    if (a.qk_norm) {
-      make(p + "self_attn.q_norm.weight", {a.head_dim}, l, true);
-      make(p + "self_attn.k_norm.weight", {a.head_dim}, l, true);
-    }
-    make(p + "post_attention_layernorm.weight", {D}, l, true);
-    make(p + "mlp.gate_proj.weight", {a.intermediate, D}, l, false);
-    make(p + "mlp.up_proj.weight", {a.intermediate, D}, l, false);
-    make(p + "mlp.down_proj.weight", {D, a.intermediate}, l, false);
+      t = at::normal(0.0, 0.02, sizes, gen);
+    params_.push_back({shape.name, t.to(device_, dtype_).requires_grad_(true), shape.block});
   }
-  make("model.norm.weight", {D}, -1, true);
-  if (!a.tie_embeddings) make("lm_head.weight", {a.vocab_size, D}, -1, false);
-
-  std::size_t i = 1;  // params_ is laid out block by block after the embedding
+  // Handles by name; the ones an architecture lacks stay undefined.
+  auto find = [&](const std::string& name) {
+    for (const auto& p : params_)
+      if (p.name == name) return p.tensor;
+    return Tensor();
+  };
   blocks_.resize(a.layers);
-  for (auto& b : blocks_) {
-    b.in_norm = params_[i++].tensor;
-    b.wq = params_[i++].tensor;
-    b.wk = params_[i++].tensor;
-    b.wv = params_[i++].tensor;
-    b.wo = params_[i++].tensor;
-    if (a.qk_norm) {
-      b.q_norm = params_[i++].tensor;
-      b.k_norm = params_[i++].tensor;
-    }
-    b.post_norm = params_[i++].tensor;
-    b.w_gate = params_[i++].tensor;
-    b.w_up = params_[i++].tensor;
-    b.w_down = params_[i++].tensor;
+  for (int l = 0; l < a.layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    auto& b = blocks_[l];
+    b.in_norm = find(p + "input_layernorm.weight");
+    b.wq = find(p + "self_attn.q_proj.weight");
+    b.wk = find(p + "self_attn.k_proj.weight");
+    b.wv = find(p + "self_attn.v_proj.weight");
+    b.wo = find(p + "self_attn.o_proj.weight");
+    b.bq = find(p + "self_attn.q_proj.bias");
+    b.bk = find(p + "self_attn.k_proj.bias");
+    b.bv = find(p + "self_attn.v_proj.bias");
+    b.bo = find(p + "self_attn.o_proj.bias");
+    b.q_norm = find(p + "self_attn.q_norm.weight");
+    b.k_norm = find(p + "self_attn.k_norm.weight");
+    b.post_norm = find(p + "post_attention_layernorm.weight");
+    b.w_gate = find(p + "mlp.gate_proj.weight");
+    b.w_up = find(p + "mlp.up_proj.weight");
+    b.w_down = find(p + "mlp.down_proj.weight");
+    b.b_gate = find(p + "mlp.gate_proj.bias");
+    b.b_up = find(p + "mlp.up_proj.bias");
+    b.b_down = find(p + "mlp.down_proj.bias");
   }
 }
 
@@ -234,23 +132,112 @@ torch::ScalarType to_torch(safetensors::dtype d) {
 }  // namespace
 
 void Transformer::load_hf_weights(const std::filesystem::path& dir) {
+  // The weights are what transformers loads: the shards that
+  // model.safetensors.index.json names, else model.safetensors. Other safetensors
+  // files in the folder (a checkpoint's optimizer state) are not weights.
+  std::vector<std::filesystem::path> paths;
+  std::map<std::string, std::string, std::less<>> index;  // tensor -> shard, when sharded
+  const auto index_path = dir / "model.safetensors.index.json";
+  std::error_code ec;
+  if (std::filesystem::exists(index_path, ec)) {
+    std::ifstream in(index_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      const json::value root = json::parse(text.str());
+      const json::value* map = root.find("weight_map");
+      if (!map || !map->is_object())
+        throw std::runtime_error(index_path.string() +
+                                 ": \"weight_map\" must be an object of tensor -> file");
+      std::set<std::string> shards;
+      for (const auto& [tensor, file] : map->as_object()) {
+        const std::string& f = file.as_string();
+        if (f.find('/') != std::string::npos || f == ".." || f == ".")
+          throw std::runtime_error(fmt::format("{}: weight_map[\"{}\"] = \"{}\" is not a file in this folder",
+                                               index_path.string(), tensor, f));
+        index.emplace(tensor, f);
+        shards.insert(f);
+      }
+      for (const auto& f : shards) paths.push_back(dir / f);
+    } catch (const json::error& e) {
+      throw std::runtime_error(index_path.string() + ": " + e.what());
+    }
+  } else if (std::filesystem::exists(dir / "model.safetensors", ec)) {
+    paths.push_back(dir / "model.safetensors");
+  } else {
+    throw std::runtime_error(dir.string() +
+                             ": neither model.safetensors nor model.safetensors.index.json (only safetensors "
+                             "weights are read)");
+  }
   std::vector<safetensors::file> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors") files.push_back(safetensors::file::open(e.path()));
-  if (files.empty()) throw std::runtime_error(dir.string() + ": no *.safetensors files");
+  for (const auto& p : paths) files.push_back(safetensors::file::open(p));
+
+  // Where each tensor of the files lies; a name twice is an error.
+  struct Found {
+    const safetensors::file* file;
+    const safetensors::tensor_info* info;
+  };
+  std::map<std::string, Found, std::less<>> tensors;
+  for (const auto& f : files)
+    for (const auto& t : f.tensors()) {
+      const std::string& name = t.name;
+      if (!index.empty()) {
+        auto listed = index.find(name);
+        if (listed == index.end() || f.path().filename() != listed->second)
+          throw std::runtime_error(fmt::format("{}: tensor {} is not listed for this file in {}",
+                                               f.path().string(), name, index_path.string()));
+      }
+      auto [it, fresh] = tensors.emplace(name, Found{&f, &t});
+      if (!fresh)
+        throw std::runtime_error(fmt::format("{}: tensor {} is also in {}; which one to load is ambiguous",
+                                             f.path().string(), name, it->second.file->path().string()));
+    }
+  auto as_tensor = [&](const Found& t) {
+    const auto type = t.info->type;
+    if (type != safetensors::dtype::F32 && type != safetensors::dtype::BF16 &&
+        type != safetensors::dtype::F16 && type != safetensors::dtype::F64)
+      throw std::runtime_error(
+          fmt::format("{}: tensor {} has dtype {}; weights must be F32, BF16, F16 or F64",
+                      t.file->path().string(), t.info->name, safetensors::dtype_name(type)));
+    return torch::from_blob(const_cast<std::byte*>(t.info->data), t.info->shape,
+                            torch::TensorOptions().dtype(to_torch(type)));
+  };
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
-    const safetensors::tensor_info* found = nullptr;
-    for (const auto& f : files)
-      if ((found = f.find(p.name))) break;
-    if (!found) throw std::runtime_error(fmt::format("{}: weight {} not found", dir.string(), p.name));
+    auto it = tensors.find(p.name);
+    if (it == tensors.end())
+      throw std::runtime_error(
+          fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
+                      "describes a model that has it)",
+                      dir.string(), p.name));
     std::vector<std::int64_t> want(p.tensor.sizes().begin(), p.tensor.sizes().end());
-    if (found->shape != want)
-      throw std::runtime_error(fmt::format("{}: weight {} has shape [{}], the model needs [{}]", dir.string(),
-                                           p.name, fmt::join(found->shape, ", "), fmt::join(want, ", ")));
-    auto src = torch::from_blob(const_cast<std::byte*>(found->data), found->shape,
-                                torch::TensorOptions().dtype(to_torch(found->type)));
-    p.tensor.detach().copy_(src);
+    if (it->second.info->shape != want)
+      throw std::runtime_error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]",
+                                           it->second.file->path().string(), p.name,
+                                           fmt::join(it->second.info->shape, ", "), fmt::join(want, ", ")));
+    p.tensor.detach().copy_(as_tensor(it->second));
+    tensors.erase(it);
+  }
+  // A tied model may still carry lm_head.weight; transformers then uses the
+  // embedding, so the copy must be the same numbers or the two would disagree.
+  if (auto head = tensors.find("lm_head.weight"); head != tensors.end() && args_.tie_embeddings) {
+    Tensor embed = param("model.embed_tokens.weight").detach();
+    std::vector<std::int64_t> want(embed.sizes().begin(), embed.sizes().end());
+    if (head->second.info->shape != want || !torch::equal(as_tensor(head->second).to(embed.options()), embed))
+      throw std::runtime_error(fmt::format(
+          "{}: tensor lm_head.weight differs from model.embed_tokens.weight, but config.json ties them "
+          "(tie_word_embeddings = true): transformers would ignore it",
+          head->second.file->path().string()));
+    tensors.erase(head);
+  }
+  if (!tensors.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : tensors) names.push_back(name);
+    const auto& first = tensors.begin()->second;
+    throw std::runtime_error(fmt::format(
+        "{}: tensor {} is not a parameter of the model that config.json describes, and primecfg-train "
+        "does not ignore weights (not used: {})",
+        first.file->path().string(), names.front(), fmt::join(names, ", ")));
   }
 }
 
@@ -273,15 +260,20 @@ struct BlockContext {
   std::optional<Tensor> mask;
 };
 
+// x @ w^T (+ b): a plain matmul where the architecture has no bias, as before biases existed.
+Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : torch::matmul(x, w.t());
+}
+
 Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor& x) {
   const auto& a = *c.args;
   const auto B = x.size(0), T = x.size(1);
   // Attention
   Tensor h = at::rms_norm(x, {a.hidden}, w.in_norm, a.rms_eps);
-  Tensor q = torch::matmul(h, w.wq.t()).view({B, T, a.heads, a.head_dim});
-  Tensor k = torch::matmul(h, w.wk.t()).view({B, T, a.kv_heads, a.head_dim});
-  Tensor v = torch::matmul(h, w.wv.t()).view({B, T, a.kv_heads, a.head_dim});
-  if (a.qk_norm) {
+  Tensor q = project(h, w.wq, w.bq).view({B, T, a.heads, a.head_dim});
+  Tensor k = project(h, w.wk, w.bk).view({B, T, a.kv_heads, a.head_dim});
+  Tensor v = project(h, w.wv, w.bv).view({B, T, a.kv_heads, a.head_dim});
+  if (a.qk_norm()) {
     q = at::rms_norm(q, {a.head_dim}, w.q_norm, a.rms_eps);
     k = at::rms_norm(k, {a.head_dim}, w.k_norm, a.rms_eps);
   }
@@ -291,11 +283,11 @@ Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor&
   Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);
   o = o.transpose(1, 2).reshape({B, T, a.heads * a.head_dim});
-  Tensor x1 = x + torch::matmul(o, w.wo.t());
+  Tensor x1 = x + project(o, w.wo, w.bo);
   // SwiGLU MLP
   Tensor g = at::rms_norm(x1, {a.hidden}, w.post_norm, a.rms_eps);
-  Tensor m = torch::silu(torch::matmul(g, w.w_gate.t())) * torch::matmul(g, w.w_up.t());
-  return x1 + torch::matmul(m, w.w_down.t());
+  Tensor m = torch::silu(project(g, w.w_gate, w.b_gate)) * project(g, w.w_up, w.b_up);
+  return x1 + project(m, w.w_down, w.b_down);
 }
 
 // Activation checkpointing: forward runs the block without recording a graph and
@@ -516,13 +508,18 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     if (before_block) (*before_block)(static_cast<int>(block));
   };
   const auto& a = args_;
-  // RoPE tables for the given positions: [B, T, 1, head_dim].
-  auto fopt = torch::TensorOptions().device(device_).dtype(torch::kFloat32);
-  Tensor inv_freq =
-      torch::pow(a.rope_theta, -torch::arange(0, a.head_dim, 2, fopt) / static_cast<double>(a.head_dim));
-  Tensor freqs = in.positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
+  // RoPE tables for the given positions: [B, T, 1, head_dim]. The frequencies come
+  // from model_config (the rope type's formula), rounded to FP32 as transformers
+  // keeps them; yarn also scales cos and sin.
+  Tensor freqs = in.positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // [B, T, hd/2]
   Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);
-  BlockContext ctx{&a, emb.cos().to(dtype_), emb.sin().to(dtype_), in.mask};
+  const double scaling = a.rope_attention_scaling();
+  Tensor cos = emb.cos(), sin = emb.sin();
+  if (scaling != 1.0) {
+    cos = cos * scaling;
+    sin = sin * scaling;
+  }
+  BlockContext ctx{&a, cos.to(dtype_), sin.to(dtype_), in.mask};
 
   before(-1);
   Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));

@@ -1,11 +1,14 @@
-// The model: a Llama/Qwen3-style decoder written as plain functions over named
+// The model: a Llama / Qwen2 / Qwen3 decoder written as plain functions over named
 // tensors (HF names, so a checkpoint directory is also an HF model directory).
 //
 //   h = embed(ids)
-//   for each block:  h += attn(rmsnorm(h))   (RoPE, grouped-query attention, optional QK-norm)
+//   for each block:  h += attn(rmsnorm(h))   (scaled RoPE, grouped-query attention, QK-norm
+//                                            and projection biases where the architecture has them)
 //                    h += mlp(rmsnorm(h))    (SwiGLU)
 //   loss = cross_entropy(rmsnorm(h) @ lm_head^T)   computed in chunks, logits never whole
 #pragma once
+
+#include "model_config.hpp"
 
 #include <torch/torch.h>
 
@@ -19,34 +22,6 @@
 
 namespace primecfg::train {
 
-struct ModelArgs {
-  std::int64_t vocab_size = 260;
-  std::int64_t hidden = 128;
-  std::int64_t layers = 2;
-  std::int64_t heads = 4;
-  std::int64_t kv_heads = 2;
-  std::int64_t head_dim = 32;
-  std::int64_t intermediate = 384;
-  double rope_theta = 10000.0;
-  double rms_eps = 1e-6;
-  bool qk_norm = true;
-  bool tie_embeddings = true;
-
-  // Parameters inside matmuls (what the MFU formula calls N): everything but
-  // norms and the input embedding (counted when tied, since it is the LM head).
-  std::int64_t matmul_params() const;
-  std::int64_t total_params() const;
-};
-
-// Presets by model.name: "primecfg/tiny" (the default run), "Qwen/Qwen3-0.6B",
-// "meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B".
-std::optional<ModelArgs> preset(std::string_view name);
-std::vector<std::string> preset_names();
-
-// Reads an HF config.json (llama, qwen2 without biases, qwen3).
-ModelArgs args_from_hf_config(const std::filesystem::path& config_json);
-void write_hf_config(const std::filesystem::path& config_json, const ModelArgs& a);
-
 // One parameter: its HF name and the tensor the forward pass uses.
 struct NamedParam {
   std::string name;
@@ -54,14 +29,16 @@ struct NamedParam {
   int block = -1;  // transformer block it belongs to; -1 for embedding / final norm / head
 };
 
-// The tensors of one transformer block (handles that share storage with params()).
+// The tensors of one transformer block (handles that share storage with params());
+// biases and QK-norms are undefined where the architecture has none.
 struct BlockWeights {
   torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm, w_gate, w_up, w_down;
+  torch::Tensor bq, bk, bv, bo, b_gate, b_up, b_down;
 };
 
 class Transformer {
  public:
-  // Random init (normal 0.02, norms 1) on device in dtype, from the given seed.
+  // Random init (normal 0.02, norms 1, biases 0) on device in dtype, from the given seed.
   Transformer(const ModelArgs& args, torch::Device device, torch::ScalarType dtype, std::uint64_t seed);
 
   const ModelArgs& args() const { return args_; }
@@ -70,8 +47,10 @@ class Transformer {
   torch::Device device() const { return device_; }
   torch::ScalarType dtype() const { return dtype_; }
 
-  // Copies weights from HF safetensors files (every *.safetensors in dir); every
-  // parameter must be found with the right shape.
+  // Copies weights from HF safetensors files (every *.safetensors in dir). Every
+  // parameter must be found once with the right shape and a floating-point dtype,
+  // and every tensor of the files must be a parameter (a tied LM head only when it
+  // equals the embedding); anything else is an error naming the file and tensor.
   void load_hf_weights(const std::filesystem::path& dir);
 
   struct Inputs {
@@ -132,6 +111,7 @@ class Transformer {
   torch::ScalarType dtype_;
   std::vector<NamedParam> params_;
   std::vector<BlockWeights> blocks_;
+  torch::Tensor inv_freq_;  // RoPE inverse frequencies, FP32 on the device
 };
 
 }  // namespace primecfg::train

@@ -25,110 +25,23 @@ using i64 = std::int64_t;
 // Model shapes
 // ---------------------------------------------------------------------------
 
-std::vector<ParamShape> ModelShape::params() const {
-  // The order and names of model.cpp's Transformer constructor.
-  const i64 D = hidden, q = heads * head_dim, kv = kv_heads * head_dim;
-  std::vector<ParamShape> out;
-  out.push_back({"model.embed_tokens.weight", vocab_size, D, -1});
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    out.push_back({p + "input_layernorm.weight", D, 1, l});
-    out.push_back({p + "self_attn.q_proj.weight", q, D, l});
-    out.push_back({p + "self_attn.k_proj.weight", kv, D, l});
-    out.push_back({p + "self_attn.v_proj.weight", kv, D, l});
-    out.push_back({p + "self_attn.o_proj.weight", D, q, l});
-    if (qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", head_dim, 1, l});
-      out.push_back({p + "self_attn.k_norm.weight", head_dim, 1, l});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", D, 1, l});
-    out.push_back({p + "mlp.gate_proj.weight", intermediate, D, l});
-    out.push_back({p + "mlp.up_proj.weight", intermediate, D, l});
-    out.push_back({p + "mlp.down_proj.weight", D, intermediate, l});
-  }
-  out.push_back({"model.norm.weight", D, 1, -1});
-  if (!tie_embeddings) out.push_back({"lm_head.weight", vocab_size, D, -1});
-  return out;
-}
-
-i64 ModelShape::total_params() const {
-  i64 n = 0;
-  for (const auto& p : params()) n += p.numel();
-  return n;
-}
-
 namespace {
-
-struct preset_row {
-  std::string_view name;
-  ModelShape shape;
-};
-
-// The same rows as model.cpp's presets (a test compares both for primecfg/tiny and
-// checks the published parameter counts of the others).
-const std::vector<preset_row>& presets() {
-  static const std::vector<preset_row> rows = {
-      {"primecfg/tiny", ModelShape{260, 128, 2, 4, 2, 32, 384, true, true}},
-      {"Qwen/Qwen3-0.6B", ModelShape{151936, 1024, 28, 16, 8, 128, 3072, true, true}},
-      {"meta-llama/Llama-3.2-1B", ModelShape{128256, 2048, 16, 32, 8, 64, 8192, false, true}},
-      {"meta-llama/Llama-3.2-3B", ModelShape{128256, 3072, 28, 24, 8, 128, 8192, false, true}},
-      {"meta-llama/Meta-Llama-3-8B", ModelShape{128256, 4096, 32, 32, 8, 128, 14336, false, false}},
-  };
-  return rows;
-}
 
 std::string preset_list() {
   std::string s;
-  for (const auto& r : presets()) s += (s.empty() ? "" : ", ") + std::string(r.name);
+  for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
   return s;
 }
 
 }  // namespace
 
-std::optional<ModelShape> preset_shape(std::string_view name) {
-  for (const auto& r : presets())
-    if (r.name == name) return r.shape;
-  if (name == "tiny") return presets().front().shape;
-  if (name == "meta-llama/Llama-3.1-8B") return preset_shape("meta-llama/Meta-Llama-3-8B");
-  return std::nullopt;
-}
+std::optional<ModelShape> preset_shape(std::string_view name) { return preset(name); }
 
 ModelShape shape_from_hf_config(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw plan_error(path.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
   try {
-    const json::value root = json::parse(ss.str());
-    auto get = [&](std::string_view key) -> const json::value& {
-      const auto* v = root.find(key);
-      if (!v) throw plan_error(fmt::format("{}: missing \"{}\"", path.string(), key));
-      return *v;
-    };
-    const std::string type = root.find("model_type") ? get("model_type").as_string() : "llama";
-    if (type != "llama" && type != "qwen2" && type != "qwen3")
-      throw plan_error(
-          fmt::format("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3)", path.string(), type));
-    if (const auto* b = root.find("attention_bias"); b && b->is_bool() && b->as_bool())
-      throw plan_error(path.string() + ": attention_bias = true is not supported");
-    ModelShape s;
-    s.vocab_size = get("vocab_size").as_int();
-    s.hidden = get("hidden_size").as_int();
-    s.layers = get("num_hidden_layers").as_int();
-    s.heads = get("num_attention_heads").as_int();
-    s.kv_heads = root.find("num_key_value_heads") ? get("num_key_value_heads").as_int() : s.heads;
-    const auto* hd = root.find("head_dim");
-    s.head_dim = hd && !hd->is_null() ? hd->as_int() : (s.heads > 0 ? s.hidden / s.heads : 0);
-    s.intermediate = get("intermediate_size").as_int();
-    s.qk_norm = type == "qwen3";
-    s.tie_embeddings = root.find("tie_word_embeddings") ? get("tie_word_embeddings").as_bool() : false;
-    for (i64 v : {s.vocab_size, s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate})
-      if (v <= 0) throw plan_error(path.string() + ": sizes must be positive");
-    if (s.heads % s.kv_heads != 0)
-      throw plan_error(path.string() + ": num_attention_heads must be a multiple of num_key_value_heads");
-    return s;
-  } catch (const json::error& e) {
-    throw plan_error(path.string() + ": " + e.what());
+    return read_hf_config(path);
+  } catch (const model_config_error& e) {
+    throw plan_error(e.what());
   }
 }
 
@@ -324,8 +237,8 @@ BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm) {
   BlockBytes b{};
   b.attn_norm = norm_saved(D, dt, fused_norm) + 4;  // x, rstd
   b.qkv_in = D * dt;                                // rmsnorm(x)
-  b.qk_norm = s.qk_norm ? norm_saved(q + kv, dt, fused_norm) + (s.heads + s.kv_heads) * 4
-                        : 0;                                // q, k before their norms, rstd
+  b.qk_norm = s.qk_norm() ? norm_saved(q + kv, dt, fused_norm) + (s.heads + s.kv_heads) * 4
+                          : 0;                              // q, k before their norms, rstd
   b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;             // q, k, v, out, lse
   b.mlp_norm = norm_saved(D, dt, fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
   b.mlp = 4 * I * dt;                                       // gate, silu, up, product
@@ -712,7 +625,7 @@ std::string shape_line(const Plan& p) {
   const auto& s = p.shape;
   return fmt::format("{:.2f}M params: {} blocks, hidden {}, {}/{} heads x {}, MLP {}, vocab {}{}{}",
                      static_cast<double>(p.params) / 1e6, s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
-                     s.intermediate, s.vocab_size, s.qk_norm ? ", QK-norm" : "",
+                     s.intermediate, s.vocab_size, s.qk_norm() ? ", QK-norm" : "",
                      s.tie_embeddings ? ", tied embeddings" : "");
 }
 
@@ -939,7 +852,7 @@ std::string format_json(const Plan& p) {
       "\"saved_without_ac\":{},\"saved_with_ac\":{},\"ce_chunk_tokens\":{}}},"
       "\"modes\":[{}],\"modes_ac_toggled\":[{}],\"fits\":[{}],\"notes\":[{}]}}\n",
       json::quote(p.model_name), p.params, s.vocab_size, s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
-      s.intermediate, s.qk_norm ? "true" : "false", s.tie_embeddings ? "true" : "false", p.micro_batch,
+      s.intermediate, s.qk_norm() ? "true" : "false", s.tie_embeddings ? "true" : "false", p.micro_batch,
       p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer, p.ac ? "true" : "false",
       p.ac_freq, p.attention_mask ? "true" : "false", json_opt_int(a.gpu_capacity),
       json::quote(a.gpu_capacity_source), json_opt_int(a.host_capacity), json::quote(a.host_capacity_source),

@@ -6,6 +6,8 @@
 // really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
 #pragma once
 
+#include "model_config.hpp"
+
 #include <primecfg/offload.hpp>
 #include <primecfg/sft.hpp>
 
@@ -25,28 +27,10 @@ struct plan_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// One parameter tensor of the model, in the trainer's order (model.cpp's params()).
-struct ParamShape {
-  std::string name;
-  std::int64_t rows = 0, cols = 1;  // cols = 1 for vectors (norm weights)
-  int block = -1;                   // transformer block, -1 outside the blocks
-  std::int64_t numel() const { return rows * cols; }
-  bool is_matrix() const { return cols > 1; }
-};
+// The model as the trainer builds it (model_config.hpp: one reader of config.json
+// and one presets table for both).
+using ModelShape = ModelArgs;
 
-// The shape of a Llama/Qwen3-style decoder (the same fields as model.hpp's ModelArgs).
-struct ModelShape {
-  std::int64_t vocab_size = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0,
-               intermediate = 0;
-  bool qk_norm = false;
-  bool tie_embeddings = false;
-
-  std::vector<ParamShape> params() const;
-  std::int64_t total_params() const;
-};
-
-// The trainer's presets by model.name (primecfg/tiny, Qwen/Qwen3-0.6B, Llama-3.2-1B/3B,
-// Meta-Llama-3-8B, and the aliases the trainer accepts).
 // Tokens per chunk of the fused LM head + cross-entropy when
 // model.fused_lm_head_token_chunk_size is unset: 2^28 / vocab tokens (1 GiB of
 // FP32 logits), at least 256. Larger chunks keep the head's GEMMs efficient;
@@ -67,8 +51,9 @@ inline bool vocab_chunked_loss(bool tied_embeddings, std::int64_t tokens) {
   return tied_embeddings && tokens <= kVocabChunkedLossMaxTokens;
 }
 
+// The trainer's presets by model.name (model_config.hpp's preset()).
 std::optional<ModelShape> preset_shape(std::string_view name);
-// An HF config.json (llama, qwen2 without biases, qwen3), read like the trainer reads it.
+// An HF config.json, read by the trainer's reader; its errors become plan_error.
 ModelShape shape_from_hf_config(const std::filesystem::path& config_json);
 // model.name resolved as the trainer does (preset, else a local HF directory), with
 // model.debug.num_layers applied. Throws plan_error.

@@ -117,9 +117,38 @@ std::optional<std::int64_t> newest_checkpoint(const fs::path& root) {
   return best;
 }
 
+// A whole file, or an error naming it (a full disk must not pass as a checkpoint).
+void write_file(const fs::path& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) throw run_error(path.string() + ": write failed");
+}
+
+std::string_view hf_dtype_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kFloat16 ? "float16" : "float32";
+}
+
+// The tokenizer and generation settings of the HF directory the run started from, so
+// that a checkpoint is a model directory that HF and vLLM can use as it is.
+void copy_tokenizer_files(const std::optional<fs::path>& source_dir, const fs::path& to) {
+  if (!source_dir) return;
+  for (const char* name :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+        "merges.txt", "generation_config.json", "chat_template.jinja", "added_tokens.json"}) {
+    std::error_code ec;
+    const fs::path from = *source_dir / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    fs::copy_file(from, to / name, fs::copy_options::overwrite_existing, ec);
+    if (ec)
+      throw run_error(fmt::format("{}: cannot copy into the checkpoint: {}", from.string(), ec.message()));
+  }
+}
+
 template <class Strategy>
 void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Strategy>& state,
-                     const OptSettings& opt, const TrainPosition& pos, const CheckpointConfig& cfg) {
+                     const OptSettings& opt, const TrainPosition& pos, const CheckpointConfig& cfg,
+                     const std::optional<fs::path>& source_dir) {
   state.sync_host();
   fs::create_directories(root);
   const fs::path final_dir = step_dir(root, pos.step);
@@ -132,7 +161,8 @@ void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Stra
     TensorBundle b;
     for (const auto& p : model.params()) b.add(p.name, p.tensor);
     safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
-    write_hf_config(tmp / "config.json", model.args());
+    write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
+    copy_tokenizer_files(source_dir, tmp);
   }
   if (!cfg.skip_optimizer) {
     TensorBundle b;
@@ -396,6 +426,32 @@ double scheduled_lr(const SchedulerConfig& sched, double peak, std::int64_t step
       sched);
 }
 
+// The forward pass of one micro-batch, no gradients, its logits (FP32, [rows, seq_len,
+// vocab]) written beside its inputs: what a test compares with transformers.
+void write_logits(Transformer& model, const data::MicroBatch& mb, const fs::path& path) {
+  torch::NoGradGuard no_grad;
+  const torch::Device dev = model.device();
+  auto ids = torch::tensor(mb.input_ids, torch::kInt64).view({mb.rows, mb.seq_len});
+  auto positions = torch::tensor(mb.positions, torch::kInt64).view({mb.rows, mb.seq_len});
+  auto docs = torch::tensor(mb.doc_ids, torch::kInt64).view({mb.rows, mb.seq_len});
+  Transformer::Inputs in{ids.to(dev), positions.to(dev), std::nullopt};
+  if (!mb.one_doc_per_row) {
+    Tensor d = docs.to(dev);
+    Tensor same = d.unsqueeze(2).eq(d.unsqueeze(1));
+    in.mask = same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
+  }
+  Tensor logits = torch::matmul(model.hidden(in, false), model.lm_head().t()).to(torch::kFloat32);
+  TensorBundle b;
+  b.add("input_ids", ids);
+  b.add("positions", positions);
+  b.add("doc_ids", docs);
+  b.add("targets", torch::tensor(mb.targets, torch::kInt64).view({mb.rows, mb.seq_len}));
+  b.add("logits", logits);
+  const fs::path tmp = path.string() + ".tmp";
+  safetensors::write(tmp, b.entries, {{"format", "pt"}});
+  fs::rename(tmp, path);
+}
+
 struct Setup {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;
@@ -412,7 +468,8 @@ class Trainer {
     const auto& name = cfg_.model.name;
     std::optional<ModelArgs> args = preset(name);
     const bool hf_dir = !args && fs::exists(fs::path(name) / "config.json");
-    if (hf_dir) args = args_from_hf_config(fs::path(name) / "config.json");
+    if (hf_dir) args = read_hf_config(fs::path(name) / "config.json");
+    const std::optional<fs::path> source_dir = hf_dir ? std::optional<fs::path>(name) : std::nullopt;
     if (!args)
       throw run_error(
           fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with "
@@ -432,6 +489,12 @@ class Trainer {
 
     // --- Data, optimizer, strategy ------------------------------------------
     data::Loader loader = data::make_loader(cfg_.data, args->vocab_size);
+    if (const std::string note = loader.source_report(); !note.empty() && opts_.print)
+      std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
+    if (opts_.dump_logits) {
+      write_logits(model, loader.next().micro.front(), *opts_.dump_logits);
+      return {};
+    }
     const std::int64_t seq_len = loader.options().seq_len;
     const auto opt = OptSettings::from(cfg_.optim);
     OffloadState<Strategy> state(model, opt, opts_);
@@ -541,10 +604,10 @@ class Trainer {
       reporter.log(met);
 
       if (cfg_.ckpt && ckpt.interval && pos.step % *ckpt.interval == 0)
-        save_checkpoint(ckpt_root, model, state, opt, pos, ckpt);
+        save_checkpoint(ckpt_root, model, state, opt, pos, ckpt, source_dir);
     }
     if (cfg_.ckpt && !(ckpt.interval && pos.step % *ckpt.interval == 0) && pos.step > result.first_step)
-      save_checkpoint(ckpt_root, model, state, opt, pos, ckpt);
+      save_checkpoint(ckpt_root, model, state, opt, pos, ckpt, source_dir);
     result.last_step = pos.step;
     state.sync_host();  // the last step's deferred updates
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,10 @@ struct RunOptions {
   bool demo = false;                  // print a few generated reversals at the end
   bool collect_weights = false;       // return the final FP32 masters in RunResult
   std::string resolved_config;        // written to <output_dir>/config.toml when not empty
+  // Instead of training: the logits of the first micro-batch of the data, written to this
+  // safetensors file with its input_ids, positions and targets (a check against
+  // transformers; tests/trainer/hf_parity_test.py).
+  std::optional<std::filesystem::path> dump_logits;
   // Offload pipelines (0 = automatic or the PRIMECFG_OFFLOAD_* environment variables):
   // bytes of each staging ring / GPU moment window, and CPU optimizer threads.
   std::size_t offload_ring_bytes = 0;

@@ -19,6 +19,11 @@ fi
 if ! python3 -c 'import torch' >/dev/null 2>&1; then
   python3 -m pip install -q torch==2.13.0
 fi
+# The model is tested against transformers (tests/trainer/hf_parity_test.py) and
+# tools/tokenize_jsonl.py uses its tokenizers; pinned, so the reference stays fixed.
+if ! python3 -c 'import transformers, sys; sys.exit(transformers.__version__ != "5.24.0")' >/dev/null 2>&1; then
+  python3 -m pip install -q transformers==5.24.0
+fi
 # The schema test cross-checks primecfg against an independent validator.
 if ! command -v check-jsonschema >/dev/null 2>&1; then
   python3 -m pip install -q check-jsonschema

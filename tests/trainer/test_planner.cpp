@@ -29,7 +29,7 @@ plan::ModelShape hand_shape() {
   s.kv_heads = 1;
   s.head_dim = 4;
   s.intermediate = 16;
-  s.qk_norm = true;
+  s.arch = primecfg::train::Arch::qwen3;
   s.tie_embeddings = true;
   return s;
 }
@@ -273,7 +273,7 @@ TEST_CASE("planner: allocator rounding") {
   s.kv_heads = 1;
   s.head_dim = 4;
   s.intermediate = 12;
-  s.qk_norm = false;
+  s.arch = primecfg::train::Arch::llama;
   s.tie_embeddings = false;
   auto a = exact();
   a.pinned_pow2 = true;
@@ -374,7 +374,7 @@ TEST_CASE("planner: an HF directory is read like the trainer reads it") {
   cfg.model.debug->random_init = true;  // no safetensors: the trainer draws weights
   auto shape = plan::resolve_model(cfg.model);
   CHECK(shape.head_dim == 16);
-  CHECK_FALSE(shape.qk_norm);
+  CHECK_FALSE(shape.qk_norm());
   CHECK_FALSE(shape.tie_embeddings);
   CHECK(real_params(cfg) == planned_params(shape));
 

@@ -5,6 +5,7 @@
 #include "trainer.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 #include <algorithm>
@@ -109,10 +110,13 @@ bool bit_identical(const std::vector<std::pair<std::string, std::vector<float>>>
 // formula, but evaluated in a different order (e.g. m + (1-b1)(g-m) vs b1*m + (1-b1)g,
 // explicit FMAs), which changes a weight by about one FP32 ulp (~1e-8 at |w| ~ 0.05,
 // 6e-8 at 1) per step. Twenty steps of such differences, fed back through the
-// gradients, stay in the 1e-7 range (measured: 4.4e-7 on weights, 3e-7 relative on
-// the loss for AdamW; SignSGD came out bit-identical). We allow 1e-5 absolute on
-// weights (lr = 2e-3, so 1/200 of one update: a strategy that skipped, repeated or
-// misordered an update is off by ~lr) and 1e-5 relative on the loss.
+// gradients, stay in the 1e-7 range on a host without AVX-512 (measured: 4.4e-7 on
+// weights, 3e-7 relative on the loss for AdamW; SignSGD came out bit-identical). On an
+// AVX-512 host LibTorch's CPU GEMMs block the LM head's two loss walks differently, and
+// one column of the tied embedding drifts by up to 1.6e-5 over the twenty steps (the
+// same at the commit before this tolerance, so not a strategy's doing). We allow 1e-4
+// absolute on weights (lr = 2e-3, so 1/20 of one update: a strategy that skipped,
+// repeated or misordered an update is off by ~lr) and 1e-5 relative on the loss.
 TEST_CASE("equivalence: the three strategies give the same losses and weights (AdamW, SignSGD)") {
   for (int opt = 0; opt < 2; ++opt) {
     OptimizerConfig o = opt == 0 ? OptimizerConfig{adamw_no_clip()} : OptimizerConfig{sign_no_clip()};
@@ -128,7 +132,7 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
     Diff d = compare(full, none);
     MESSAGE("full vs none: max loss rel diff " << d.loss_rel << ", max weight abs diff " << d.weight_abs);
     CHECK(d.loss_rel < 1e-5);
-    CHECK(d.weight_abs < 1e-5);
+    CHECK(d.weight_abs < 1e-4);
   }
 }
 
@@ -210,6 +214,15 @@ TEST_CASE("an HF-style directory (config.json + safetensors) loads exactly") {
     train::safetensors::write(shard / "model-00001-of-00002.safetensors", a);
     train::safetensors::write(shard / "model-00002-of-00002.safetensors", b);
     fs::copy_file(hf / "config.json", shard / "config.json");
+    // The index HF writes beside shards names the file of every tensor.
+    std::string map;
+    for (const auto& t : f.tensors())
+      map += fmt::format("{}\"{}\": \"model-0000{}-of-00002.safetensors\"", map.empty() ? "" : ", ", t.name,
+                         t.name.find("layers.1.") == std::string::npos ? 1 : 2);
+    std::ofstream(shard / "model.safetensors.index.json")
+        << "{\"metadata\": {}, \"weight_map\": {" << map << "}}";
+    // A safetensors file the index does not name is not weights (a checkpoint's optimizer state).
+    fs::copy_file(hf / "optimizer.safetensors", shard / "optimizer.safetensors");
     hf = shard;
   }
   auto load = small_config(Offload::none, temp_dir("hf-out"), OptimizerConfig{adamw_no_clip()});

@@ -1,0 +1,617 @@
+#include "model_config.hpp"
+
+#include "json.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numbers>
+#include <set>
+#include <sstream>
+
+namespace primecfg::train {
+
+namespace fs = std::filesystem;
+using i64 = std::int64_t;
+
+std::string_view arch_name(Arch a) {
+  switch (a) {
+    case Arch::llama:
+      return "llama";
+    case Arch::qwen2:
+      return "qwen2";
+    case Arch::qwen3:
+      break;
+  }
+  return "qwen3";
+}
+
+std::string_view rope_type_name(RopeScaling::Type t) {
+  switch (t) {
+    case RopeScaling::Type::none:
+      return "default";
+    case RopeScaling::Type::linear:
+      return "linear";
+    case RopeScaling::Type::llama3:
+      return "llama3";
+    case RopeScaling::Type::yarn:
+      break;
+  }
+  return "yarn";
+}
+
+// ---------------------------------------------------------------------------
+// Parameters
+// ---------------------------------------------------------------------------
+
+std::vector<ParamShape> ModelArgs::params() const {
+  using K = ParamShape::Kind;
+  const i64 D = hidden, q = heads * head_dim, kv = kv_heads * head_dim;
+  std::vector<ParamShape> out;
+  auto add = [&](std::string name, i64 rows, i64 cols, int block, K kind) {
+    out.push_back({std::move(name), rows, cols, block, kind});
+  };
+  // A projection: its weight, then its bias when the architecture has one.
+  auto linear = [&](const std::string& name, i64 out_features, i64 in_features, int block, bool bias) {
+    add(name + ".weight", out_features, in_features, block, K::matrix);
+    if (bias) add(name + ".bias", out_features, 1, block, K::bias);
+  };
+  add("model.embed_tokens.weight", vocab_size, D, -1, K::matrix);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add(p + "input_layernorm.weight", D, 1, l, K::norm);
+    linear(p + "self_attn.q_proj", q, D, l, q_bias());
+    linear(p + "self_attn.k_proj", kv, D, l, q_bias());
+    linear(p + "self_attn.v_proj", kv, D, l, q_bias());
+    linear(p + "self_attn.o_proj", D, q, l, o_bias());
+    if (qk_norm()) {
+      add(p + "self_attn.q_norm.weight", head_dim, 1, l, K::norm);
+      add(p + "self_attn.k_norm.weight", head_dim, 1, l, K::norm);
+    }
+    add(p + "post_attention_layernorm.weight", D, 1, l, K::norm);
+    linear(p + "mlp.gate_proj", intermediate, D, l, mlp_bias);
+    linear(p + "mlp.up_proj", intermediate, D, l, mlp_bias);
+    linear(p + "mlp.down_proj", D, intermediate, l, mlp_bias);
+  }
+  add("model.norm.weight", D, 1, -1, K::norm);
+  if (!tie_embeddings) add("lm_head.weight", vocab_size, D, -1, K::matrix);
+  return out;
+}
+
+i64 ModelArgs::matmul_params() const {
+  i64 n = 0;
+  for (const auto& p : params())
+    if (p.is_matrix() && p.name != "model.embed_tokens.weight") n += p.numel();
+  return n + (tie_embeddings ? vocab_size * hidden : 0);
+}
+
+i64 ModelArgs::total_params() const {
+  i64 n = 0;
+  for (const auto& p : params()) n += p.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// RoPE (the formulas of transformers' modeling_rope_utils, in double precision)
+// ---------------------------------------------------------------------------
+
+std::vector<double> ModelArgs::rope_inv_freq() const {
+  const auto& s = rope_scaling;
+  const i64 dim = head_dim, half = dim / 2;
+  std::vector<double> inv(static_cast<std::size_t>(half));
+  for (i64 i = 0; i < half; ++i)
+    inv[i] = 1.0 / std::pow(rope_theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+  switch (s.type) {
+    case RopeScaling::Type::none:
+      break;
+    case RopeScaling::Type::linear:
+      for (auto& f : inv) f /= s.factor;
+      break;
+    case RopeScaling::Type::llama3: {
+      const double old_len = static_cast<double>(s.original_max_positions);
+      const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+      for (auto& f : inv) {
+        const double wavelen = 2 * std::numbers::pi / f;
+        if (wavelen > low_wavelen) {
+          f /= s.factor;
+        } else if (!(wavelen < high_wavelen)) {  // between the two: interpolate
+          const double smooth =
+              (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+          f = (1 - smooth) * f / s.factor + smooth * f;
+        }
+      }
+      break;
+    }
+    case RopeScaling::Type::yarn: {
+      const double base = rope_theta, d = static_cast<double>(dim);
+      const double orig = static_cast<double>(s.original_max_positions);
+      auto correction_dim = [&](double rotations) {
+        return d * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+      };
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, d - 1);
+      if (low == high) high += 0.001;  // as transformers does, against a zero-width ramp
+      for (i64 i = 0; i < half; ++i) {
+        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+        const double extrapolation = 1 - ramp;
+        inv[i] = inv[i] / s.factor * (1 - extrapolation) + inv[i] * extrapolation;
+      }
+      break;
+    }
+  }
+  return inv;
+}
+
+double ModelArgs::rope_attention_scaling() const {
+  const auto& s = rope_scaling;
+  if (s.type != RopeScaling::Type::yarn) return 1.0;
+  if (s.attention_factor) return *s.attention_factor;
+  auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (s.mscale && s.mscale_all_dim && *s.mscale != 0 && *s.mscale_all_dim != 0)
+    return get_mscale(s.factor, *s.mscale) / get_mscale(s.factor, *s.mscale_all_dim);
+  return get_mscale(s.factor, 1.0);
+}
+
+// ---------------------------------------------------------------------------
+// Presets
+// ---------------------------------------------------------------------------
+
+namespace {
+
+ModelArgs llama(i64 vocab, i64 hidden, i64 layers, i64 heads, i64 kv, i64 head_dim, i64 inter, double theta,
+                double eps, bool tied) {
+  ModelArgs a;
+  a.arch = Arch::llama;
+  a.vocab_size = vocab, a.hidden = hidden, a.layers = layers, a.heads = heads, a.kv_heads = kv;
+  a.head_dim = head_dim, a.intermediate = inter, a.rope_theta = theta, a.rms_eps = eps;
+  a.tie_embeddings = tied;
+  a.bos_token_id = "128000", a.eos_token_id = "128001";
+  return a;
+}
+
+// Llama 3.1 / 3.2: the llama3 RoPE scaling of their published configs.
+ModelArgs with_llama3_rope(ModelArgs a, double factor) {
+  a.rope_scaling.type = RopeScaling::Type::llama3;
+  a.rope_scaling.factor = factor;
+  a.rope_scaling.low_freq_factor = 1.0;
+  a.rope_scaling.high_freq_factor = 4.0;
+  a.rope_scaling.original_max_positions = 8192;
+  a.max_positions = 131072;
+  return a;
+}
+
+struct preset_row {
+  std::string_view name;
+  ModelArgs args;
+};
+
+const std::vector<preset_row>& presets() {
+  static const std::vector<preset_row> rows = [] {
+    ModelArgs tiny;  // small enough to learn reverse-text in about a minute on two CPU cores
+    ModelArgs qwen3;
+    qwen3.arch = Arch::qwen3;
+    qwen3.vocab_size = 151936, qwen3.hidden = 1024, qwen3.layers = 28, qwen3.heads = 16, qwen3.kv_heads = 8;
+    qwen3.head_dim = 128, qwen3.intermediate = 3072, qwen3.rope_theta = 1000000.0,
+    qwen3.max_positions = 40960;
+    qwen3.bos_token_id = "151643", qwen3.eos_token_id = "151645";
+    ModelArgs llama3_8b = llama(128256, 4096, 32, 32, 8, 128, 14336, 500000.0, 1e-5, false);
+    llama3_8b.max_positions = 8192;
+    return std::vector<preset_row>{
+        {"primecfg/tiny", tiny},
+        {"Qwen/Qwen3-0.6B", qwen3},
+        {"meta-llama/Llama-3.2-1B",
+         with_llama3_rope(llama(128256, 2048, 16, 32, 8, 64, 8192, 500000.0, 1e-5, true), 32)},
+        {"meta-llama/Llama-3.2-3B",
+         with_llama3_rope(llama(128256, 3072, 28, 24, 8, 128, 8192, 500000.0, 1e-5, true), 32)},
+        {"meta-llama/Meta-Llama-3-8B", llama3_8b},
+        {"meta-llama/Llama-3.1-8B", with_llama3_rope(llama3_8b, 8)},
+    };
+  }();
+  return rows;
+}
+
+}  // namespace
+
+std::optional<ModelArgs> preset(std::string_view name) {
+  if (name == "tiny") name = "primecfg/tiny";
+  for (const auto& r : presets())
+    if (r.name == name) return r.args;
+  return std::nullopt;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& r : presets()) out.emplace_back(r.name);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// config.json
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// A JSON value as text, for messages and for the token ids written back.
+std::string to_text(const json::value& v) {
+  if (v.is_null()) return "null";
+  if (v.is_bool()) return v.as_bool() ? "true" : "false";
+  if (v.is_number()) {
+    const auto& n = std::get<json::number>(v.v);
+    return n.integral ? std::to_string(n.i) : fmt::format("{}", n.d);
+  }
+  if (v.is_string()) return json::quote(v.as_string());
+  std::string out;
+  if (v.is_array()) {
+    for (const auto& e : v.as_array()) out += (out.empty() ? "" : ", ") + to_text(e);
+    return "[" + out + "]";
+  }
+  for (const auto& [k, e] : v.as_object())
+    out += (out.empty() ? "" : ", ") + json::quote(k) + ": " + to_text(e);
+  return "{" + out + "}";
+}
+
+// A double as JSON text that reads back as the same double and stays a float
+// ("10000.0", not "10000": transformers' config classes type-check some fields).
+std::string json_double(double d) {
+  std::string s = fmt::format("{}", d);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Keys of config.json that say nothing about what the model computes.
+const std::set<std::string, std::less<>>& metadata_keys() {
+  static const std::set<std::string, std::less<>> keys = {
+      "_name_or_path",        "architectures",        "torch_dtype", "dtype",
+      "transformers_version", "initializer_range",    "use_cache",   "tokenizer_class",
+      "output_attentions",    "output_hidden_states", "return_dict", "bos_token_id",
+      "eos_token_id",         "pad_token_id",
+  };
+  return keys;
+}
+
+class ConfigReader {
+ public:
+  ConfigReader(const json::value& root, std::string path) : root_(root), path_(std::move(path)) {}
+
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
+    throw model_config_error(fmt::format("{}: \"{}\": {}", path_, key, what));
+  }
+  [[noreturn]] void fail_value(std::string_view key, const json::value& v, const std::string& what) const {
+    fail(key, fmt::format("{} (found {})", what, to_text(v)));
+  }
+
+  // The value of a key, or nullptr when absent or null; marks the key as read.
+  const json::value* get(std::string_view key) {
+    seen_.emplace(key);
+    const json::value* v = root_.find(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+  bool has(std::string_view key) const { return root_.find(key) != nullptr; }
+
+  i64 size(std::string_view key, std::optional<i64> fallback = std::nullopt) {
+    const json::value* v = get(key);
+    if (!v) {
+      if (fallback) return *fallback;
+      fail(key, "missing (a positive integer is required)");
+    }
+    if (!v->is_number() || !std::get<json::number>(v->v).integral)
+      fail_value(key, *v, "must be a positive integer");
+    const i64 n = v->as_int();
+    if (n <= 0 || n > (i64{1} << 31)) fail_value(key, *v, "must be a positive integer below 2^31");
+    return n;
+  }
+  double positive(std::string_view key, double fallback) {
+    const json::value* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number() || !(v->as_double() > 0) || !std::isfinite(v->as_double()))
+      fail_value(key, *v, "must be a positive number");
+    return v->as_double();
+  }
+  bool boolean(std::string_view key, bool fallback) {
+    const json::value* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_bool()) fail_value(key, *v, "must be true or false");
+    return v->as_bool();
+  }
+  std::string string(std::string_view key, std::string fallback) {
+    const json::value* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_string()) fail_value(key, *v, "must be a string");
+    return v->as_string();
+  }
+  std::string raw(std::string_view key) {
+    const json::value* v = get(key);
+    return v ? to_text(*v) : "null";
+  }
+
+  // Every key not read yet is an error, unless it is metadata.
+  void reject_unread() const {
+    for (const auto& [key, v] : root_.as_object())
+      if (!seen_.count(key) && !metadata_keys().count(key))
+        fail_value(key, v,
+                   "primecfg-train does not know this key, so it cannot promise to compute what transformers "
+                   "computes with it");
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const json::value& root_;
+  std::string path_;
+  std::set<std::string, std::less<>> seen_;
+};
+
+// rope_theta and rope_scaling (transformers 4.x) or rope_parameters (5.x).
+void read_rope(ConfigReader& r, ModelArgs& a) {
+  const json::value* scaling = r.get("rope_scaling");
+  const json::value* params = r.get("rope_parameters");
+  if (scaling && params)
+    r.fail("rope_parameters",
+           "both rope_scaling (transformers 4.x) and rope_parameters (5.x) are set; keep one of them");
+  const char* dict_key = params ? "rope_parameters" : "rope_scaling";
+  const json::value* dict = params ? params : scaling;
+  std::optional<double> top_theta;
+  if (r.get("rope_theta")) top_theta = r.positive("rope_theta", 0);
+  if (const json::value* p = r.get("partial_rotary_factor"); p && !(p->is_number() && p->as_double() == 1.0))
+    r.fail_value("partial_rotary_factor", *p, "only 1.0 (RoPE over the whole head) is implemented");
+  a.rope_theta = top_theta.value_or(10000.0);
+  if (!dict) return;
+  if (!dict->is_object()) r.fail_value(dict_key, *dict, "must be an object or null");
+  const auto& d = dict->as_object();
+  auto key = [&](std::string_view k) { return fmt::format("{}.{}", dict_key, k); };
+  auto find = [&](std::string_view k) -> const json::value* {
+    auto it = d.find(k);
+    return it == d.end() || it->second.is_null() ? nullptr : &it->second;
+  };
+  auto number = [&](std::string_view k, std::optional<double> fallback) -> double {
+    const json::value* v = find(k);
+    if (!v) {
+      if (fallback) return *fallback;
+      r.fail(key(k), "missing: this rope type needs it");
+    }
+    if (!v->is_number() || !std::isfinite(v->as_double()) || !(v->as_double() > 0))
+      r.fail_value(key(k), *v, "must be a positive number");
+    return v->as_double();
+  };
+  std::string type = "default";
+  const json::value* rope_type = find("rope_type");
+  const json::value* legacy_type = find("type");
+  if (rope_type && legacy_type && to_text(*rope_type) != to_text(*legacy_type))
+    r.fail(key("type"),
+           fmt::format("{} disagrees with rope_type = {}", to_text(*legacy_type), to_text(*rope_type)));
+  if (const json::value* t = rope_type ? rope_type : legacy_type) {
+    if (!t->is_string()) r.fail_value(key("rope_type"), *t, "must be a string");
+    type = t->as_string();
+  }
+  if (const json::value* t = find("rope_theta")) {
+    const double theta = number("rope_theta", std::nullopt);
+    if (top_theta && *top_theta != theta)
+      r.fail(key("rope_theta"), fmt::format("{} disagrees with rope_theta = {}", to_text(*t), *top_theta));
+    a.rope_theta = theta;
+  }
+  if (const json::value* p = find("partial_rotary_factor"); p && !(p->is_number() && p->as_double() == 1.0))
+    r.fail_value(key("partial_rotary_factor"), *p, "only 1.0 (RoPE over the whole head) is implemented");
+
+  std::set<std::string, std::less<>> allowed = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+  auto& s = a.rope_scaling;
+  auto original = [&] {
+    const json::value* v = find("original_max_position_embeddings");
+    if (!v) return a.max_positions;  // transformers falls back to max_position_embeddings
+    if (!v->is_number() || !std::get<json::number>(v->v).integral || v->as_int() <= 0)
+      r.fail_value(key("original_max_position_embeddings"), *v, "must be a positive integer");
+    return v->as_int();
+  };
+  if (type == "default") {
+    s.type = RopeScaling::Type::none;
+  } else if (type == "linear") {
+    s.type = RopeScaling::Type::linear;
+    s.factor = number("factor", std::nullopt);
+    allowed.insert("factor");
+  } else if (type == "llama3") {
+    s.type = RopeScaling::Type::llama3;
+    s.factor = number("factor", std::nullopt);
+    s.low_freq_factor = number("low_freq_factor", std::nullopt);
+    s.high_freq_factor = number("high_freq_factor", std::nullopt);
+    s.original_max_positions = original();
+    if (s.high_freq_factor <= s.low_freq_factor)
+      r.fail(key("high_freq_factor"), fmt::format("must be greater than low_freq_factor ({} <= {})",
+                                                  s.high_freq_factor, s.low_freq_factor));
+    allowed.insert({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else if (type == "yarn") {
+    s.type = RopeScaling::Type::yarn;
+    s.original_max_positions = original();
+    s.factor = find("factor")
+                   ? number("factor", std::nullopt)
+                   : static_cast<double>(a.max_positions) / static_cast<double>(s.original_max_positions);
+    if (find("attention_factor")) s.attention_factor = number("attention_factor", std::nullopt);
+    if (find("mscale")) s.mscale = number("mscale", std::nullopt);
+    if (find("mscale_all_dim")) s.mscale_all_dim = number("mscale_all_dim", std::nullopt);
+    s.beta_fast = number("beta_fast", 32.0);
+    s.beta_slow = number("beta_slow", 1.0);
+    if (const json::value* t = find("truncate")) {
+      if (!t->is_bool()) r.fail_value(key("truncate"), *t, "must be true or false");
+      s.truncate = t->as_bool();
+    }
+    allowed.insert({"factor", "original_max_position_embeddings", "attention_factor", "mscale",
+                    "mscale_all_dim", "beta_fast", "beta_slow", "truncate"});
+  } else {
+    r.fail(key("rope_type"),
+           fmt::format("\"{}\" is not implemented (default, linear, llama3, yarn are)", type));
+  }
+  for (const auto& [k, v] : d)
+    if (!allowed.count(k))
+      r.fail_value(key(k), v,
+                   fmt::format("is not a setting of rope type \"{}\" that primecfg-train implements", type));
+}
+
+}  // namespace
+
+ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
+  json::value root;
+  try {
+    root = json::parse(text);
+  } catch (const json::error& e) {
+    throw model_config_error(fmt::format("{}: {}", path, e.what()));
+  }
+  if (!root.is_object()) throw model_config_error(path + ": must hold a JSON object");
+  ConfigReader r(root, path);
+  ModelArgs a;
+
+  const std::string type = r.string("model_type", "");
+  if (type == "llama")
+    a.arch = Arch::llama;
+  else if (type == "qwen2")
+    a.arch = Arch::qwen2;
+  else if (type == "qwen3")
+    a.arch = Arch::qwen3;
+  else if (type.empty())
+    r.fail("model_type", "missing (llama, qwen2 or qwen3)");
+  else
+    r.fail("model_type", fmt::format("\"{}\" is not supported (llama, qwen2, qwen3 are)", type));
+  const bool is_llama = a.arch == Arch::llama;
+
+  a.vocab_size = r.size("vocab_size");
+  a.hidden = r.size("hidden_size");
+  a.layers = r.size("num_hidden_layers");
+  a.heads = r.size("num_attention_heads");
+  a.intermediate = r.size("intermediate_size");
+  // Absent: llama uses the attention heads, Qwen2/3's configs default to 32.
+  a.kv_heads = r.has("num_key_value_heads") && !r.get("num_key_value_heads")
+                   ? a.heads  // null: both fall back to the attention heads
+                   : r.size("num_key_value_heads", is_llama ? a.heads : 32);
+  // Absent: Qwen3's config defaults to 128, the others to hidden_size / heads.
+  a.head_dim = r.size("head_dim", a.arch == Arch::qwen3 ? 128 : a.hidden / a.heads);
+  a.max_positions = r.size("max_position_embeddings", is_llama ? 2048 : 32768);
+  a.rms_eps = r.positive("rms_norm_eps", 1e-6);
+  a.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  read_rope(r, a);
+
+  if (const std::string act = r.string("hidden_act", "silu"); act != "silu")
+    r.fail("hidden_act", fmt::format("\"{}\" is not implemented (the MLP is SwiGLU: silu)", act));
+  if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->as_double() == 0.0))
+    r.fail_value("attention_dropout", *v, "only 0.0 is implemented");
+  if (a.arch == Arch::qwen2) {
+    a.qkv_bias = true;  // Qwen2's q, k and v projections always have biases, o has none
+  } else {
+    a.attention_bias = r.boolean("attention_bias", false);
+  }
+  if (is_llama) {
+    a.mlp_bias = r.boolean("mlp_bias", false);
+    // Splits the projections into slices in transformers 4.x: the same sums.
+    if (r.get("pretraining_tp")) r.size("pretraining_tp");
+  } else {
+    // Sliding-window attention is off unless use_sliding_window; then the window
+    // size and max_window_layers have no effect.
+    if (r.boolean("use_sliding_window", false))
+      r.fail("use_sliding_window", "true is not implemented (sliding-window attention)");
+    if (const json::value* w = r.get("sliding_window"); w && !w->is_number())
+      r.fail_value("sliding_window", *w, "must be an integer or null");
+    if (const json::value* m = r.get("max_window_layers"); m && !m->is_number())
+      r.fail_value("max_window_layers", *m, "must be an integer");
+    if (const json::value* lt = r.get("layer_types")) {
+      if (!lt->is_array() || static_cast<i64>(lt->as_array().size()) != a.layers)
+        r.fail_value("layer_types", *lt,
+                     fmt::format("must list num_hidden_layers = {} layer types", a.layers));
+      for (const auto& t : lt->as_array())
+        if (!t.is_string() || t.as_string() != "full_attention")
+          r.fail_value("layer_types", t, "only \"full_attention\" layers are implemented");
+    }
+  }
+  a.bos_token_id = r.raw("bos_token_id");
+  a.eos_token_id = r.raw("eos_token_id");
+  a.pad_token_id = r.raw("pad_token_id");
+  r.reject_unread();
+
+  if (a.heads % a.kv_heads != 0)
+    r.fail("num_key_value_heads",
+           fmt::format("num_attention_heads = {} is not a multiple of num_key_value_heads = {}", a.heads,
+                       a.kv_heads));
+  if (a.head_dim % 2 != 0)
+    r.fail("head_dim", fmt::format("{} is odd; RoPE rotates pairs of channels", a.head_dim));
+  if (static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden) * 2 +
+          static_cast<double>(a.layers) *
+              (static_cast<double>(a.hidden) * static_cast<double>(a.heads + a.kv_heads) * a.head_dim * 2 +
+               3.0 * static_cast<double>(a.hidden) * static_cast<double>(a.intermediate)) >
+      std::ldexp(1.0, 46))
+    r.fail("num_hidden_layers", "the model would have more than 2^46 parameters");
+  if (a.rope_scaling.type == RopeScaling::Type::yarn && a.rope_scaling.original_max_positions <= 0)
+    r.fail("rope_scaling", "yarn needs original_max_position_embeddings");
+  return a;
+}
+
+ModelArgs read_hf_config(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw model_config_error(path.string() + ": not a regular file (a model directory needs config.json)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw model_config_error(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hf_config(ss.str(), path.string());
+}
+
+std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
+  std::string arch_class = a.arch == Arch::llama   ? "LlamaForCausalLM"
+                           : a.arch == Arch::qwen2 ? "Qwen2ForCausalLM"
+                                                   : "Qwen3ForCausalLM";
+  std::string rope = "null";
+  const auto& s = a.rope_scaling;
+  switch (s.type) {
+    case RopeScaling::Type::none:
+      break;
+    case RopeScaling::Type::linear:
+      rope = fmt::format("{{\"rope_type\": \"linear\", \"factor\": {}}}", json_double(s.factor));
+      break;
+    case RopeScaling::Type::llama3:
+      rope = fmt::format(
+          "{{\"rope_type\": \"llama3\", \"factor\": {}, \"low_freq_factor\": {}, \"high_freq_factor\": {}, "
+          "\"original_max_position_embeddings\": {}}}",
+          json_double(s.factor), json_double(s.low_freq_factor), json_double(s.high_freq_factor),
+          s.original_max_positions);
+      break;
+    case RopeScaling::Type::yarn: {
+      rope = fmt::format(
+          "{{\"rope_type\": \"yarn\", \"factor\": {}, \"original_max_position_embeddings\": {}, "
+          "\"beta_fast\": {}, "
+          "\"beta_slow\": {}, \"truncate\": {}",
+          json_double(s.factor), s.original_max_positions, json_double(s.beta_fast), json_double(s.beta_slow),
+          s.truncate ? "true" : "false");
+      if (s.attention_factor)
+        rope += fmt::format(", \"attention_factor\": {}", json_double(*s.attention_factor));
+      if (s.mscale) rope += fmt::format(", \"mscale\": {}", json_double(*s.mscale));
+      if (s.mscale_all_dim) rope += fmt::format(", \"mscale_all_dim\": {}", json_double(*s.mscale_all_dim));
+      rope += "}";
+      break;
+    }
+  }
+  // {} prints the shortest text that reads back as the same double.
+  std::string out = fmt::format(
+      "{{\n  \"architectures\": [\"{}\"],\n  \"model_type\": \"{}\",\n  \"vocab_size\": {},\n  "
+      "\"hidden_size\": {},\n"
+      "  \"num_hidden_layers\": {},\n  \"num_attention_heads\": {},\n  \"num_key_value_heads\": {},\n"
+      "  \"head_dim\": {},\n  \"intermediate_size\": {},\n  \"hidden_act\": \"silu\",\n"
+      "  \"max_position_embeddings\": {},\n  \"rope_theta\": {},\n  \"rope_scaling\": {},\n"
+      "  \"rms_norm_eps\": {},\n  \"tie_word_embeddings\": {},\n  \"attention_dropout\": 0.0,\n",
+      arch_class, arch_name(a.arch), a.vocab_size, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
+      a.intermediate, a.max_positions, json_double(a.rope_theta), rope, json_double(a.rms_eps),
+      a.tie_embeddings ? "true" : "false");
+  if (a.arch == Arch::llama)
+    out += fmt::format("  \"attention_bias\": {},\n  \"mlp_bias\": {},\n",
+                       a.attention_bias ? "true" : "false", a.mlp_bias ? "true" : "false");
+  if (a.arch == Arch::qwen3)
+    out += fmt::format("  \"attention_bias\": {},\n", a.attention_bias ? "true" : "false");
+  if (a.arch != Arch::llama) out += "  \"use_sliding_window\": false,\n";
+  out += fmt::format("  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"pad_token_id\": {},\n",
+                     a.bos_token_id, a.eos_token_id, a.pad_token_id);
+  out += fmt::format("  \"torch_dtype\": \"{}\"\n}}\n", torch_dtype);
+  return out;
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,108 @@
+// What a model is, without LibTorch: the settings of a Llama / Qwen2 / Qwen3
+// decoder as HF's config.json states them, the presets, and the list of
+// parameters. The trainer builds its tensors from it and the planner its memory
+// model, so both read config.json the same way.
+//
+// The reader is strict on purpose: every key of config.json is either used,
+// known not to change what the model computes, or an error that names the file,
+// the key and its value. A checkpoint never loads into a model that computes
+// something else than transformers does.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace primecfg::train {
+
+// A config.json (or preset) the trainer cannot represent faithfully.
+struct model_config_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Arch { llama, qwen2, qwen3 };
+std::string_view arch_name(Arch a);  // the HF model_type
+
+// RoPE frequency scaling (HF's rope_scaling / rope_parameters).
+struct RopeScaling {
+  enum class Type { none, linear, llama3, yarn };
+  Type type = Type::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  std::int64_t original_max_positions = 0;               // llama3, yarn
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
+  std::optional<double> attention_factor;                // yarn: cos/sin scale; else from factor / mscale
+  std::optional<double> mscale, mscale_all_dim;          // yarn
+  bool truncate = true;                                  // yarn: round the correction range
+};
+std::string_view rope_type_name(RopeScaling::Type t);
+
+// One parameter tensor, in the trainer's order.
+struct ParamShape {
+  enum class Kind { matrix, norm, bias };
+  std::string name;
+  std::int64_t rows = 0, cols = 1;  // cols = 1 for vectors (norms, biases)
+  int block = -1;                   // transformer block, -1 outside the blocks
+  Kind kind = Kind::matrix;
+  std::int64_t numel() const { return rows * cols; }
+  bool is_matrix() const { return kind == Kind::matrix; }
+};
+
+struct ModelArgs {
+  Arch arch = Arch::qwen3;
+  std::int64_t vocab_size = 260;
+  std::int64_t hidden = 128;
+  std::int64_t layers = 2;
+  std::int64_t heads = 4;
+  std::int64_t kv_heads = 2;
+  std::int64_t head_dim = 32;
+  std::int64_t intermediate = 384;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling = {};
+  std::int64_t max_positions = 32768;  // max_position_embeddings
+  double rms_eps = 1e-6;
+  bool tie_embeddings = true;
+  bool attention_bias = false;  // biases on q, k, v and o (llama, qwen3: attention_bias)
+  bool qkv_bias = false;        // biases on q, k and v only (qwen2, always)
+  bool mlp_bias = false;        // biases on gate, up and down (llama: mlp_bias)
+  // Token ids as config.json wrote them (JSON text: a number, a list or null), written
+  // back unchanged so that HF and vLLM stop generation where the source model did.
+  std::string bos_token_id = "null", eos_token_id = "null", pad_token_id = "null";
+
+  bool qk_norm() const { return arch == Arch::qwen3; }
+  bool q_bias() const { return attention_bias || qkv_bias; }
+  bool o_bias() const { return attention_bias; }
+
+  // Every parameter in the trainer's order: the embedding, block by block, the final
+  // norm, the LM head when untied.
+  std::vector<ParamShape> params() const;
+  // Parameters inside matmuls (what the MFU formula calls N): everything but norms,
+  // biases and the input embedding (counted when tied, since it is the LM head).
+  std::int64_t matmul_params() const;
+  std::int64_t total_params() const;
+
+  // RoPE as transformers computes it: the inverse frequencies (head_dim / 2 of them)
+  // and the factor that scales cos and sin (1 except for yarn).
+  std::vector<double> rope_inv_freq() const;
+  double rope_attention_scaling() const;
+};
+
+// Presets by model.name: "primecfg/tiny" (the default run), "Qwen/Qwen3-0.6B",
+// "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B", "meta-llama/Meta-Llama-3-8B",
+// "meta-llama/Llama-3.1-8B" (shapes and RoPE of the published configs).
+std::optional<ModelArgs> preset(std::string_view name);
+std::vector<std::string> preset_names();
+
+// Reads an HF config.json. Throws model_config_error naming the file, the key and the
+// value for anything that is missing, malformed, out of range or not implemented.
+ModelArgs read_hf_config(const std::filesystem::path& config_json);
+// The same from text (path names the source in messages).
+ModelArgs parse_hf_config(std::string_view text, const std::string& path);
+// The config.json that transformers (4.x and 5.x) and vLLM read back as this model.
+std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype);
+
+}  // namespace primecfg::train

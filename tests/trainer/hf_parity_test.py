@@ -1,0 +1,300 @@
+"""primecfg-train computes what transformers computes.
+
+For each supported architecture and RoPE variant, transformers builds a small
+random model (norms and biases perturbed so that every term matters, attention
+sharp enough that positions matter) and saves it. primecfg-train loads the folder
+and writes the FP32 CPU logits of a pre-tokenized batch (--dump-logits); they
+must equal transformers' within 1e-5 of the largest logit. The same holds for
+config.json in the transformers 4.x layout (rope_theta + rope_scaling) and the
+5.x one (rope_parameters). Then the round trip: one training step saves a
+checkpoint, transformers loads that folder, and its logits equal primecfg-train's
+on it. Finally, keys and tensors the trainer does not implement are refused by name.
+
+usage: hf_parity_test.py PRIMECFG_TRAIN
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+TRAIN = sys.argv[1]
+SEQ_LEN = 64
+TOLERANCE = 1e-5  # of the largest logit
+
+torch.manual_seed(0)
+
+
+def small(cls, **kw):
+    base = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
+    base.update(kw)
+    return cls(**base)
+
+
+def rope(kind, theta=10000.0):
+    if kind == "default":
+        return {"rope_type": "default", "rope_theta": theta}
+    if kind == "linear":
+        return {"rope_type": "linear", "rope_theta": theta, "factor": 2.0}
+    if kind == "llama3":
+        return {
+            "rope_type": "llama3",
+            "rope_theta": theta,
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+    if kind == "yarn":
+        return {"rope_type": "yarn", "rope_theta": theta, "factor": 4.0, "original_max_position_embeddings": 64}
+    raise ValueError(kind)
+
+
+L, Q2, Q3 = transformers.LlamaConfig, transformers.Qwen2Config, transformers.Qwen3Config
+CASES = {
+    "llama-default": lambda: small(L, head_dim=16, rope_parameters=rope("default")),
+    "llama-linear": lambda: small(L, head_dim=16, rope_parameters=rope("linear", 500000.0)),
+    "llama-llama3": lambda: small(L, head_dim=16, rope_parameters=rope("llama3", 500000.0)),
+    "llama-yarn": lambda: small(L, head_dim=16, rope_parameters=rope("yarn")),
+    "llama-biases-tied": lambda: small(
+        L, head_dim=16, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, rope_parameters=rope("default")
+    ),
+    "llama-headdim-wide": lambda: small(L, head_dim=24, rope_parameters=rope("llama3")),
+    "qwen2": lambda: small(Q2, rope_parameters=rope("default", 1000000.0)),
+    "qwen2-tied-yarn": lambda: small(Q2, tie_word_embeddings=True, rope_parameters=rope("yarn")),
+    "qwen3": lambda: small(Q3, head_dim=16, rope_parameters=rope("default", 1000000.0)),
+    "qwen3-tied-bias-yarn": lambda: small(
+        Q3, head_dim=16, attention_bias=True, tie_word_embeddings=True, rope_parameters=rope("yarn")
+    ),
+}
+
+
+def perturb(model):
+    """Every term matters: norms away from 1, biases away from 0, sharp attention."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+            elif "q_proj" in name or "k_proj" in name:
+                p.copy_(0.25 * torch.randn_like(p))
+            else:
+                p.copy_(0.08 * torch.randn_like(p))
+
+
+def legacy_layout(path):
+    """Rewrites config.json as transformers 4.x wrote it: rope_theta and rope_scaling."""
+    cfg = json.load(open(path))
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params.pop("rope_theta")
+    cfg["rope_scaling"] = None if params["rope_type"] == "default" else params
+    json.dump(cfg, open(path, "w"), indent=2)
+
+
+def records(vocab, n=3):
+    """Pre-tokenized records of different lengths (one per row: no packing)."""
+    g = torch.Generator().manual_seed(1)
+    lengths = [SEQ_LEN + 1, SEQ_LEN // 2, 17][:n]
+    return [{"input_ids": torch.randint(0, vocab, (k,), generator=g).tolist()} for k in lengths]
+
+
+def write_run(work, model_dir, data, extra=""):
+    jsonl = os.path.join(work, "data.jsonl")
+    with open(jsonl, "w") as f:
+        for r in data:
+            f.write(json.dumps(r) + "\n")
+    toml = os.path.join(work, "run.toml")
+    with open(toml, "w") as f:
+        f.write(
+            f"""max_steps = 1
+output_dir = {json.dumps(os.path.join(work, "out"))}
+[model]
+name = {json.dumps(model_dir)}
+attn = "sdpa"
+compile = "None"
+[data]
+path = {json.dumps(jsonl)}
+seq_len = {SEQ_LEN}
+batch_size = {len(data)}
+micro_batch_size = {len(data)}
+pack = false
+shuffle = false
+[optim]
+lr = 1e-2
+{extra}"""
+        )
+    return toml
+
+
+def run_train(toml, *args, ok=True):
+    cmd = [TRAIN, "@", toml, "--device=cpu", "--compute-dtype=fp32", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+def dump(work, model_dir, data):
+    out = os.path.join(work, "logits.safetensors")
+    run_train(write_run(work, model_dir, data), f"--dump-logits={out}")
+    return load_file(out)
+
+
+def hf_logits(model_dir, ids):
+    m = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    m.eval()
+    with torch.no_grad():
+        return m(input_ids=ids[None]).logits[0]
+
+
+def compare(name, ours, model_dir):
+    """Row by row on the real tokens (padding is its own document in ours)."""
+    worst = 0.0
+    for row in range(ours["input_ids"].shape[0]):
+        n = int((ours["doc_ids"][row] == 0).sum())
+        ids = ours["input_ids"][row, :n]
+        ref = hf_logits(model_dir, ids)
+        err = (ours["logits"][row, :n] - ref).abs().max().item() / ref.abs().max().item()
+        worst = max(worst, err)
+    if not worst <= TOLERANCE:
+        raise AssertionError(f"{name}: logits differ from transformers by {worst:.3g} of the largest (> {TOLERANCE})")
+    return worst
+
+
+def expect_error(work, model_dir, needle, what):
+    os.makedirs(work, exist_ok=True)
+    data = records(96, 1)
+    p = run_train(write_run(work, model_dir, data), "--dump-logits=" + os.path.join(work, "x.safetensors"), ok=False)
+    if p.returncode != 1 or needle not in p.stderr:
+        raise AssertionError(f"{what}: expected exit 1 with {needle!r}, got {p.returncode}:\n{p.stderr}")
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="hf-parity-")
+    failures = []
+    for name, make in CASES.items():
+        try:
+            work = os.path.join(root, name)
+            model_dir = os.path.join(work, "hf")
+            os.makedirs(work)
+            model = transformers.AutoModelForCausalLM.from_config(make(), dtype=torch.float32)
+            perturb(model)
+            model.save_pretrained(model_dir)
+            data = records(model.config.vocab_size)
+            err = compare(name, dump(work, model_dir, data), model_dir)
+            # The transformers 4.x layout of the same config: transformers and we read the same model.
+            legacy_dir = os.path.join(work, "hf-4x")
+            shutil.copytree(model_dir, legacy_dir)
+            legacy_layout(os.path.join(legacy_dir, "config.json"))
+            err4 = compare(name + " (4.x config)", dump(work, legacy_dir, data), model_dir)
+            # Round trip: a checkpoint of one training step is an HF directory of the trained model.
+            toml = write_run(work, model_dir, data, "[ckpt]\n")
+            run_train(toml)
+            step = os.path.join(work, "out", "checkpoints", "step_1")
+            errt = compare(name + " (round trip)", dump(work, step, data), step)
+            trained = load_file(os.path.join(step, "model.safetensors"))
+            moved = max((trained[k] - v).abs().max().item() for k, v in model.state_dict().items() if k in trained)
+            if not moved > 0:
+                raise AssertionError(f"{name}: the checkpoint holds the untrained weights")
+            print(f"ok {name}: {err:.2e} (5.x config), {err4:.2e} (4.x config), {errt:.2e} (round trip)")
+        except AssertionError as e:
+            failures.append(str(e))
+            print(f"FAIL {e}")
+
+    # Refusals: each one names the key or tensor.
+    work = os.path.join(root, "refusals")
+    base = os.path.join(work, "base")
+    os.makedirs(work)
+    model = transformers.AutoModelForCausalLM.from_config(CASES["llama-default"](), dtype=torch.float32)
+    model.save_pretrained(base)
+
+    def variant(tag, edit_config=None, edit_tensors=None):
+        d = os.path.join(work, tag)
+        shutil.copytree(base, d)
+        if edit_config:
+            cfg = json.load(open(os.path.join(d, "config.json")))
+            edit_config(cfg)
+            json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        if edit_tensors:
+            t = load_file(os.path.join(d, "model.safetensors"))
+            edit_tensors(t)
+            save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        return d
+
+    refusals = [
+        ("unknown key", dict(edit_config=lambda c: c.update(rope_interleaved=True)), '"rope_interleaved"'),
+        ("dynamic rope", dict(edit_config=lambda c: c.update(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})), "dynamic"),
+        ("activation", dict(edit_config=lambda c: c.update(hidden_act="gelu")), '"hidden_act"'),
+        ("dropout", dict(edit_config=lambda c: c.update(attention_dropout=0.1)), '"attention_dropout"'),
+        ("odd head_dim", dict(edit_config=lambda c: c.update(head_dim=15)), '"head_dim"'),
+        ("zero size", dict(edit_config=lambda c: c.update(intermediate_size=0)), '"intermediate_size"'),
+        ("heads", dict(edit_config=lambda c: c.update(num_key_value_heads=3)), '"num_key_value_heads"'),
+        ("string size", dict(edit_config=lambda c: c.update(hidden_size="64")), '"hidden_size"'),
+        ("model_type", dict(edit_config=lambda c: c.update(model_type="mistral")), '"mistral"'),
+        (
+            "extra tensor",
+            dict(edit_tensors=lambda t: t.update({"model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(8)})),
+            "model.layers.0.self_attn.rotary_emb.inv_freq",
+        ),
+        ("missing tensor", dict(edit_tensors=lambda t: t.pop("model.layers.1.mlp.up_proj.weight")), "model.layers.1.mlp.up_proj.weight"),
+        (
+            "integer tensor",
+            dict(edit_tensors=lambda t: t.update({"model.norm.weight": torch.ones(64, dtype=torch.int32)})),
+            "model.norm.weight has dtype I32",
+        ),
+        (
+            "bias the config does not have",
+            dict(edit_tensors=lambda t: t.update({"model.layers.0.self_attn.q_proj.bias": torch.zeros(64)})),
+            "model.layers.0.self_attn.q_proj.bias",
+        ),
+        (
+            "tied head that differs",
+            dict(
+                edit_config=lambda c: c.update(tie_word_embeddings=True),
+                edit_tensors=lambda t: t.update({"lm_head.weight": t["lm_head.weight"] + 1}),
+            ),
+            "lm_head.weight differs",
+        ),
+    ]
+    for what, edits, needle in refusals:
+        try:
+            expect_error(os.path.join(work, what.replace(" ", "_")) + "-run", variant(what.replace(" ", "_"), **edits), needle, what)
+            print(f"ok refused: {what}")
+        except (AssertionError, FileNotFoundError) as e:
+            failures.append(str(e))
+            print(f"FAIL {e}")
+    # A token id outside the vocabulary names the data file and line.
+    d = os.path.join(work, "oov-run")
+    os.makedirs(d)
+    p = run_train(write_run(d, base, [{"input_ids": [1, 2, 3]}, {"input_ids": [4, 96]}]), "--dump-logits=" + os.path.join(d, "x"), ok=False)
+    if p.returncode != 1 or "data.jsonl:2" not in p.stderr or "outside the vocabulary" not in p.stderr:
+        failures.append(f"out-of-vocabulary id: {p.returncode} {p.stderr}")
+    else:
+        print("ok refused: token id outside the vocabulary")
+
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    shutil.rmtree(root, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

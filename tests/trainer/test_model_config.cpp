@@ -1,0 +1,97 @@
+// config.json as the trainer reads it (model_config.hpp, no LibTorch): the cases
+// that tests/trainer/hf_parity_test.py does not reach with transformers' own files.
+#include "model_config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace train = primecfg::train;
+
+namespace {
+
+// A valid Qwen3 config.json with `extra` spliced in before the closing brace.
+std::string qwen3(const std::string& extra = "") {
+  return R"({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48)" +
+         extra + "}";
+}
+
+train::ModelArgs parse(const std::string& text) { return train::parse_hf_config(text, "cfg/config.json"); }
+
+}  // namespace
+
+TEST_CASE("config.json: the defaults transformers' config classes use") {
+  auto a = parse(qwen3());
+  CHECK(a.head_dim == 128);  // Qwen3Config's default, not hidden_size / heads
+  CHECK(a.rope_theta == 10000.0);
+  CHECK_FALSE(a.tie_embeddings);
+  auto b = parse(R"({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 32, "intermediate_size": 48})");
+  CHECK(b.kv_heads == 32);  // Qwen2Config's default when the key is absent
+  CHECK(b.head_dim == 2);
+  CHECK(b.qkv_bias);
+  CHECK_FALSE(b.o_bias());
+  auto c = parse(R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "intermediate_size": 48})");
+  CHECK(c.kv_heads == 4);
+  CHECK(c.max_positions == 2048);
+}
+
+TEST_CASE("config.json: what would be ambiguous or silently different is refused by name") {
+  auto refused = [](const std::string& text, const char* needle) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(parse(text), doctest::Contains(needle), train::model_config_error);
+  };
+  refused(qwen3(R"(, "hidden_size": 64)"), "duplicate key");
+  refused(qwen3(R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                  "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0})"),
+          "\"rope_parameters\"");
+  refused(qwen3(R"(, "rope_theta": 5.0, "rope_parameters": {"rope_type": "default", "rope_theta": 6.0})"),
+          "disagrees");
+  refused(qwen3(R"(, "use_sliding_window": true)"), "\"use_sliding_window\"");
+  refused(qwen3(R"(, "layer_types": ["full_attention", "sliding_attention"])"), "\"layer_types\"");
+  refused(qwen3(R"(, "layer_types": ["full_attention"])"), "num_hidden_layers = 2");
+  refused(qwen3(R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0})"), "low_freq_factor");
+  refused(qwen3(R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3})"), "beta_fast");
+  refused(qwen3(R"(, "rope_scaling": {"rope_type": "longrope"})"), "longrope");
+  refused(qwen3(R"(, "partial_rotary_factor": 0.5)"), "partial_rotary_factor");
+  refused(qwen3(R"(, "quantization_config": {"quant_method": "gptq"})"), "\"quantization_config\"");
+  refused(qwen3(R"(, "head_dim": 7)"), "odd");
+  refused(R"({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 48})",
+          "not a multiple");
+  refused(qwen3(R"(, "vocab_size": -1)"), "\"vocab_size\"");
+  refused(qwen3(R"(, "vocab_size": 1.5)"), "\"vocab_size\"");
+  refused(R"({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 48, "attention_bias": false})",
+          "\"attention_bias\"");
+  refused(R"({"vocab_size": 64})", "\"model_type\"");
+}
+
+TEST_CASE("config.json: written and read back, every setting survives") {
+  for (const auto& name : train::preset_names()) {
+    CAPTURE(name);
+    auto a = *train::preset(name);
+    auto b = parse(train::hf_config_json(a, "bfloat16"));
+    CHECK(b.params().size() == a.params().size());
+    CHECK(b.total_params() == a.total_params());
+    CHECK(b.rope_inv_freq() == a.rope_inv_freq());
+    CHECK(b.rope_attention_scaling() == a.rope_attention_scaling());
+    CHECK(b.eos_token_id == a.eos_token_id);
+  }
+}
+
+TEST_CASE("presets: Llama 3.1 and 3.2 carry their llama3 RoPE scaling, Llama 3 does not") {
+  auto l3 = *train::preset("meta-llama/Meta-Llama-3-8B");
+  auto l31 = *train::preset("meta-llama/Llama-3.1-8B");
+  CHECK(l3.rope_scaling.type == train::RopeScaling::Type::none);
+  CHECK(l31.rope_scaling.type == train::RopeScaling::Type::llama3);
+  CHECK(l31.rope_scaling.factor == 8.0);
+  CHECK(train::preset("meta-llama/Llama-3.2-1B")->rope_scaling.factor == 32.0);
+  CHECK(l3.total_params() == l31.total_params());
+  // The highest frequency is not scaled, the lowest is divided by the factor.
+  auto f3 = l3.rope_inv_freq(), f31 = l31.rope_inv_freq();
+  CHECK(f31.front() == f3.front());
+  CHECK(f31.back() == doctest::Approx(f3.back() / 8.0));
+}
