@@ -76,14 +76,14 @@ struct RLConfig {
 
   // Shared settings flow into [trainer] unless it sets them itself, the way
   // prime-rl's launcher shares them; a different explicit value is an error.
-  void validate(validation& v) {
+  // This runs before every validate(), so the trainer's own rules (the
+  // scheduler against max_steps, ...) see the shared values.
+  void share(validation& v) {
     if (max_steps) v.inherit(trainer.max_steps, max_steps);
     if (seq_len) v.inherit(trainer.model.seq_len, seq_len);
     v.inherit_fields(trainer.model.name, model.name);
-    if (ckpt) {
-      if (!trainer.ckpt) trainer.ckpt.emplace();
-      v.inherit_fields(*trainer.ckpt, *ckpt);
-    }
+    if (ckpt)
+      if (CheckpointConfig* target = v.engage(trainer.ckpt, ckpt)) v.inherit_fields(*target, *ckpt);
     if (weight_broadcast) v.inherit_fields(trainer.weight_broadcast, *weight_broadcast);
   }
 };
