@@ -5,7 +5,10 @@
 // `@ FILE` (or `@FILE`) adds a file; `--a.b=v` and `--a.b v` set a value;
 // kebab-case and snake_case both work; a boolean alone (`--flag`) is true and
 // `--no-flag` false; an optional section alone (`--model.ac`) is turned on
-// with its defaults and `--no-model.ac` turns it off.
+// with its defaults and `--no-model.ac` turns it off. `true`, `false` and
+// `None` after any flag are its value (`--model.ac None`), never a file. A
+// key a migration retired (`--model.optim-cpu-offload`) is an error that
+// names its replacement.
 #pragma once
 
 #include <primecfg/detail/did_you_mean.hpp>
@@ -43,13 +46,17 @@ PRIMECFG_LOADER_API void refuse_arguments(const std::vector<std::string>& rest,
 
 namespace detail {
 
-enum class flag_kind { unknown, boolean, value, section, optional_section };
+enum class flag_kind { unknown, boolean, value, section, optional_section, retired };
 
 struct flag_lookup {
   flag_kind kind = flag_kind::unknown;
   std::string path;        // normalised dotted path (snake_case field names)
-  std::string suggestion;  // for unknown flags: the closest valid path, if any
+  std::string suggestion;  // unknown flags: the closest valid path, if any; retired: the replacement
 };
+
+// The words that `--flag word` reads as the flag's value even where the flag
+// needs none (a boolean, an optional section): never a file name.
+inline bool is_flag_word(std::string_view s) { return s == "true" || s == "false" || s == "None"; }
 
 inline std::vector<std::string> split_dotted(std::string_view s) {
   std::vector<std::string> out;
@@ -74,6 +81,14 @@ inline flag_lookup resolve_field_flag(const type_ops& type, const std::vector<st
   for (std::size_t f = 0; f < shape.names.size(); ++f)
     if (shape.names[f] == name)
       return resolve_flag(*type.record->fields[f], segments, i + 1, join_path(path, name));
+  for (const retired_key& r : shape.retired) {
+    if (r.key != name) continue;
+    std::string replacement;
+    if (!r.replacement.empty())
+      replacement = r.replacement.find('.') != std::string_view::npos ? std::string(r.replacement)
+                                                                      : join_path(path, r.replacement);
+    return {flag_kind::retired, join_path(path, name), replacement};
+  }
   std::string hint = closest_match(name, shape.names);
   if (hint.empty()) return {flag_kind::unknown, {}, {}};
   std::string suggestion = join_path(path, hint);
@@ -185,7 +200,18 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
         if (n.kind == flag_kind::boolean || n.kind == flag_kind::optional_section) r = n, negated = true;
       }
     }
+    // `--flag true`, `--flag false`, `--flag None` mean `--flag=...` for every flag.
+    if (!value && !negated && r.kind != flag_kind::unknown && r.kind != flag_kind::value &&
+        i + 1 < args.size() && is_flag_word(args[i + 1]))
+      value = args[++i];
     switch (r.kind) {
+      case flag_kind::retired:
+        errors.push_back(command_line_error(
+            error_kind::extra_forbidden, flag,
+            r.suggestion.empty() ? fmt::format("'{}' was removed; drop the flag", flag)
+                                 : fmt::format("'{}' was replaced by '--{}'; use '--{}=...' instead", flag,
+                                               r.suggestion, r.suggestion)));
+        continue;
       case flag_kind::unknown:
         errors.push_back(command_line_error(
             error_kind::extra_forbidden, flag,

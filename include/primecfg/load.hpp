@@ -228,14 +228,27 @@ inline void sort_diagnostics(std::vector<diagnostic>& diags, const sources& src)
   diags = std::move(sorted);
 }
 
-// Required fields that no source set, then every validate(), children first.
+// Every share() (parents first: shared settings reach the sections they
+// belong to before any rule runs), then the required fields that no source
+// set, then every validate(), children first.
 inline void check_and_validate(void* value, const type_ops& type, std::vector<diagnostic>& diagnostics,
                                provenance_map& provenance) {
   value_index index;
-  index_value(value, type, "", nullptr, index);
   validation v(diagnostics, provenance);
+  auto reindex = [&] {
+    index = value_index{};
+    index_value(value, type, "", nullptr, index);
+    v.clear_fields();
+    for (const value_index::field_entry& f : index.fields) v.add_field(f.address, f.type, f.path);
+  };
+  reindex();
+  v.on_reindex(reindex);
+  // A share() may turn sections on: the index is rebuilt then, so the list is copied.
+  std::vector<std::pair<void*, value_index::rule_fn>> shares = index.shares;
+  for (auto& [object, share] : shares) share(object, v);
+  reindex();
+  v.on_reindex({});
   for (const value_index::field_entry& f : index.fields) {
-    v.add_field(f.address, f.type, f.path);
     if (f.doc && f.doc->required && !provenance.contains(f.path)) {
       diagnostic d;
       d.kind = error_kind::missing;

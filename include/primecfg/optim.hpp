@@ -67,7 +67,7 @@ struct MuonConfig {
   std::optional<double> max_norm = 1.0;
   double momentum = 0.95;
   double betas1 = 0.9;
-  double betas2 = 0.999;
+  double betas2 = 0.95;
 
   static constexpr auto fields() {
     using S = MuonConfig;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <primecfg/detail/toml.hpp>
 
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <variant>
@@ -40,27 +41,141 @@ inline void full_offload_optimizer(validation& v, const ModelConfig& model, Opti
       optim);
 }
 
-// A warm-up (plus decay) longer than the run would never reach its peak.
+// prime-rl's validate_scheduler, per scheduler type. A linear schedule
+// needs a warm-up or a decay; one that decays needs max_steps and must fit in
+// it; a cosine schedule needs max_steps and a warm-up shorter than it. (The
+// constant warm-up and the cosine decay_steps are primecfg's own fields: they
+// must fit too.) Sums saturate: rules also run on values that failed bounds.
 inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler,
                            const std::optional<std::int64_t>& max_steps) {
-  if (!max_steps) return;
+  auto sum = [](std::int64_t a, std::int64_t b) {
+    std::int64_t total;
+    if (__builtin_add_overflow(a, b, &total))
+      total = b > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+    return total;
+  };
+  std::string steps = max_steps ? fmt::format("max_steps = {}", *max_steps) : std::string();
   std::visit(
       [&](const auto& s) {
-        // Rules run on values that failed their bounds too: the sum saturates
-        // instead of overflowing.
-        std::int64_t total = s.warmup_steps;
-        if constexpr (requires { s.decay_steps; }) {
+        using S = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<S, LinearSchedulerConfig>) {
           std::int64_t decay = s.decay_steps.value_or(0);
-          if (__builtin_add_overflow(total, decay, &total))
-            total = decay > 0 ? std::numeric_limits<std::int64_t>::max()
-                              : std::numeric_limits<std::int64_t>::min();
+          if (s.warmup_steps == 0 && s.decay_steps && decay == 0) {
+            v.error(s.warmup_steps,
+                    "a linear schedule needs warmup_steps > 0 or decay_steps > 0 (use type = \"constant\")");
+            return;
+          }
+          if (s.decay_steps && decay == 0) {
+            if (max_steps && s.warmup_steps > *max_steps)
+              v.error(s.warmup_steps,
+                      fmt::format("warm-up takes {} steps, more than {}", s.warmup_steps, steps));
+            return;
+          }
+          if (!max_steps) {
+            v.error(s.decay_steps, "a linear schedule that decays needs max_steps");
+            return;
+          }
+          std::int64_t total = sum(s.warmup_steps, decay);
+          if (total > *max_steps)
+            v.error(s.warmup_steps,
+                    fmt::format("warm-up plus decay takes {} steps, more than {}", total, steps));
+        } else if constexpr (std::is_same_v<S, CosineSchedulerConfig>) {
+          if (!max_steps) {
+            v.error(s.warmup_steps, "a cosine schedule needs max_steps");
+            return;
+          }
+          if (s.warmup_steps >= *max_steps) {
+            v.error(s.warmup_steps,
+                    fmt::format("warm-up takes {} steps; it must be shorter than {}", s.warmup_steps, steps));
+            return;
+          }
+          std::int64_t total = sum(s.warmup_steps, s.decay_steps.value_or(0));
+          if (total > *max_steps)
+            v.error(s.warmup_steps,
+                    fmt::format("warm-up plus decay takes {} steps, more than {}", total, steps));
+        } else {
+          if (max_steps && s.warmup_steps > *max_steps)
+            v.error(s.warmup_steps,
+                    fmt::format("warm-up takes {} steps, more than {}", s.warmup_steps, steps));
         }
-        if (total > *max_steps)
-          v.error(s.warmup_steps,
-                  fmt::format("warm-up{} takes {} steps, more than max_steps = {}",
-                              total == s.warmup_steps ? "" : " plus decay", total, *max_steps));
       },
       scheduler);
+}
+
+inline bool custom_or_auto(ModelImpl impl) { return impl == ModelImpl::custom || impl == ModelImpl::auto_; }
+
+// prime-rl's ModelConfig validators (trainer.py) and the EP / router-replay
+// rules its SFTConfig and TrainerConfig share.
+inline void model_rules(validation& v, ModelConfig& m) {
+  if (m.trust_remote_code && m.impl != ModelImpl::hf && m.impl != ModelImpl::auto_)
+    v.error(m.trust_remote_code, "trust_remote_code needs model.impl = \"hf\" or \"auto\"");
+  if (m.vlm && m.impl != ModelImpl::custom)
+    v.error(m.impl, "vision-language training (model.vlm) needs impl = \"custom\"");
+  if (m.vlm && m.cp > 1 && m.cp_style != CpStyle::ulysses)
+    v.error(m.cp_style, "vision-language models need cp_style = \"ulysses\" with cp > 1");
+  if (m.cp > 1) {
+    if (m.attn != Attention::flash_attention_2 && m.attn != Attention::flash_attention_3 &&
+        m.attn != Attention::flash_attention_4 && m.attn != Attention::auto_)
+      v.error(m.attn,
+              fmt::format("context parallelism (cp = {}) needs flash attention 2, 3, 4 or auto", m.cp));
+    if (!custom_or_auto(m.impl))
+      v.error(m.impl, fmt::format("context parallelism (cp = {}) needs impl = \"custom\" or \"auto\"", m.cp));
+  }
+  if (m.ac_offloading && !m.ac) {
+    if (v.is_set(m.ac))
+      v.error(
+          m.ac,
+          "activation offloading (model.ac_offloading) needs activation checkpointing; remove ac = \"None\"");
+    else {
+      m.ac.emplace();
+      v.note(m.ac, "activation checkpointing turned on with its defaults: model.ac_offloading needs it");
+    }
+  }
+  if (m.ac && m.ac->mode == AcMode::selective && !custom_or_auto(m.impl))
+    v.error(m.impl, "selective activation checkpointing needs impl = \"custom\" or \"auto\"");
+  if ((m.attn == Attention::flash_attention_4 || m.attn == Attention::auto_) && !custom_or_auto(m.impl))
+    v.error(
+        m.attn,
+        fmt::format("attn = \"{}\" (which may pick flash attention 4) needs impl = \"custom\" or \"auto\"",
+                    m.attn == Attention::auto_ ? "auto" : "flash_attention_4"));
+  if (m.quantization && !custom_or_auto(m.impl))
+    v.error(m.quantization, "quantized training needs impl = \"custom\" or \"auto\"");
+  if (m.ep_comm_backend != EpCommBackend::torch && m.ep <= 1)
+    v.error(m.ep_comm_backend, "ep_comm_backend = \"deepep\" needs ep > 1");
+  if (m.ep != 1 && !custom_or_auto(m.impl))
+    v.error(m.ep, "expert parallelism needs impl = \"custom\" or \"auto\"");
+}
+
+// Rules of prime-rl's SFTConfig and TrainerConfig over the model and the optimizer.
+inline void trainer_rules(validation& v, ModelConfig& m, OptimizerConfig& optim) {
+  model_rules(v, m);
+  if (m.ep_comm_backend == EpCommBackend::deepep)
+    std::visit(
+        [&](auto& o) {
+          v.require_value(o.max_norm, std::optional<double>{},
+                          "ep_comm_backend = \"deepep\" cannot clip gradients; set max_norm = \"None\"");
+        },
+        optim);
+  if (m.vlm) {
+    if (m.optimization_dtype != Dtype::bfloat16)
+      v.error(m.optimization_dtype, "vision-language models train in bfloat16 (as vLLM serves them)");
+    if (m.reduce_dtype != Dtype::bfloat16)
+      v.error(m.reduce_dtype, "vision-language models reduce in bfloat16 (as vLLM serves them)");
+    if (!m.vlm->freeze_vision_encoder && m.lora)
+      v.error(
+          m.vlm->freeze_vision_encoder,
+          "freeze_vision_encoder = false does not work with LoRA (LoRA freezes every non-adapter weight)");
+  }
+}
+
+// prime-rl's dont_do_massive_traces.
+inline void trace_fits(validation& v, const std::optional<std::filesystem::path>& trace_path,
+                       const std::optional<std::int64_t>& max_steps) {
+  if (!trace_path) return;
+  if (!max_steps)
+    v.error(*trace_path, "tracing needs max_steps");
+  else if (*max_steps >= 10)
+    v.error(*trace_path, fmt::format("tracing {} steps writes a huge trace; use max_steps < 10", *max_steps));
 }
 
 // Gradient accumulation needs whole micro-batches.

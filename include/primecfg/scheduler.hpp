@@ -22,14 +22,17 @@ struct ConstantSchedulerConfig {
 struct LinearSchedulerConfig {
   static constexpr std::string_view type = "linear";
   std::int64_t warmup_steps = 10;
-  std::optional<std::int64_t> decay_steps = std::nullopt;
+  std::optional<std::int64_t> decay_steps = 10;
   double min_lr = 0.0;
 
   static constexpr auto fields() {
     using S = LinearSchedulerConfig;
-    return describe(field(&S::warmup_steps, "Steps of linear warm-up from 0.", ge(0)),
-                    field(&S::decay_steps, "Steps of linear decay; \"None\" decays until max_steps.", ge(0)),
-                    field(&S::min_lr, "Learning rate at the end of decay.", ge(0)));
+    return describe(
+        field(&S::warmup_steps, "Steps of linear warm-up from 0.", ge(0)),
+        field(&S::decay_steps,
+              "Steps of linear decay at the end of the run; \"None\" decays over all steps after warm-up.",
+              ge(0)),
+        field(&S::min_lr, "Learning rate at the end of decay.", ge(0)));
   }
 };
 

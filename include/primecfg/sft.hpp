@@ -10,6 +10,7 @@
 #include <primecfg/optim.hpp>
 #include <primecfg/rules.hpp>
 #include <primecfg/scheduler.hpp>
+#include <primecfg/trainer.hpp>
 #include <primecfg/validate.hpp>
 
 #include <cstdint>
@@ -40,7 +41,13 @@ struct SFTConfig {
   RendererConfig renderer = {};
   std::optional<std::int64_t> max_steps = std::nullopt;
   std::filesystem::path output_dir = "outputs";
-  std::int64_t dist_timeout_seconds = 600;
+  bool clean = false;
+  MatmulPrecision matmul_precision = MatmulPrecision::high;
+  std::optional<std::filesystem::path> memory_profiler_path = std::nullopt;
+  std::optional<std::filesystem::path> trace_path = std::nullopt;
+  std::optional<GCConfig> gc = GCConfig{};
+  bool dry_run = false;
+  std::int64_t dist_timeout_seconds = 3600;
   std::map<std::string, std::string> env_vars = {};
   std::optional<opaque_table> eval = std::nullopt;
   std::optional<opaque_table> inference = std::nullopt;
@@ -59,7 +66,13 @@ struct SFTConfig {
                     field(&S::renderer, "Chat template rendering."),
                     field(&S::max_steps, "Optimizer steps to run; \"None\" runs one epoch.", ge(0)),
                     field(&S::output_dir, "Folder for metrics, the resolved config and checkpoints."),
-                    field(&S::dist_timeout_seconds, "Timeout of collective operations.", ge(1)),
+                    field(&S::clean, "Delete the run folder before starting."),
+                    field(&S::matmul_precision, "Precision of float32 matmuls (high allows TF32)."),
+                    field(&S::memory_profiler_path, "Write a memory profile here."),
+                    field(&S::trace_path, "Write a profiler trace here (needs max_steps < 10)."),
+                    field(&S::gc, "Deterministic garbage collection; \"None\" keeps Python's default."),
+                    field(&S::dry_run, "Validate and write the resolved config, then stop (launcher)."),
+                    field(&S::dist_timeout_seconds, "Timeout of collective operations, seconds.", ge(1)),
                     field(&S::env_vars, "Environment variables set in every process."),
                     field(&S::eval, "Online evaluation (read by the launcher, not the trainer)."),
                     field(&S::inference, "Inference servers (read by the launcher)."),
@@ -71,8 +84,23 @@ struct SFTConfig {
 
   void validate(validation& v) {
     rules::full_offload_optimizer(v, model, optim);
+    rules::trainer_rules(v, model, optim);
     rules::scheduler_fits(v, scheduler, max_steps);
-    std::visit([&](const auto& d) { rules::micro_batches_divide(v, d); }, data);
+    rules::trace_fits(v, trace_path, max_steps);
+    std::visit(
+        [&](const auto& d) {
+          rules::micro_batches_divide(v, d);
+          // prime-rl's validate_cp_seq_len, validate_cp_micro_batch_size, validate_vlm_constraints.
+          if (model.cp > 1 && d.seq_len % model.cp != 0)
+            v.error(d.seq_len,
+                    fmt::format("must be a multiple of the context-parallel degree model.cp = {}", model.cp));
+          if (model.cp > 1 && d.micro_batch_size != 1)
+            v.error(d.micro_batch_size,
+                    fmt::format("must be 1 with context parallelism (model.cp = {})", model.cp));
+          if (model.vlm && d.micro_batch_size != 1)
+            v.error(d.micro_batch_size, "must be 1 for vision-language SFT (model.vlm)");
+        },
+        data);
   }
 };
 

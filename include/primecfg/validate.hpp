@@ -12,6 +12,11 @@
 // parents. Fields are named by reference: the validation knows each field's
 // dotted path and where its value came from, so a rule can tell a value the
 // user wrote from a default.
+//
+// A struct that hands settings down to its sections (RLConfig's shared
+// max_steps into [trainer]) does that in `void share(primecfg::validation&)`:
+// every share() runs before any validate(), parents first, so the rules of a
+// section already see the values it was given.
 #pragma once
 
 #include <primecfg/detail/equal.hpp>
@@ -22,7 +27,9 @@
 
 #include <boost/pfr/core.hpp>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <typeindex>
 #include <utility>
@@ -102,6 +109,24 @@ class validation {
     (*sources_)[path_of(field)] = source_of(value);
   }
 
+  // Turns an optional section on with its defaults because `cause` (a shared
+  // section) asks for it; its fields get their paths at once. A section the
+  // user switched off ("None") stays off: that is an error naming `cause`.
+  // Returns the section, or null when it stays off.
+  template <class S, class C>
+  S* engage(std::optional<S>& section, const C& cause) {
+    if (section) return &*section;
+    if (is_set(section)) {
+      error(section, fmt::format("is \"None\", but {} (set at {}) applies to it; remove one of the two",
+                                 path_of(cause), source_of(cause).to_string()));
+      return nullptr;
+    }
+    section.emplace();
+    (*sources_)[path_of(section)] = source_of(cause);
+    if (reindex_) reindex_();
+    return &*section;
+  }
+
   // inherit() for every field of a struct that the shared section set.
   template <class S>
   void inherit_fields(S& target, const S& shared) {
@@ -125,6 +150,9 @@ class validation {
   void add_field(const void* address, std::type_index type, std::string path) {
     paths_.insert_or_assign({address, type}, std::move(path));
   }
+  // Used by the loader: how to register the fields again after engage().
+  void on_reindex(std::function<void()> reindex) { reindex_ = std::move(reindex); }
+  void clear_fields() { paths_.clear(); }
 
  private:
   template <class F>
@@ -143,6 +171,7 @@ class validation {
   std::map<std::pair<const void*, std::type_index>, std::string> paths_;
   std::vector<diagnostic>* out_;
   provenance_map* sources_;
+  std::function<void()> reindex_;
 };
 
 }  // namespace primecfg

@@ -51,7 +51,12 @@ void expect_error(const loaded<T>& r, error_kind kind, const std::string& words 
   CHECK_FALSE(primecfg::format_json(r.diagnostics).empty());
 }
 
-// A struct with narrow integers: the shipped tree only has 64-bit ones.
+}  // namespace
+
+// A struct with narrow integers: the shipped tree only has 64-bit ones. Not in
+// the anonymous namespace: at -O0 g++ emits the field-address table of an
+// internal type, which names primecfg's undefined fake object.
+namespace bad_types {
 struct Narrow {
   std::int32_t i32 = 0;
   std::uint16_t u16 = 0;
@@ -65,7 +70,9 @@ struct Narrow {
   }
 };
 
-}  // namespace
+}  // namespace bad_types
+
+using bad_types::Narrow;
 
 TEST_CASE("malformed TOML is a syntax error with its position") {
   for (std::string text : {"[model\nname = \"x\"\n", "max_steps = \n", "name = \"unterminated\n", "a = 1 2\n",

@@ -141,8 +141,9 @@ TEST_CASE("scheduler warm-up and decay must fit in max_steps") {
   CHECK(load_text<primecfg::SFTConfig>(
             "max_steps = 13\n[scheduler]\ntype = \"cosine\"\nwarmup_steps = 8\ndecay_steps = 5\n")
             .ok());
-  CHECK(load_text<primecfg::SFTConfig>("[scheduler]\ntype = \"linear\"\nwarmup_steps = 800\n")
-            .ok());  // no max_steps
+  CHECK(
+      load_text<primecfg::SFTConfig>("[scheduler]\ntype = \"linear\"\nwarmup_steps = 800\ndecay_steps = 0\n")
+          .ok());  // no max_steps, no decay
 }
 
 TEST_CASE("batch size must be a multiple of the micro batch size") {

@@ -377,6 +377,27 @@ inline void decode_union(const toml::table& table, void* out, const type_ops& ty
 
 // ------------------------------------------------------------ dispatcher ---
 
+// The kind of error "None" is for a field of this kind that is not optional.
+inline error_kind none_error_kind(value_kind kind) {
+  switch (kind) {
+    case value_kind::boolean:
+      return error_kind::bool_type;
+    case value_kind::integer:
+      return error_kind::int_type;
+    case value_kind::floating:
+      return error_kind::float_type;
+    case value_kind::string:
+    case value_kind::path:
+      return error_kind::string_type;
+    case value_kind::enumeration:
+      return error_kind::literal_error;
+    case value_kind::list:
+      return error_kind::array_type;
+    default:
+      return error_kind::table_type;
+  }
+}
+
 inline void decode_value(const toml::node& node, void* out, const type_ops& type, const std::string& path,
                          decode_context& ctx) {
   if (reads_text_as_toml(type.kind) && ctx.from_command_line() && node.is_string()) {
@@ -387,6 +408,15 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
     }
     // Not a TOML value: go on and report it against the string.
   }
+
+  // "None" clears an optional (below); a field that always has a value
+  // refuses it, as prime-rl does, instead of reading the text "None".
+  if (type.kind != value_kind::optional && type.kind != value_kind::opaque)
+    if (const auto* s = node.as_string(); s && s->get() == "None") {
+      ctx.error(none_error_kind(type.kind), path, node,
+                "\"None\" clears only optional fields; this field always has a value");
+      return;
+    }
 
   switch (type.kind) {
     case value_kind::boolean:

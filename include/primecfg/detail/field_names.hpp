@@ -113,13 +113,15 @@ constexpr std::array<std::string_view, sizeof...(I)> fallback_names(std::index_s
   return names;
 }
 
+// consteval: a call in ordinary code (a test comparing names at -O0) must
+// not emit code that takes the address of the undefined fake object.
 template <class T>
-constexpr auto field_names_fallback() noexcept {
+consteval auto field_names_fallback() noexcept {
   return fallback_names<T>(std::make_index_sequence<detail::field_count_v<T>>{});
 }
 
 template <class T>
-constexpr auto field_names() noexcept {
+consteval auto field_names() noexcept {
 #if PRIMECFG_NATIVE_PFR_NAMES
   return boost::pfr::names_as_array<T>();
 #else

@@ -83,6 +83,7 @@ struct record_ops {
   const struct_shape* shape;
   std::span<const type_ops* const> fields;        // in the order of shape->names
   void (*validate)(void* object, validation& v);  // null when the struct has no validate()
+  void (*share)(void* object, validation& v);     // null when the struct has no share()
 };
 
 struct type_ops {
@@ -202,7 +203,18 @@ constexpr auto validator_of() -> void (*)(void*, validation&) {
     return nullptr;
 }
 template <class T>
-inline constexpr record_ops record_ops_of{&shape_of<T>, field_ops_of<T>, validator_of<T>()};
+void share_record(void* object, validation& v) {
+  static_cast<T*>(object)->share(v);
+}
+template <class T>
+constexpr auto sharer_of() -> void (*)(void*, validation&) {
+  if constexpr (requires(T & value, validation & v) { value.share(v); })
+    return &share_record<T>;
+  else
+    return nullptr;
+}
+template <class T>
+inline constexpr record_ops record_ops_of{&shape_of<T>, field_ops_of<T>, validator_of<T>(), sharer_of<T>()};
 
 template <class T>
 constexpr type_ops make_type_ops() {

@@ -1,6 +1,7 @@
 // One pass over a loaded config value that records what the rules need: the
 // address, type and dotted path of every field (parents first), and the
-// validate() of every struct that has one (children first).
+// validate() of every struct that has one (children first), and the share()
+// of every struct that has one (parents first).
 //
 // One plain function over the type descriptions of detail/type_ops.hpp, not
 // a template per field type (see there why).
@@ -33,8 +34,9 @@ struct value_index {
   };
   using rule_fn = void (*)(void* object, validation& v);
 
-  std::vector<field_entry> fields;               // parents first
-  std::vector<std::pair<void*, rule_fn>> rules;  // children first
+  std::vector<field_entry> fields;                // parents first
+  std::vector<std::pair<void*, rule_fn>> rules;   // children first
+  std::vector<std::pair<void*, rule_fn>> shares;  // parents first
 };
 
 inline std::string child_path(const std::string& parent, std::string_view name) {
@@ -82,6 +84,7 @@ inline void index_value(void* value, const type_ops& type, const std::string& pa
     }
     case value_kind::record: {
       const struct_shape& shape = *type.record->shape;
+      if (type.record->share) out.shares.emplace_back(value, type.record->share);  // before its fields'
       for (std::size_t i = 0; i < shape.names.size(); ++i)
         index_value(shape.field(value, i), *type.record->fields[i], child_path(path, shape.names[i]),
                     &shape.docs[i], out);

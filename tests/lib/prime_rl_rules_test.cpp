@@ -1,0 +1,259 @@
+// The shipped tree against prime-rl's own rules: shared RL settings, the
+// validators of SFTConfig / TrainerConfig / RLConfig, "None" and the command
+// line. Each case is an example of one behaviour (docs/prime-rl-rules.md).
+#include "test_helpers.hpp"
+
+#include <primecfg/report.hpp>
+#include <primecfg/rl.hpp>
+#include <primecfg/sft.hpp>
+#include <primecfg/trainer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <variant>
+#include <vector>
+
+using primecfg::error_kind;
+using testing::error_at;
+using testing::load_text;
+
+TEST_CASE("RL: a shared max_steps is applied before the trainer's scheduler rule runs") {
+  auto r = load_text<primecfg::RLConfig>(
+      "max_steps = 5\n[trainer.scheduler]\ntype = \"cosine\"\nwarmup_steps = 8\n");
+  CHECK(r.value.trainer.max_steps == 5);
+  CHECK(error_at(r, "trainer.scheduler.warmup_steps").message.find("max_steps = 5") != std::string::npos);
+}
+
+TEST_CASE("RL: several keys of a shared [ckpt] all reach [trainer.ckpt] without conflicting") {
+  auto r = load_text<primecfg::RLConfig>("[ckpt]\ninterval = 5\nkeep_last = 3\n");
+  INFO(primecfg::format_text(r.diagnostics, "RLConfig"));
+  REQUIRE(r.ok());
+  REQUIRE(r.value.trainer.ckpt);
+  CHECK(r.value.trainer.ckpt->interval == 5);
+  CHECK(r.value.trainer.ckpt->keep_last == 3);
+  CHECK(r.source_of("trainer.ckpt.keep_last").to_string() == "test.toml:3:13");
+}
+
+TEST_CASE("RL: a shared [ckpt] and a trainer value for another key combine; the same key must agree") {
+  auto r = load_text<primecfg::RLConfig>("[ckpt]\ninterval = 5\n[trainer.ckpt]\nkeep_last = 2\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.trainer.ckpt->interval == 5);
+  CHECK(r.value.trainer.ckpt->keep_last == 2);
+  auto conflict = load_text<primecfg::RLConfig>("[ckpt]\ninterval = 5\n[trainer.ckpt]\ninterval = 7\n");
+  CHECK(error_at(conflict, "trainer.ckpt.interval").message.find("conflicts with ckpt.interval = 5") == 0);
+}
+
+TEST_CASE("RL: trainer.ckpt = \"None\" against a shared [ckpt] is an error, not switched back on") {
+  auto r = load_text<primecfg::RLConfig>("[ckpt]\ninterval = 5\n[trainer]\nckpt = \"None\"\n");
+  CHECK_FALSE(r.value.trainer.ckpt);
+  CHECK(error_at(r, "trainer.ckpt").message.find("ckpt (set at test.toml:1:1)") != std::string::npos);
+}
+
+TEST_CASE("\"None\" for a field that always has a value is an error, not the text \"None\"") {
+  auto name = load_text<primecfg::SFTConfig>("[model]\nname = \"None\"\n");
+  CHECK(error_at(name, "model.name").kind == error_kind::string_type);
+  CHECK(error_at(name, "model.name").message.find("only optional fields") != std::string::npos);
+  auto dir = load_text<primecfg::SFTConfig>("output_dir = \"None\"\n");
+  CHECK(error_at(dir, "output_dir").kind == error_kind::string_type);
+  auto on_cli = load_text<primecfg::SFTConfig>("", {"--model.name", "None"});
+  CHECK(error_at(on_cli, "model.name").kind == error_kind::string_type);
+  auto rl = load_text<primecfg::RLConfig>("[model]\nname = \"None\"\n");
+  CHECK(error_at(rl, "model.name").kind == error_kind::string_type);
+  // An optional field still takes "None".
+  auto wandb = load_text<primecfg::SFTConfig>("[monitors.wandb]\nname = \"None\"\n");
+  CHECK(wandb.ok());
+}
+
+TEST_CASE("command line: '--flag true', '--flag false' and '--flag None' work like '--flag=...'") {
+  auto off = load_text<primecfg::SFTConfig>("", {"--model.reshard-after-forward", "false"});
+  REQUIRE(off.ok());
+  CHECK_FALSE(off.value.model.reshard_after_forward);
+  auto on = load_text<primecfg::SFTConfig>("", {"--model.trust_remote_code", "true"});
+  REQUIRE(on.ok());
+  CHECK(on.value.model.trust_remote_code);
+  auto none = load_text<primecfg::SFTConfig>("", {"--model.compile", "None"});
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.value.model.compile);
+  // None for a boolean is the same error as --flag=None, not a file named "None".
+  auto bad = load_text<primecfg::SFTConfig>("", {"--model.reshard-after-forward", "None"});
+  CHECK(error_at(bad, "model.reshard_after_forward").kind == error_kind::bool_type);
+  // The bare forms still work.
+  auto bare = load_text<primecfg::SFTConfig>("", {"--model.ac", "--no-model.compile"});
+  REQUIRE(bare.ok());
+  CHECK(bare.value.model.ac);
+  CHECK_FALSE(bare.value.model.compile);
+}
+
+TEST_CASE("command line: an old offload flag is an error that points to --model.offload") {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--model.optim_cpu_offload"},
+                                        {"--model.optim-cpu-offload", "false"},
+                                        {"--model.fsdp_cpu_offload=true"},
+                                        {"--model.full-offload", "true"},
+                                        {"--model.full_offload=false"}}) {
+    CAPTURE(args[0]);
+    auto r = load_text<primecfg::SFTConfig>("", args);
+    REQUIRE(r.error_count() == 1);
+    CHECK(r.diagnostics[0].kind == error_kind::extra_forbidden);
+    CHECK(r.diagnostics[0].message.find("replaced by '--model.offload'") != std::string::npos);
+  }
+  auto trainer = load_text<primecfg::RLConfig>("", {"--trainer.model.full-offload", "true"});
+  REQUIRE(trainer.error_count() == 1);
+  CHECK(trainer.diagnostics[0].message.find("replaced by '--trainer.model.offload'") != std::string::npos);
+  auto shared = load_text<primecfg::RLConfig>("", {"--model.optim_cpu_offload"});
+  REQUIRE(shared.error_count() == 1);
+  CHECK(shared.diagnostics[0].message.find("replaced by '--trainer.model.offload'") != std::string::npos);
+}
+
+TEST_CASE("scheduler phases against max_steps, per scheduler type (prime-rl's validate_scheduler)") {
+  auto linear_idle = load_text<primecfg::SFTConfig>(
+      "max_steps = 10\n[scheduler]\ntype = \"linear\"\nwarmup_steps = 0\ndecay_steps = 0\n");
+  CHECK(error_at(linear_idle, "scheduler.warmup_steps").message.find("constant") != std::string::npos);
+  auto linear_open = load_text<primecfg::SFTConfig>("[scheduler]\ntype = \"linear\"\n");
+  CHECK(error_at(linear_open, "scheduler.decay_steps").message ==
+        "a linear schedule that decays needs max_steps");
+  CHECK(load_text<primecfg::SFTConfig>("max_steps = 20\n[scheduler]\ntype = \"linear\"\n").ok());
+  auto cosine_open = load_text<primecfg::SFTConfig>("[scheduler]\ntype = \"cosine\"\n");
+  CHECK(error_at(cosine_open, "scheduler.warmup_steps").message == "a cosine schedule needs max_steps");
+  auto cosine_long = load_text<primecfg::SFTConfig>("max_steps = 10\n[scheduler]\ntype = \"cosine\"\n");
+  CHECK(error_at(cosine_long, "scheduler.warmup_steps").message.find("shorter than max_steps = 10") !=
+        std::string::npos);
+  CHECK(load_text<primecfg::SFTConfig>("max_steps = 11\n[scheduler]\ntype = \"cosine\"\n").ok());
+}
+
+TEST_CASE("context parallelism: flash attention, the custom implementation, seq_len and micro-batches") {
+  auto attn = load_text<primecfg::SFTConfig>("[model]\ncp = 2\nattn = \"sdpa\"\n");
+  CHECK(error_at(attn, "model.attn").message.find("cp = 2") != std::string::npos);
+  auto impl =
+      load_text<primecfg::TrainerConfig>("[model]\ncp = 2\nimpl = \"hf\"\nattn = \"flash_attention_2\"\n");
+  CHECK(error_at(impl, "model.impl").message.find("context parallelism") != std::string::npos);
+  auto seq = load_text<primecfg::SFTConfig>("[model]\ncp = 3\n[data]\nseq_len = 128\n");
+  CHECK(error_at(seq, "data.seq_len").message.find("model.cp = 3") != std::string::npos);
+  auto mbs = load_text<primecfg::SFTConfig>("[model]\ncp = 2\n[data]\nmicro_batch_size = 2\n");
+  CHECK(error_at(mbs, "data.micro_batch_size").message.find("context parallelism") != std::string::npos);
+  CHECK(load_text<primecfg::SFTConfig>("[model]\ncp = 2\n").ok());
+}
+
+TEST_CASE("expert parallelism and implementation rules") {
+  auto ep = load_text<primecfg::SFTConfig>("[model]\nep = 2\nimpl = \"hf\"\nattn = \"flash_attention_2\"\n");
+  CHECK(error_at(ep, "model.ep").message.find("custom") != std::string::npos);
+  auto deepep = load_text<primecfg::SFTConfig>("[model]\nep_comm_backend = \"deepep\"\n");
+  CHECK(error_at(deepep, "model.ep_comm_backend").message.find("ep > 1") != std::string::npos);
+  auto clip = load_text<primecfg::SFTConfig>("[model]\nep = 2\nep_comm_backend = \"deepep\"\n");
+  REQUIRE(clip.ok());
+  CHECK_FALSE(std::get<primecfg::AdamWConfig>(clip.value.optim).max_norm);
+  auto fa4 = load_text<primecfg::SFTConfig>("[model]\nimpl = \"hf\"\n");  // attn defaults to auto
+  CHECK(error_at(fa4, "model.attn").message.find("flash attention 4") != std::string::npos);
+  auto remote = load_text<primecfg::SFTConfig>("[model]\nimpl = \"custom\"\ntrust_remote_code = true\n");
+  CHECK(error_at(remote, "model.trust_remote_code").kind == error_kind::value_error);
+  auto replay = load_text<primecfg::TrainerConfig>(
+      "enable_router_replay = true\n[model]\nimpl = \"hf\"\nattn = \"flash_attention_2\"\n");
+  CHECK(error_at(replay, "enable_router_replay").kind == error_kind::value_error);
+}
+
+TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
+  auto none = load_text<primecfg::SFTConfig>("[model.ac]\nmode = \"selective\"\ntargets = []\n");
+  CHECK(error_at(none, "model.ac.targets").message.find("at least one target") != std::string::npos);
+  auto hf = load_text<primecfg::SFTConfig>(
+      "[model]\nimpl = \"hf\"\nattn = \"flash_attention_2\"\n[model.ac]\nmode = \"selective\"\n");
+  CHECK(error_at(hf, "model.impl").message.find("selective") != std::string::npos);
+  auto dup = load_text<primecfg::SFTConfig>(
+      "[model.ac]\nmode = \"selective\"\ntargets = [\"mlp\", \"norm\", \"mlp\"]\n");
+  REQUIRE(dup.ok());
+  CHECK(dup.value.model.ac->targets == std::vector<std::string>{"mlp", "norm"});
+  auto offload = load_text<primecfg::SFTConfig>("[model.ac_offloading]\n");
+  REQUIRE(offload.ok());
+  CHECK(offload.value.model.ac);  // turned on with a note
+  auto off = load_text<primecfg::SFTConfig>("[model]\nac = \"None\"\n[model.ac_offloading]\n");
+  CHECK(error_at(off, "model.ac").kind == error_kind::value_error);
+}
+
+TEST_CASE(
+    "vision-language models: custom implementation, bfloat16, micro-batch 1, frozen encoder with LoRA") {
+  auto r = load_text<primecfg::SFTConfig>("[model.vlm]\n[data]\nmicro_batch_size = 2\nbatch_size = 4\n");
+  CHECK(error_at(r, "model.impl").message.find("custom") != std::string::npos);
+  CHECK(error_at(r, "model.optimization_dtype").message.find("bfloat16") != std::string::npos);
+  CHECK(error_at(r, "model.reduce_dtype").message.find("bfloat16") != std::string::npos);
+  CHECK(error_at(r, "data.micro_batch_size").message.find("vision-language") != std::string::npos);
+  auto lora = load_text<primecfg::TrainerConfig>(
+      "[model]\nimpl = \"custom\"\noptimization_dtype = \"bfloat16\"\nreduce_dtype = \"bfloat16\"\n"
+      "[model.vlm]\nfreeze_vision_encoder = false\n[model.lora]\n");
+  CHECK(error_at(lora, "model.vlm.freeze_vision_encoder").message.find("LoRA") != std::string::npos);
+  auto cp = load_text<primecfg::TrainerConfig>(
+      "[model]\nimpl = \"custom\"\ncp = 2\noptimization_dtype = \"bfloat16\"\nreduce_dtype = \"bfloat16\"\n"
+      "[model.vlm]\n");
+  CHECK(error_at(cp, "model.cp_style").message.find("ulysses") != std::string::npos);
+}
+
+TEST_CASE("LoRA and in-memory weight broadcast; RL's NCCL default with [inference]") {
+  auto trainer = load_text<primecfg::TrainerConfig>("[model.lora]\n[weight_broadcast]\ntype = \"nccl\"\n");
+  CHECK(error_at(trainer, "weight_broadcast.type").message.find("LoRA") != std::string::npos);
+  auto shared = load_text<primecfg::RLConfig>("[weight_broadcast]\ntype = \"nccl\"\n[trainer.model.lora]\n");
+  CHECK(error_at(shared, "trainer.weight_broadcast.type").message.find("LoRA") != std::string::npos);
+  auto nccl = load_text<primecfg::RLConfig>("[inference]\n");
+  REQUIRE(nccl.ok());
+  CHECK(nccl.value.trainer.weight_broadcast.type == primecfg::WeightBroadcastType::nccl);
+  auto lora = load_text<primecfg::RLConfig>("[inference]\n[trainer.model.lora]\n");
+  REQUIRE(lora.ok());
+  CHECK(lora.value.trainer.weight_broadcast.type == primecfg::WeightBroadcastType::filesystem);
+  auto quantized = load_text<primecfg::RLConfig>(
+      "[weight_broadcast]\ntype = \"nccl\"\nquantize_in_weight_transfer = true\n[trainer.model]\nimpl = "
+      "\"custom\"\n");
+  CHECK(error_at(quantized, "weight_broadcast.quantize_in_weight_transfer").message.find("[inference]") !=
+        std::string::npos);
+}
+
+TEST_CASE("traces need a short run; resume takes a step or a step folder; RL shares resume and model.vlm") {
+  auto trace = load_text<primecfg::SFTConfig>("trace_path = \"t.json\"\nmax_steps = 50\n");
+  CHECK(error_at(trace, "trace_path").message.find("max_steps < 10") != std::string::npos);
+  auto both = load_text<primecfg::SFTConfig>("[resume]\nstep = 3\ndir = \"runs/a/checkpoints/step_3\"\n");
+  CHECK(error_at(both, "resume.dir").message.find("exclude each other") != std::string::npos);
+  auto folder = load_text<primecfg::SFTConfig>("[resume]\ndir = \"runs/a/checkpoints\"\n");
+  CHECK(error_at(folder, "resume.dir").message.find("step_<N>") != std::string::npos);
+  auto rl = load_text<primecfg::RLConfig>(
+      "[resume]\nstep = 4\n[model.vlm]\nfreeze_vision_encoder = false\n"
+      "[trainer.model]\nimpl = \"custom\"\noptimization_dtype = \"bfloat16\"\n"
+      "reduce_dtype = \"bfloat16\"\n");
+  INFO(primecfg::format_text(rl.diagnostics, "RLConfig"));
+  REQUIRE(rl.ok());
+  CHECK(rl.value.trainer.resume->step == 4);
+  CHECK_FALSE(rl.value.trainer.model.vlm->freeze_vision_encoder);
+  auto offline = load_text<primecfg::RLConfig>("[monitors.wandb]\noffline = true\n");
+  CHECK(error_at(offline, "monitors.wandb.offline").kind == error_kind::value_error);
+}
+
+// Every TOML of prime-rl's configs/ and examples/ at 559b44772 (the ones for
+// the trainer's entry points; SOURCES.md) validates as its target type; the
+// three with legacy offload keys do so after primecfg-migrate (its golden output).
+TEST_CASE("every prime-rl config and example at 559b44772 validates as its target type") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(PRIMECFG_SOURCE_DIR) / "tests/corpus/prime-rl-configs/559b44772";
+  const fs::path golden = fs::path(PRIMECFG_SOURCE_DIR) / "tests/migrate/golden/559b44772";
+  std::size_t count = 0;
+  for (const char* top : {"configs", "examples"}) {
+    for (const auto& e : fs::recursive_directory_iterator(root / top)) {
+      if (!e.is_regular_file() || e.path().extension() != ".toml") continue;
+      std::string rel = fs::relative(e.path(), root).generic_string();
+      fs::path file = fs::exists(golden / rel) ? golden / rel : e.path();
+      char type = 'r';
+      if (rel == "configs/debug/fake/rl.toml") type = 't';
+      if (e.path().filename() == "sft.toml" || rel.find("reverse-text-sft") != std::string::npos ||
+          rel.find("slim_sft") != std::string::npos)
+        type = 's';
+      auto check = [&]<class T>(T) {
+        primecfg::sources src;
+        src.add_file(file);
+        auto r = primecfg::load<T>(src);
+        INFO(rel, " as ", type);
+        INFO(primecfg::format_text(r.diagnostics, "config"));
+        CHECK(r.ok());
+      };
+      if (type == 'r') check(primecfg::RLConfig{});
+      if (type == 's') check(primecfg::SFTConfig{});
+      if (type == 't') check(primecfg::TrainerConfig{});
+      ++count;
+    }
+  }
+  CHECK(count == 61);  // 64 at that commit, less two inference-server files and one evals file
+}
