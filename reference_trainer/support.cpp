@@ -64,8 +64,20 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     c.error("model.optimization_dtype", "masters are always FP32 in primecfg-train; set \"float32\"");
   if (m.impl == ModelImpl::hf || m.impl == ModelImpl::liger_kernel)
     c.error("model.impl", "only the built-in (custom) model implementation exists in primecfg-train");
-  if (m.attn == Attention::eager || m.attn == Attention::flash_attention_3)
-    c.error("model.attn", "primecfg-train uses scaled_dot_product_attention; set attn = \"sdpa\"");
+  // auto picks the best kernel there is: for primecfg-train that is SDPA.
+  if (m.attn == Attention::eager || m.attn == Attention::flash_attention_3 ||
+      m.attn == Attention::flash_attention_4)
+    c.error("model.attn",
+            "primecfg-train uses scaled_dot_product_attention; set attn = \"sdpa\" or \"auto\"");
+  if (m.ep_comm_backend != EpCommBackend::torch)
+    c.error("model.ep_comm_backend", "there are no experts in primecfg-train (DeepEP)");
+  if (m.moe_fused_kernel || m.freeze_moe_router || m.moe_router_dtype != Dtype::float32)
+    c.error(m.moe_fused_kernel    ? "model.moe_fused_kernel"
+            : m.freeze_moe_router ? "model.freeze_moe_router"
+                                  : "model.moe_router_dtype",
+            "there is no MoE routing in primecfg-train");
+  if (m.index_cache) c.error("model.index_cache", "sparse attention " + not_impl);
+  if (m.conversion_dir) c.error("model.conversion_dir", "checkpoint conversion " + not_impl);
   if (m.debug && m.debug->force_balanced_routing)
     c.error("model.debug.force_balanced_routing", "there is no MoE routing in primecfg-train");
   if (m.compile && c.explicitly_set("model.compile"))
@@ -98,6 +110,24 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     c.error("renderer.name", "chat templates " + not_impl + " (records are plain prompt/completion text)");
   if (cfg.resume && !cfg.ckpt)
     c.error("resume", "resuming needs [ckpt] (the folder to resume from is ckpt.output_dir)");
+  if (cfg.resume && cfg.resume->dir)
+    c.error("resume.dir",
+            "resuming from another folder " + not_impl + "; resume from ckpt.output_dir by step");
+  if (cfg.ckpt) {
+    if (cfg.ckpt->keep_interval) c.error("ckpt.keep_interval", "keeping every n-th checkpoint " + not_impl);
+    if (cfg.ckpt->skip_progress)
+      c.error("ckpt.skip_progress", "resuming without the step counters " + not_impl);
+    if (cfg.ckpt->skip_dataloader)
+      c.error("ckpt.skip_dataloader", "resuming without the data position " + not_impl);
+  }
+  if (cfg.trace_path) c.error("trace_path", "profiler traces " + not_impl);
+  if (cfg.memory_profiler_path) c.error("memory_profiler_path", "memory profiles " + not_impl);
+  if (cfg.matmul_precision != MatmulPrecision::high)
+    c.error("matmul_precision", "only \"high\" (LibTorch's default FP32 matmuls) is implemented");
+  if (cfg.dry_run) c.error("dry_run", "a launcher setting; primecfg-train --plan predicts without training");
+  if (cfg.clean) c.error("clean", "deleting output_dir " + not_impl);
+  if (!cfg.env_vars.empty())
+    c.error("env_vars", "setting environment variables " + not_impl + " (set them in the shell)");
 
   for (const char* section : {"eval", "inference", "deployment", "slurm"}) {
     bool present = (std::string_view(section) == "eval" && cfg.eval) ||

@@ -45,7 +45,9 @@ struct SFTDataConfig {
   static constexpr auto fields() {
     using S = SFTDataConfig;
     return describe(field(&S::name, "Dataset name; the reference trainer generates reverse-text itself."),
-                    field(&S::path, "Local JSONL file of {prompt, completion} records; replaces name."),
+                    field(&S::path,
+                          "Local JSONL file of {input_ids, loss_mask} records (tools/tokenize_jsonl.py) or "
+                          "byte-tokenized {prompt, completion}; replaces name."),
                     field(&S::seq_len, "Tokens per packed sample.", ge(1)),
                     field(&S::batch_size, "Samples per optimizer step (global).", ge(1)),
                     field(&S::micro_batch_size, "Samples per forward/backward pass.", ge(1)),

@@ -160,6 +160,14 @@ TEST_CASE("support: values the trainer does not implement are errors naming the 
   cfg.model.ep = 4;
   cfg.model.lora = primecfg::LoraConfig{};
   cfg.model.quantization = primecfg::QuantizationConfig{};
+  // Fields declared for prime-rl's sake that the trainer does not implement.
+  cfg.model.attn = primecfg::Attention::flash_attention_4;
+  cfg.model.ep_comm_backend = primecfg::EpCommBackend::deepep;
+  cfg.trace_path = "trace.json";
+  cfg.matmul_precision = primecfg::MatmulPrecision::highest;
+  cfg.env_vars["A"] = "1";
+  cfg.ckpt = primecfg::CheckpointConfig{};
+  cfg.ckpt->skip_dataloader = true;
   primecfg::provenance_map where;
   where["model.cp"] = primecfg::provenance::in_file("a.toml", 3, 1);
   auto diags = check_support(cfg, where);
@@ -172,6 +180,9 @@ TEST_CASE("support: values the trainer does not implement are errors naming the 
   CHECK(has("model.ep"));
   CHECK(has("model.lora"));
   CHECK(has("model.quantization"));
+  for (const char* path : {"model.attn", "model.ep_comm_backend", "trace_path", "matmul_precision",
+                           "env_vars", "ckpt.skip_dataloader"})
+    CHECK_MESSAGE(has(path), path);
   for (const auto& d : diags)
     if (d.path == "model.cp") CHECK(d.where.to_string() == "a.toml:3:1");
   // The defaults themselves are fine.
