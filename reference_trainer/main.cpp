@@ -19,6 +19,7 @@
 #define PRIMECFG_TRAIN_HAVE_DUMP 1
 #endif
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,6 +34,7 @@ namespace train = primecfg::train;
 constexpr const char* kDefaultConfig = R"toml(
 max_steps = 200
 output_dir = "outputs/default"
+clean = true  # the demo starts over each time
 
 [model]
 name = "primecfg/tiny"
@@ -73,6 +75,8 @@ embedded default (a tiny model on the built-in reverse-text task).
   --plan-format=text|json      output of --plan (default text)
   --plan-gpu-memory=GiB  GPU capacity for --plan (default: the CUDA device's, else 139)
   --plan-host-memory=GiB host memory for --plan (default: MemAvailable of /proc/meminfo)
+  --no-memory-check      start a CUDA run even when the planner predicts it will not fit
+                         (by default it stops before loading anything, naming what fits)
   --help                 this text
 
 Model presets (model.name): primecfg/tiny, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B,
@@ -194,7 +198,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   train::RunOptions run;
   PlanFlags plan_flags;
+  bool memory_check = true;
   run.demo = true;
+  // A write past the file-size limit then fails with EFBIG and is reported, instead of
+  // the signal ending the run without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value_of = [&](std::string_view flag) -> std::optional<std::string> {
@@ -214,6 +222,10 @@ int main(int argc, char** argv) {
       plan_flags.plan = true;
       continue;
     }
+    if (a == "--no-memory-check") {
+      memory_check = false;
+      continue;
+    }
     if (a.rfind("--plan-", 0) == 0) {
       const std::string flag = a.substr(0, a.find('='));
       std::optional<std::string> v;
@@ -221,14 +233,14 @@ int main(int argc, char** argv) {
         v = value_of(flag);
       if (!v) {
         std::fprintf(stderr, "primecfg-train: unknown option or missing value: %s (see --help)\n", a.c_str());
-        return 1;
+        return 2;
       }
       plan_flags.given.push_back(flag);
       if (flag == "--plan-format") {
         if (*v != "text" && *v != "json") {
           std::fprintf(stderr, "primecfg-train: --plan-format must be text or json, not \"%s\"\n",
                        v->c_str());
-          return 1;
+          return 2;
         }
         plan_flags.json = *v == "json";
       } else {
@@ -236,7 +248,7 @@ int main(int argc, char** argv) {
         if (!bytes) {
           std::fprintf(stderr, "primecfg-train: %s takes a positive size in GiB, not \"%s\"\n", flag.c_str(),
                        v->c_str());
-          return 1;
+          return 2;
         }
         (flag == "--plan-gpu-memory" ? plan_flags.gpu_memory : plan_flags.host_memory) = bytes;
       }
@@ -259,7 +271,7 @@ int main(int argc, char** argv) {
         if (*v != "bf16" && *v != "fp32") {
           std::fprintf(stderr, "primecfg-train: --compute-dtype must be bf16 or fp32, not \"%s\"\n",
                        v->c_str());
-          return 1;
+          return 2;
         }
         run.bf16 = *v == "bf16";
         continue;
@@ -269,12 +281,12 @@ int main(int argc, char** argv) {
   }
   if (!plan_flags.plan && !plan_flags.given.empty()) {
     std::fprintf(stderr, "primecfg-train: %s only applies with --plan\n", plan_flags.given.front().c_str());
-    return 1;
+    return 2;
   }
   if (plan_flags.plan && run.device && run.device->rfind("cuda", 0) != 0) {
     std::fprintf(stderr, "primecfg-train: --plan models a CUDA run; --device=%s is not supported with it\n",
                  run.device->c_str());
-    return 1;
+    return 2;
   }
 
   // The embedded default underlies a run without config files (overrides still apply).
@@ -314,6 +326,24 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+
+  // A CUDA run predicted not to fit stops here, before minutes of loading.
+  const bool on_cuda = run.device ? run.device->rfind("cuda", 0) == 0
+                                  : train::plan::cuda_device_memory(0).has_value();
+  if (memory_check && on_cuda && !run.dump_logits) {
+    try {
+      auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
+      if (auto why = train::plan::fit_refusal(plan, cfg.value.model.offload); !why.empty()) {
+        std::fprintf(stderr,
+                     "primecfg-train: error: %sprimecfg-train: `--plan` shows the breakdown; --no-memory-check "
+                     "tries anyway\n",
+                     why.c_str());
+        return 1;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "primecfg-train: note: no memory check (%s)\n", e.what());
+    }
   }
 
 #if defined(PRIMECFG_TRAIN_HAVE_DUMP)

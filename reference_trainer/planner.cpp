@@ -861,6 +861,30 @@ std::string format_json(const Plan& p) {
       act.saved_with_ac, act.ce_chunk_tokens, json_modes(p.modes), json_modes(p.modes_other), fits, notes);
 }
 
+std::string fit_refusal(const Plan& p, Offload mode) {
+  const auto& a = p.assumptions;
+  const ModePlan& m = p.mode(mode);
+  if (m.fits()) return {};
+  std::string out = fmt::format("model.offload = \"{}\"{} is predicted not to fit:", mode_name(mode),
+                                p.ac ? " with model.ac" : "");
+  if (!m.gpu_fits.value_or(true))
+    out += fmt::format(" GPU {} needed, {} there ({})", human(m.gpu_total), human(*a.gpu_capacity),
+                       a.gpu_capacity_source);
+  if (!m.host_fits.value_or(true))
+    out += fmt::format("{} host {} needed, {} available ({})", m.gpu_fits.value_or(true) ? "" : ";",
+                       human(m.host.peak), human(*a.host_capacity), a.host_capacity_source);
+  std::string fit;
+  for (const auto& o : p.modes)
+    if (o.mode != mode && o.fits()) fit += fmt::format("{}model.offload = \"{}\"", fit.empty() ? "" : ", ", mode_name(o.mode));
+  for (const auto& o : p.modes_other)
+    if (o.fits())
+      fit += fmt::format("{}model.offload = \"{}\" with model.ac {}", fit.empty() ? "" : ", ", mode_name(o.mode),
+                         p.ac ? "off" : "on");
+  out += fit.empty() ? ". No mode is predicted to fit; shorten data.seq_len or micro_batch_size.\n"
+                     : ". Predicted to fit: " + fit + ".\n";
+  return out;
+}
+
 std::string oom_advice(const Plan& p, Offload mode) {
   const auto& a = p.assumptions;
   const ModePlan& failed = p.mode(mode);

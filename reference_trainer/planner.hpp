@@ -148,6 +148,10 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
 std::string format_text(const Plan& p);
 std::string format_json(const Plan& p);
 
+// Before a run: empty when `mode` is predicted to fit (or the capacities are unknown),
+// else what does not fit, by how much, and which modes (or model.ac) are predicted to fit.
+std::string fit_refusal(const Plan& p, Offload mode);
+
 // What to tell the user after a device out-of-memory error in `mode`: the planner's
 // prediction for that mode and which mode (or setting) is predicted to fit.
 std::string oom_advice(const Plan& p, Offload mode);

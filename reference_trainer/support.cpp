@@ -125,7 +125,6 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (cfg.matmul_precision != MatmulPrecision::high)
     c.error("matmul_precision", "only \"high\" (LibTorch's default FP32 matmuls) is implemented");
   if (cfg.dry_run) c.error("dry_run", "a launcher setting; primecfg-train --plan predicts without training");
-  if (cfg.clean) c.error("clean", "deleting output_dir " + not_impl);
   if (!cfg.env_vars.empty())
     c.error("env_vars", "setting environment variables " + not_impl + " (set them in the shell)");
 

@@ -10,6 +10,7 @@
 #include "trainer.hpp"
 
 #include "data.hpp"
+#include "checkpoint_dir.hpp"
 #include "device_streams.hpp"
 #include "model.hpp"
 #include "offload_state.hpp"
@@ -93,30 +94,6 @@ struct TensorBundle {
   }
 };
 
-struct TrainPosition {
-  std::int64_t step = 0;
-  std::int64_t data_position = 0;
-  std::int64_t scheduler_step = 0;
-};
-
-fs::path step_dir(const fs::path& root, std::int64_t step) { return root / fmt::format("step_{}", step); }
-
-std::optional<std::int64_t> newest_checkpoint(const fs::path& root) {
-  std::optional<std::int64_t> best;
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return best;
-  for (const auto& e : fs::directory_iterator(root)) {
-    auto name = e.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || !fs::exists(e.path() / "trainer_state.safetensors")) continue;
-    try {
-      auto s = std::stoll(name.substr(5));
-      if (!best || s > *best) best = s;
-    } catch (...) {
-    }
-  }
-  return best;
-}
-
 // A whole file, or an error naming it (a full disk must not pass as a checkpoint).
 void write_file(const fs::path& path, std::string_view text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -151,106 +128,137 @@ void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Stra
                      const std::optional<fs::path>& source_dir) {
   state.sync_host();
   fs::create_directories(root);
-  const fs::path final_dir = step_dir(root, pos.step);
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-
-  // model.safetensors + config.json: the folder is also an HF model directory.
-  {
-    TensorBundle b;
-    for (const auto& p : model.params()) b.add(p.name, p.tensor);
-    safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
-    write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
-    copy_tokenizer_files(source_dir, tmp);
-  }
-  if (!cfg.skip_optimizer) {
-    TensorBundle b;
-    for (auto& s : state.states()) {
-      b.add("master." + s.p->name, s.master);
-      if (s.m1.defined()) b.add("m1." + s.p->name, s.m1);
-      if (s.m2.defined()) b.add("m2." + s.p->name, s.m2);
+  try {
+    // model.safetensors + config.json: the folder is also an HF model directory.
+    {
+      TensorBundle b;
+      for (const auto& p : model.params()) b.add(p.name, p.tensor);
+      safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
+      write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
+      copy_tokenizer_files(source_dir, tmp);
     }
-    safetensors::write(tmp / "optimizer.safetensors", b.entries, {{"optimizer", std::string(opt.name())}});
-  }
-  {
-    TensorBundle b;
-    b.add("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-    safetensors::write(tmp / "trainer_state.safetensors", b.entries,
-                       {{"step", std::to_string(pos.step)},
-                        {"data_position", std::to_string(pos.data_position)},
-                        {"scheduler_step", std::to_string(pos.scheduler_step)},
-                        {"offload", std::string(Strategy::name)},
-                        {"optimizer", std::string(opt.name())}});
-  }
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-
-  if (cfg.keep_last) {
-    std::vector<std::int64_t> steps;
-    for (const auto& e : fs::directory_iterator(root)) {
-      auto name = e.path().filename().string();
-      if (name.rfind("step_", 0) == 0) try {
-          steps.push_back(std::stoll(name.substr(5)));
-        } catch (...) {
-        }
+    if (!cfg.skip_optimizer) {
+      TensorBundle b;
+      for (auto& s : state.states()) {
+        b.add("master." + s.p->name, s.master);
+        if (s.m1.defined()) b.add("m1." + s.p->name, s.m1);
+        if (s.m2.defined()) b.add("m2." + s.p->name, s.m2);
+      }
+      safetensors::write(tmp / "optimizer.safetensors", b.entries, {{"optimizer", std::string(opt.name())}});
     }
-    std::sort(steps.begin(), steps.end());
-    for (std::size_t i = 0; i + *cfg.keep_last < steps.size(); ++i) fs::remove_all(step_dir(root, steps[i]));
+    {
+      TensorBundle b;
+      b.add("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+      safetensors::write(tmp / "trainer_state.safetensors", b.entries,
+                         {{"step", std::to_string(pos.step)},
+                          {"data_position", std::to_string(pos.data_position)},
+                          {"scheduler_step", std::to_string(pos.scheduler_step)},
+                          {"offload", std::string(Strategy::name)},
+                          {"optimizer", std::string(opt.name())}});
+    }
+    // Last: the manifest, which makes the folder a checkpoint; then one rename.
+    write_manifest(tmp, pos.step, !cfg.skip_optimizer);
+    publish_checkpoint(tmp, step_dir(root, pos.step));
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a full disk must not leave half a checkpoint behind
+    throw;
   }
+  if (cfg.keep_last) prune_checkpoints(root, *cfg.keep_last, pos.step);
 }
 
-// Copies a checkpoint tensor into dst, checking the shape (a checkpoint of
-// another model fails here with the tensor's name).
-void load_into(const safetensors::file& f, const std::string& name, Tensor dst) {
+// Copies a checkpoint tensor into dst, checking name, shape and dtype (a checkpoint
+// of another model fails here with the tensor's name); marks it consumed.
+void load_into(const safetensors::file& f, const std::string& name, Tensor dst, std::set<std::string>& consumed) {
   const auto* t = f.find(name);
   if (!t)
     throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
                                 f.path().string(), name));
   std::vector<std::int64_t> want(dst.sizes().begin(), dst.sizes().end());
   if (t->shape != want)
-    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(),
-                                name, fmt::join(t->shape, ", "), fmt::join(want, ", ")));
-  torch::ScalarType st = t->type == safetensors::dtype::BF16  ? torch::kBFloat16
-                         : t->type == safetensors::dtype::F32 ? torch::kFloat32
-                         : t->type == safetensors::dtype::U8  ? torch::kUInt8
-                                                              : torch::kFloat16;
+    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(), name,
+                                fmt::join(t->shape, ", "), fmt::join(want, ", ")));
+  torch::ScalarType st;
+  switch (t->type) {
+    case safetensors::dtype::BF16:
+      st = torch::kBFloat16;
+      break;
+    case safetensors::dtype::F32:
+      st = torch::kFloat32;
+      break;
+    case safetensors::dtype::F16:
+      st = torch::kFloat16;
+      break;
+    default:
+      throw run_error(fmt::format("{}: tensor {} has dtype {}; a checkpoint holds F32, BF16 or F16 here",
+                                  f.path().string(), name, safetensors::dtype_name(t->type)));
+  }
+  if (dst.scalar_type() == torch::kFloat32 && st != torch::kFloat32 && name.rfind("model.", 0) != 0 &&
+      name != "lm_head.weight")
+    throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(), name,
+                                safetensors::dtype_name(t->type)));
   torch::NoGradGuard ng;
-  dst.detach().copy_(
-      torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st)));
+  Tensor src = torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st));
+  if (!torch::isfinite(src).all().item<bool>())
+    throw run_error(fmt::format("{}: tensor {} holds NaN or infinite values", f.path().string(), name));
+  dst.detach().copy_(src);
+  consumed.insert(name);
+}
+
+// Every tensor of a checkpoint file was loaded, or the checkpoint is not this run's.
+void all_consumed(const safetensors::file& f, const std::set<std::string>& consumed) {
+  for (const auto& t : f.tensors())
+    if (!consumed.count(t.name))
+      throw run_error(fmt::format("{}: tensor {} is not part of this run's model or optimizer", f.path().string(),
+                                  t.name));
 }
 
 template <class Strategy>
-TrainPosition load_checkpoint(const fs::path& dir, Transformer& model, OffloadState<Strategy>& state,
-                              const OptSettings& opt, const CheckpointConfig& cfg) {
+TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model,
+                              OffloadState<Strategy>& state, const OptSettings& opt, const CheckpointConfig& cfg) {
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
+    const Manifest manifest = verify_checkpoint(dir, step);
+    // The model must be the run's: config.json describes the same parameters.
+    const ModelArgs saved = read_hf_config(dir / "config.json");
+    if (saved.params().size() != model.args().params().size() ||
+        saved.total_params() != model.args().total_params())
+      throw run_error(fmt::format("{}: a {} model with {} parameters, this run's has {}",
+                                  (dir / "config.json").string(), arch_name(saved.arch), saved.total_params(),
+                                  model.args().total_params()));
     auto mf = safetensors::file::open(dir / "model.safetensors");
-    for (auto& p : model.params()) load_into(mf, p.name, p.tensor);
-    const bool have_opt = fs::exists(dir / "optimizer.safetensors");
-    if (!cfg.skip_optimizer && have_opt) {
+    std::set<std::string> consumed;
+    for (auto& p : model.params()) load_into(mf, p.name, p.tensor, consumed);
+    all_consumed(mf, consumed);
+    if (!cfg.skip_optimizer) {
+      if (!manifest.optimizer)
+        throw run_error(fmt::format(
+            "{}: has no optimizer state (saved with ckpt.skip_optimizer); set ckpt.skip_optimizer = true to "
+            "resume from its weights with fresh optimizer moments",
+            dir.string()));
       auto of = safetensors::file::open(dir / "optimizer.safetensors");
       auto it = of.metadata().find("optimizer");
-      if (it != of.metadata().end() && it->second != opt.name())
+      if (it == of.metadata().end() || it->second != opt.name())
         throw run_error(
             fmt::format("{}: optimizer state is {}, the config asks for {} (set ckpt.skip_optimizer to "
                         "load weights only)",
-                        of.path().string(), it->second, opt.name()));
+                        of.path().string(), it == of.metadata().end() ? "unnamed" : it->second, opt.name()));
+      consumed.clear();
       for (auto& s : state.states()) {
-        load_into(of, "master." + s.p->name, s.master);
-        if (s.m1.defined()) load_into(of, "m1." + s.p->name, s.m1);
-        if (s.m2.defined()) load_into(of, "m2." + s.p->name, s.m2);
+        load_into(of, "master." + s.p->name, s.master, consumed);
+        if (s.m1.defined()) load_into(of, "m1." + s.p->name, s.m1, consumed);
+        if (s.m2.defined()) load_into(of, "m2." + s.p->name, s.m2, consumed);
       }
+      all_consumed(of, consumed);
     } else {
-      state.masters_from_model();  // model-only resume: masters are the weights
+      state.masters_from_model();  // asked for: masters are the weights, moments start at zero
     }
     auto sf = safetensors::file::open(dir / "trainer_state.safetensors");
-    auto meta = [&](const char* k) -> std::int64_t {
-      auto it = sf.metadata().find(k);
-      if (it == sf.metadata().end()) throw run_error(sf.path().string() + ": missing " + k);
-      return std::stoll(it->second);
-    };
-    TrainPosition pos{meta("step"), meta("data_position"), cfg.skip_scheduler ? 0 : meta("scheduler_step")};
+    TrainPosition pos = parse_trainer_state(sf.metadata(), sf.path().string(), step);
+    if (cfg.skip_scheduler) pos.scheduler_step = 0;
     if (const auto* rng = sf.find("rng.cpu")) {
       auto t = torch::empty({static_cast<std::int64_t>(rng->nbytes)}, torch::kUInt8);
       std::memcpy(t.data_ptr(), rng->data, rng->nbytes);
@@ -259,6 +267,10 @@ TrainPosition load_checkpoint(const fs::path& dir, Transformer& model, OffloadSt
     }
     return pos;
   } catch (const safetensors::error& e) {
+    throw run_error(e.what());
+  } catch (const checkpoint_error& e) {
+    throw run_error(e.what());
+  } catch (const model_config_error& e) {
     throw run_error(e.what());
   }
 }
@@ -306,12 +318,18 @@ struct StepMetrics {
   std::int64_t tokens = 0;
 };
 
+// A number for metrics.jsonl: JSON has no NaN or infinity, so those are null.
+std::string json_number(double v, std::string_view f) {
+  return std::isfinite(v) ? fmt::vformat(f, fmt::make_format_args(v)) : "null";
+}
+
 class Reporter {
  public:
-  Reporter(const fs::path& out_dir, bool print, std::string_view mode) : print_(print), mode_(mode) {
+  Reporter(const fs::path& out_dir, bool print, std::string_view mode)
+      : path_(out_dir / "metrics.jsonl"), print_(print), mode_(mode) {
     fs::create_directories(out_dir);
-    jsonl_.open(out_dir / "metrics.jsonl", std::ios::app);
-    if (!jsonl_) throw run_error((out_dir / "metrics.jsonl").string() + ": cannot open for writing");
+    jsonl_.open(path_, std::ios::app);
+    if (!jsonl_) throw run_error(path_.string() + ": cannot open for writing");
     tty_ = ::isatty(::fileno(stderr));
   }
   ~Reporter() {
@@ -324,15 +342,17 @@ class Reporter {
     for (const auto& [k, v] : m.pipeline)
       pipe += fmt::format("{}\"{}\":{:.6g}", pipe.empty() ? "" : ",", k, v);
     jsonl_ << fmt::format(
-        "{{\"step\":{},\"loss\":{:.6f},\"lr\":{:.6g},\"grad_norm\":{:.6g},\"tokens\":{},\"tokens_per_s\":{:."
+        "{{\"step\":{},\"loss\":{},\"lr\":{:.6g},\"grad_norm\":{},\"tokens\":{},\"tokens_per_s\":{:."
         "2f},"
         "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}"
         "}},"
         "\"offload\":\"{}\"{}}}\n",
-        m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.tokens_per_s,
-        m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB, m.host_rss / GiB,
+        m.step, json_number(m.loss, "{:.6f}"), m.lr, json_number(m.grad_norm, "{:.6g}"), m.tokens,
+        m.tokens_per_s, m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB,
+        m.host_rss / GiB,
         host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
     jsonl_.flush();
+    if (!jsonl_) throw run_error(path_.string() + ": write failed (disk full?)");
     if (!print_) return;
     std::string mfu = m.mfu ? fmt::format(" mfu {:.1f}%", *m.mfu * 100) : "";
     std::string stats =
@@ -353,6 +373,7 @@ class Reporter {
   }
 
  private:
+  fs::path path_;
   std::ofstream jsonl_;
   bool print_, tty_ = false, bar_shown_ = false;
   std::string mode_;
@@ -464,6 +485,34 @@ class Trainer {
       : cfg_(cfg), opts_(opts), setup_(setup) {}
 
   RunResult run() {
+    // --- The run's folder: one writer, never two runs mixed ----------------
+    // Before anything is loaded, so that a mistake costs seconds, not a model load.
+    const CheckpointConfig ckpt = cfg_.ckpt.value_or(CheckpointConfig{});
+    const fs::path ckpt_root = ckpt.output_dir.value_or(cfg_.output_dir / "checkpoints");
+    std::optional<OutputDirLock> lock;
+    std::optional<std::int64_t> resume_step;
+    if (!opts_.dump_logits) {
+      try {
+        lock.emplace(cfg_.output_dir);
+        remove_stale_temporaries(ckpt_root);
+        if (cfg_.resume) {
+          resume_step = cfg_.resume->step;
+          if (!resume_step) {
+            const auto steps = complete_checkpoints(ckpt_root);
+            if (steps.empty()) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
+            resume_step = steps.back();
+          }
+          if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root, *resume_step);
+              !note.empty() && opts_.print)
+            std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
+        } else {
+          prepare_fresh_run(cfg_.output_dir, ckpt_root, cfg_.clean);
+        }
+      } catch (const checkpoint_error& e) {
+        throw run_error(e.what());
+      }
+    }
+
     // --- Model -----------------------------------------------------------
     const auto& name = cfg_.model.name;
     std::optional<ModelArgs> args = preset(name);
@@ -504,13 +553,9 @@ class Trainer {
         cfg_.model.fused_lm_head_token_chunk_size.value_or(plan::default_ce_chunk_tokens(args->vocab_size));
 
     // --- Resume --------------------------------------------------------------
-    const CheckpointConfig ckpt = cfg_.ckpt.value_or(CheckpointConfig{});
-    const fs::path ckpt_root = ckpt.output_dir.value_or(cfg_.output_dir / "checkpoints");
     TrainPosition pos;
-    if (cfg_.resume) {
-      auto step = cfg_.resume->step ? cfg_.resume->step : newest_checkpoint(ckpt_root);
-      if (!step) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
-      pos = load_checkpoint(step_dir(ckpt_root, *step), model, state, opt, ckpt);
+    if (resume_step) {
+      pos = load_checkpoint(step_dir(ckpt_root, *resume_step), *resume_step, model, state, opt, ckpt);
       loader.set_position(pos.data_position);
     }
     const bool endless = std::holds_alternative<FakeDataConfig>(cfg_.data) ||
@@ -522,8 +567,7 @@ class Trainer {
 
     // --- Reporting -----------------------------------------------------------
     fs::create_directories(cfg_.output_dir);
-    if (!opts_.resolved_config.empty())
-      std::ofstream(cfg_.output_dir / "config.toml") << opts_.resolved_config;
+    if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
     Reporter reporter(cfg_.output_dir, opts_.print, Strategy::name);
     const double flops_per_token =
         6.0 * static_cast<double>(args->matmul_params()) +
@@ -602,6 +646,13 @@ class Trainer {
       met.host_state = state.host_bytes();
       met.pipeline = state.pipeline_stats();
       reporter.log(met);
+      // A NaN or infinite loss or gradient norm has reached (or will reach) the weights:
+      // stop before a checkpoint of this step could be written.
+      if (!std::isfinite(loss_sum) || !std::isfinite(grad_norm))
+        throw run_error(fmt::format(
+            "step {}: the loss is {} and the gradient norm {}; stopping (no checkpoint of this step is "
+            "written; resume from the last one with a lower optim.lr or with optim.max_norm)",
+            pos.step, loss_sum, grad_norm));
 
       if (cfg_.ckpt && ckpt.interval && pos.step % *ckpt.interval == 0)
         save_checkpoint(ckpt_root, model, state, opt, pos, ckpt, source_dir);

@@ -83,6 +83,7 @@ static SFTConfig tiny_full(int micro, std::int64_t seed, int steps, const fs::pa
   c.model.name = "primecfg/tiny";
   c.model.offload = Offload::full;
   c.model.compile = std::nullopt;
+  c.clean = true;  // variants of one run share folders
   SFTDataConfig d;
   d.seq_len = 48;
   d.batch_size = 4;

@@ -60,6 +60,7 @@ def train(work, model_dir, jsonl, seq_len, steps=2, ok=True):
         f.write(
             f"""max_steps = {steps}
 output_dir = {json.dumps(os.path.join(work, "out"))}
+clean = true
 [model]
 name = {json.dumps(model_dir)}
 attn = "sdpa"
