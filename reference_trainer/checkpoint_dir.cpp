@@ -110,7 +110,8 @@ TrainPosition parse_trainer_state(const std::map<std::string, std::string>& meta
                                   i64 folder_step) {
   auto get = [&](const char* key) -> i64 {
     auto it = metadata.find(key);
-    if (it == metadata.end()) throw checkpoint_error(fmt::format("{}: metadata \"{}\" is missing", file, key));
+    if (it == metadata.end())
+      throw checkpoint_error(fmt::format("{}: metadata \"{}\" is missing", file, key));
     i64 v = 0;
     const std::string& s = it->second;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -121,11 +122,11 @@ TrainPosition parse_trainer_state(const std::map<std::string, std::string>& meta
   };
   TrainPosition p{get("step"), get("data_position"), get("scheduler_step")};
   if (p.step != folder_step)
-    throw checkpoint_error(fmt::format("{}: metadata step = {} disagrees with its folder step_{}", file, p.step,
-                                       folder_step));
+    throw checkpoint_error(
+        fmt::format("{}: metadata step = {} disagrees with its folder step_{}", file, p.step, folder_step));
   if (p.scheduler_step > p.step)
-    throw checkpoint_error(fmt::format("{}: metadata scheduler_step = {} is after step = {}", file,
-                                       p.scheduler_step, p.step));
+    throw checkpoint_error(
+        fmt::format("{}: metadata scheduler_step = {} is after step = {}", file, p.scheduler_step, p.step));
   return p;
 }
 
@@ -198,10 +199,12 @@ void prepare_fresh_run(const fs::path& output_dir, const fs::path& ckpt_root, bo
         "{}: holds another run ({}{}); a new run there would mix with it. Resume it with [resume] (or "
         "--resume.step=N), set clean = true to delete that run's metrics, config.toml and checkpoints first, "
         "or choose another output_dir",
-        output_dir.string(), found.front().string(), found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
+        output_dir.string(), found.front().string(),
+        found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
   for (const auto& p : found) {
     fs::remove_all(p, ec);
-    if (ec) throw checkpoint_error(fmt::format("{}: clean = true cannot remove it: {}", p.string(), ec.message()));
+    if (ec)
+      throw checkpoint_error(fmt::format("{}: clean = true cannot remove it: {}", p.string(), ec.message()));
   }
 }
 
@@ -221,8 +224,9 @@ std::string prepare_resume(const fs::path& output_dir, const fs::path& ckpt_root
             fmt::format("{}: cannot move aside: {}", step_dir(ckpt_root, s).string(), ec.message()));
     }
     fsync_path(ckpt_root);
-    note = fmt::format("resuming from step {}: the later checkpoints step_{}{} moved to {}", step, later.front(),
-                       later.size() > 1 ? fmt::format(" .. step_{}", later.back()) : std::string(), aside.string());
+    note = fmt::format(
+        "resuming from step {}: the later checkpoints step_{}{} moved to {}", step, later.front(),
+        later.size() > 1 ? fmt::format(" .. step_{}", later.back()) : std::string(), aside.string());
   }
   // Metrics of steps after the checkpoint belong to the continuation being abandoned.
   const fs::path metrics = output_dir / "metrics.jsonl";
@@ -273,10 +277,11 @@ void write_manifest(const fs::path& dir, i64 step, bool optimizer) {
     entries += fmt::format("{}    {}: {{\"bytes\": {}, \"xxh64\": \"{}\"}}", entries.empty() ? "" : ",\n",
                            json::quote(f.filename().string()), bytes, hash);
   }
-  write_text(dir / "manifest.json",
-             fmt::format("{{\n  \"format\": \"primecfg-checkpoint/1\",\n  \"step\": {},\n  \"optimizer\": {},\n"
-                         "  \"files\": {{\n{}\n  }}\n}}\n",
-                         step, optimizer ? "true" : "false", entries));
+  write_text(
+      dir / "manifest.json",
+      fmt::format("{{\n  \"format\": \"primecfg-checkpoint/1\",\n  \"step\": {},\n  \"optimizer\": {},\n"
+                  "  \"files\": {{\n{}\n  }}\n}}\n",
+                  step, optimizer ? "true" : "false", entries));
   fsync_path(dir);
 }
 
@@ -284,10 +289,10 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step) {
   const fs::path mpath = dir / "manifest.json";
   std::error_code ec;
   if (!fs::is_regular_file(mpath, ec))
-    throw checkpoint_error(fmt::format(
-        "{}: no manifest.json, so the checkpoint cannot be verified (incomplete, or written by a "
-        "primecfg-train before manifests)",
-        dir.string()));
+    throw checkpoint_error(
+        fmt::format("{}: no manifest.json, so the checkpoint cannot be verified (incomplete, or written by a "
+                    "primecfg-train before manifests)",
+                    dir.string()));
   Manifest m;
   try {
     const json::value root = json::parse(read_all(mpath));
@@ -315,7 +320,8 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step) {
     throw checkpoint_error(
         fmt::format("{}: step = {} disagrees with its folder step_{}", mpath.string(), m.step, folder_step));
   for (const char* needed : {"model.safetensors", "config.json", "trainer_state.safetensors"})
-    if (!m.files.count(needed)) throw checkpoint_error(fmt::format("{}: does not list {}", mpath.string(), needed));
+    if (!m.files.count(needed))
+      throw checkpoint_error(fmt::format("{}: does not list {}", mpath.string(), needed));
   if (m.optimizer != (m.files.count("optimizer.safetensors") == 1))
     throw checkpoint_error(mpath.string() + ": \"optimizer\" disagrees with the files it lists");
   for (const auto& [name, want] : m.files) {
@@ -324,13 +330,14 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step) {
       throw checkpoint_error(fmt::format("{}: missing (the manifest lists it)", p.string()));
     const auto size = fs::file_size(p, ec);
     if (ec || size != want.bytes)
-      throw checkpoint_error(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)", p.string(),
-                                         ec ? 0 : size, want.bytes));
+      throw checkpoint_error(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced?)",
+                                         p.string(), ec ? 0 : size, want.bytes));
     auto [hash, bytes] = hash_file(p);
     if (hash != want.xxh64)
-      throw checkpoint_error(fmt::format("{}: checksum {} differs from the manifest's {}: the file changed after "
-                                         "it was written",
-                                         p.string(), hash, want.xxh64));
+      throw checkpoint_error(
+          fmt::format("{}: checksum {} differs from the manifest's {}: the file changed after "
+                      "it was written",
+                      p.string(), hash, want.xxh64));
   }
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".safetensors" && !m.files.count(e.path().filename().string()))
@@ -350,8 +357,8 @@ void prune_checkpoints(const fs::path& root, i64 keep_last, i64 newest) {
   for (std::size_t i = 0; i + keep_older < older.size(); ++i) {
     fs::remove_all(step_dir(root, older[i]), ec);
     if (ec)
-      throw checkpoint_error(fmt::format("{}: keep_last cannot remove it: {}", step_dir(root, older[i]).string(),
-                                         ec.message()));
+      throw checkpoint_error(
+          fmt::format("{}: keep_last cannot remove it: {}", step_dir(root, older[i]).string(), ec.message()));
   }
 }
 
@@ -367,7 +374,8 @@ void publish_checkpoint(const fs::path& tmp, const fs::path& final_dir) {
     if (ec) throw checkpoint_error(fmt::format("{}: cannot set aside: {}", final_dir.string(), ec.message()));
   }
   fs::rename(tmp, final_dir, ec);
-  if (ec) throw checkpoint_error(fmt::format("{}: cannot rename into place: {}", final_dir.string(), ec.message()));
+  if (ec)
+    throw checkpoint_error(fmt::format("{}: cannot rename into place: {}", final_dir.string(), ec.message()));
   fsync_path(root);
   fs::remove_all(aside, ec);
 }

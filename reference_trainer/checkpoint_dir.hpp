@@ -66,8 +66,8 @@ void prepare_fresh_run(const std::filesystem::path& output_dir, const std::files
 
 // Resuming from `step`: later checkpoints (of a continuation being abandoned) move
 // into <ckpt_root>/abandoned_after_step_<step>/, and metrics.jsonl lines of later steps
-// into metrics.after_step_<step>.jsonl (-2, -3, ... when those exist), so that this run's history reads as one and
-// nothing is deleted. Returns what was moved, for a note (empty if nothing).
+// into metrics.after_step_<step>.jsonl (-2, -3, ... when those exist), so that this run's history reads as
+// one and nothing is deleted. Returns what was moved, for a note (empty if nothing).
 std::string prepare_resume(const std::filesystem::path& output_dir, const std::filesystem::path& ckpt_root,
                            std::int64_t step);
 

@@ -329,16 +329,17 @@ int main(int argc, char** argv) {
   }
 
   // A CUDA run predicted not to fit stops here, before minutes of loading.
-  const bool on_cuda = run.device ? run.device->rfind("cuda", 0) == 0
-                                  : train::plan::cuda_device_memory(0).has_value();
+  const bool on_cuda =
+      run.device ? run.device->rfind("cuda", 0) == 0 : train::plan::cuda_device_memory(0).has_value();
   if (memory_check && on_cuda && !run.dump_logits) {
     try {
       auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
       if (auto why = train::plan::fit_refusal(plan, cfg.value.model.offload); !why.empty()) {
-        std::fprintf(stderr,
-                     "primecfg-train: error: %sprimecfg-train: `--plan` shows the breakdown; --no-memory-check "
-                     "tries anyway\n",
-                     why.c_str());
+        std::fprintf(
+            stderr,
+            "primecfg-train: error: %sprimecfg-train: `--plan` shows the breakdown; --no-memory-check "
+            "tries anyway\n",
+            why.c_str());
         return 1;
       }
     } catch (const std::exception& e) {

@@ -875,11 +875,12 @@ std::string fit_refusal(const Plan& p, Offload mode) {
                        human(m.host.peak), human(*a.host_capacity), a.host_capacity_source);
   std::string fit;
   for (const auto& o : p.modes)
-    if (o.mode != mode && o.fits()) fit += fmt::format("{}model.offload = \"{}\"", fit.empty() ? "" : ", ", mode_name(o.mode));
+    if (o.mode != mode && o.fits())
+      fit += fmt::format("{}model.offload = \"{}\"", fit.empty() ? "" : ", ", mode_name(o.mode));
   for (const auto& o : p.modes_other)
     if (o.fits())
-      fit += fmt::format("{}model.offload = \"{}\" with model.ac {}", fit.empty() ? "" : ", ", mode_name(o.mode),
-                         p.ac ? "off" : "on");
+      fit += fmt::format("{}model.offload = \"{}\" with model.ac {}", fit.empty() ? "" : ", ",
+                         mode_name(o.mode), p.ac ? "off" : "on");
   out += fit.empty() ? ". No mode is predicted to fit; shorten data.seq_len or micro_batch_size.\n"
                      : ". Predicted to fit: " + fit + ".\n";
   return out;

@@ -9,8 +9,8 @@
 // when the update runs, per offload strategy, in offload_state.hpp.
 #include "trainer.hpp"
 
-#include "data.hpp"
 #include "checkpoint_dir.hpp"
+#include "data.hpp"
 #include "device_streams.hpp"
 #include "model.hpp"
 #include "offload_state.hpp"
@@ -172,15 +172,16 @@ void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Stra
 
 // Copies a checkpoint tensor into dst, checking name, shape and dtype (a checkpoint
 // of another model fails here with the tensor's name); marks it consumed.
-void load_into(const safetensors::file& f, const std::string& name, Tensor dst, std::set<std::string>& consumed) {
+void load_into(const safetensors::file& f, const std::string& name, Tensor dst,
+               std::set<std::string>& consumed) {
   const auto* t = f.find(name);
   if (!t)
     throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
                                 f.path().string(), name));
   std::vector<std::int64_t> want(dst.sizes().begin(), dst.sizes().end());
   if (t->shape != want)
-    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(), name,
-                                fmt::join(t->shape, ", "), fmt::join(want, ", ")));
+    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(),
+                                name, fmt::join(t->shape, ", "), fmt::join(want, ", ")));
   torch::ScalarType st;
   switch (t->type) {
     case safetensors::dtype::BF16:
@@ -198,8 +199,8 @@ void load_into(const safetensors::file& f, const std::string& name, Tensor dst, 
   }
   if (dst.scalar_type() == torch::kFloat32 && st != torch::kFloat32 && name.rfind("model.", 0) != 0 &&
       name != "lm_head.weight")
-    throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(), name,
-                                safetensors::dtype_name(t->type)));
+    throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(),
+                                name, safetensors::dtype_name(t->type)));
   torch::NoGradGuard ng;
   Tensor src = torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st));
   if (!torch::isfinite(src).all().item<bool>())
@@ -212,13 +213,14 @@ void load_into(const safetensors::file& f, const std::string& name, Tensor dst, 
 void all_consumed(const safetensors::file& f, const std::set<std::string>& consumed) {
   for (const auto& t : f.tensors())
     if (!consumed.count(t.name))
-      throw run_error(fmt::format("{}: tensor {} is not part of this run's model or optimizer", f.path().string(),
-                                  t.name));
+      throw run_error(fmt::format("{}: tensor {} is not part of this run's model or optimizer",
+                                  f.path().string(), t.name));
 }
 
 template <class Strategy>
 TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model,
-                              OffloadState<Strategy>& state, const OptSettings& opt, const CheckpointConfig& cfg) {
+                              OffloadState<Strategy>& state, const OptSettings& opt,
+                              const CheckpointConfig& cfg) {
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
     const Manifest manifest = verify_checkpoint(dir, step);
@@ -349,8 +351,7 @@ class Reporter {
         "\"offload\":\"{}\"{}}}\n",
         m.step, json_number(m.loss, "{:.6f}"), m.lr, json_number(m.grad_norm, "{:.6g}"), m.tokens,
         m.tokens_per_s, m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB,
-        m.host_rss / GiB,
-        host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
+        m.host_rss / GiB, host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
     jsonl_.flush();
     if (!jsonl_) throw run_error(path_.string() + ": write failed (disk full?)");
     if (!print_) return;
@@ -499,7 +500,8 @@ class Trainer {
           resume_step = cfg_.resume->step;
           if (!resume_step) {
             const auto steps = complete_checkpoints(ckpt_root);
-            if (steps.empty()) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
+            if (steps.empty())
+              throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
             resume_step = steps.back();
           }
           if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root, *resume_step);

@@ -450,6 +450,23 @@ TEST_CASE("planner: out-of-memory advice names a mode that fits") {
   CHECK(advice.find("No offload mode") != std::string::npos);
 }
 
+TEST_CASE("planner: a run predicted not to fit is refused before it starts, naming what fits") {
+  SFTConfig cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
+  plan::Assumptions a;
+  a.gpu_capacity = plan::make_plan(cfg, a).mode(Offload::full).gpu_total + 1;
+  a.gpu_capacity_source = "test";
+  a.host_capacity = std::int64_t{1} << 50;
+  auto p = plan::make_plan(cfg, a);
+  CHECK(plan::fit_refusal(p, Offload::full).empty());
+  const std::string why = plan::fit_refusal(p, Offload::none);
+  CHECK(why.find("model.offload = \"none\" is predicted not to fit") != std::string::npos);
+  CHECK(why.find("GPU") != std::string::npos);
+  CHECK(why.find("Predicted to fit: model.offload = \"full\"") != std::string::npos);
+  a.host_capacity = std::int64_t{1} << 30;  // 1 GiB of host memory: nothing fits
+  a.host_capacity_source = "test";
+  CHECK(plan::fit_refusal(plan::make_plan(cfg, a), Offload::full).find("host") != std::string::npos);
+}
+
 TEST_CASE("planner: GiB parsing and host memory") {
   CHECK(plan::parse_gib("139") == std::int64_t{139} << 30);
   CHECK(plan::parse_gib("0.5") == std::int64_t{1} << 29);

@@ -1,0 +1,242 @@
+"""primecfg-train under faults: nothing lost, nothing silent.
+
+Each case runs the real program on the tiny model (CPU) and checks one guarantee
+of docs/reliability.md: pruning and resume keep every checkpoint that matters, a
+used output_dir is refused, one writer per folder, a damaged checkpoint is named,
+a NaN loss stops the run with valid metrics, a file-size limit is an error with no
+partial checkpoint left, special files do not hang, usage errors exit 2.
+
+usage: reliability_test.py PRIMECFG_TRAIN
+"""
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAIN = sys.argv[1]
+ROOT = tempfile.mkdtemp(prefix="reliability-")
+passed, failed = 0, []
+
+
+def toml(work, steps, extra="", ckpt="interval = 2"):
+    path = os.path.join(work, "run.toml")
+    with open(path, "w") as f:
+        f.write(
+            f"""max_steps = {steps}
+output_dir = {json.dumps(os.path.join(work, "out"))}
+{extra}
+[model]
+name = "primecfg/tiny"
+attn = "sdpa"
+compile = "None"
+[data]
+seq_len = 32
+batch_size = 4
+micro_batch_size = 2
+[optim]
+lr = 1e-3
+[ckpt]
+{ckpt}
+"""
+        )
+    return path
+
+
+def train(cfg, *args, timeout=300, limit=None):
+    def preexec():
+        if limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [TRAIN, "@", cfg, "--device=cpu", *args], capture_output=True, text=True, timeout=timeout, preexec_fn=preexec
+    )
+
+
+def steps_in(folder):
+    return sorted(int(n[5:]) for n in os.listdir(folder) if n.startswith("step_"))
+
+
+def case(name):
+    def wrap(fn):
+        global passed
+        work = os.path.join(ROOT, name.replace(" ", "_"))
+        os.makedirs(work)
+        try:
+            fn(work)
+            passed += 1
+            print(f"ok {name}")
+        except Exception as e:  # noqa: BLE001 - report every failure, go on
+            failed.append(f"{name}: {e}")
+            print(f"FAIL {name}: {e}")
+        return fn
+
+    return wrap
+
+
+def expect(p, code, *needles):
+    if p.returncode != code or any(n not in p.stderr for n in needles):
+        raise AssertionError(f"want exit {code} with {needles}, got {p.returncode}:\n{p.stderr[-2000:]}")
+
+
+@case("keep_last keeps the newest, resume from an older step moves later ones aside")
+def _(work):
+    cfg = toml(work, 6, ckpt="interval = 2\nkeep_last = 2")
+    expect(train(cfg), 0)
+    ck = os.path.join(work, "out", "checkpoints")
+    assert steps_in(ck) == [4, 6], steps_in(ck)
+    # Resume from 4 and run to 8: step_6 of the first run is kept aside, not overwritten.
+    cfg = toml(work, 8, ckpt="interval = 2\nkeep_last = 2\n[resume]\nstep = 4")
+    p = train(cfg)
+    expect(p, 0, "moved to")
+    assert steps_in(ck) == [6, 8], steps_in(ck)
+    assert steps_in(os.path.join(ck, "abandoned_after_step_4")) == [6]
+    kept = [json.loads(x)["step"] for x in open(os.path.join(work, "out", "metrics.after_step_4.jsonl"))]
+    assert kept == [5, 6], kept
+    now = [json.loads(x)["step"] for x in open(os.path.join(work, "out", "metrics.jsonl"))]
+    assert now == list(range(1, 9)), now
+
+
+@case("a new run into a used output_dir is refused; clean = true starts over")
+def _(work):
+    expect(train(toml(work, 2)), 0)
+    expect(train(toml(work, 2)), 1, os.path.join(work, "out"), "holds another run", "clean = true")
+    expect(train(toml(work, 2, extra="clean = true")), 0)
+    assert steps_in(os.path.join(work, "out", "checkpoints")) == [2]
+
+
+@case("one writer per output_dir")
+def _(work):
+    first = subprocess.Popen(
+        [TRAIN, "@", toml(work, 100000, ckpt="interval = 100000"), "--device=cpu"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(work, "out", "metrics.jsonl")) and time.time() < deadline:
+            time.sleep(0.2)
+        t0 = time.time()
+        second = train(toml(os.path.join(work), 2, extra="clean = true"), timeout=60)
+        expect(second, 1, "another primecfg-train", f"pid {first.pid}")
+        assert time.time() - t0 < 30, "the second run waited instead of failing at once"
+    finally:
+        first.kill()
+        first.wait()
+
+
+def saved_run(work):
+    expect(train(toml(work, 4)), 0)
+    return os.path.join(work, "out", "checkpoints", "step_4")
+
+
+def resume(work):
+    return train(toml(work, 6, ckpt="interval = 2\n[resume]\nstep = 4"))
+
+
+@case("a bit flipped in optimizer state is named on resume")
+def _(work):
+    step = saved_run(work)
+    path = os.path.join(step, "optimizer.safetensors")
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x10]))
+    expect(resume(work), 1, "optimizer.safetensors", "checksum")
+
+
+@case("a truncated or missing checkpoint file is named on resume")
+def _(work):
+    step = saved_run(work)
+    path = os.path.join(step, "model.safetensors")
+    os.truncate(path, os.path.getsize(path) - 8)
+    expect(resume(work), 1, "model.safetensors", "bytes")
+    shutil.rmtree(os.path.join(work, "out"))
+    step = saved_run(work)
+    os.remove(os.path.join(step, "optimizer.safetensors"))
+    expect(resume(work), 1, "optimizer.safetensors", "missing")
+
+
+@case("a checkpoint whose folder disagrees with its step is refused")
+def _(work):
+    step = saved_run(work)
+    os.rename(step, step[:-1] + "5")
+    p = train(toml(work, 6, ckpt="interval = 2\n[resume]\nstep = 5"))
+    expect(p, 1, "step_5", "disagrees")
+
+
+@case("a killed run's temporary checkpoint is removed")
+def _(work):
+    ck = os.path.join(work, "out", "checkpoints")
+    expect(train(toml(work, 2)), 0)
+    os.makedirs(os.path.join(ck, ".step_3.tmp"))
+    open(os.path.join(ck, ".step_3.tmp", "model.safetensors"), "w").write("partial")
+    expect(train(toml(work, 4, ckpt="interval = 2\n[resume]\nstep = 2")), 0)
+    assert not os.path.exists(os.path.join(ck, ".step_3.tmp"))
+
+
+@case("a NaN loss stops the run; metrics.jsonl stays valid JSON")
+def _(work):
+    cfg = toml(work, 50, ckpt="interval = 1000")
+    with open(cfg) as f:
+        text = f.read().replace("lr = 1e-3", "lr = 1e30\nmax_norm = \"None\"")
+    with open(cfg, "w") as f:
+        f.write(text)
+    p = train(cfg)
+    expect(p, 1, "the loss is", "stopping")
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+
+    lines = [json.loads(x, parse_constant=no_constants) for x in open(os.path.join(work, "out", "metrics.jsonl"))]
+    assert lines and lines[-1]["loss"] is None or lines[-1]["grad_norm"] is None, lines[-1]
+    assert not os.path.exists(os.path.join(work, "out", "checkpoints", f"step_{lines[-1]['step']}"))
+
+
+@case("a file-size limit fails the checkpoint with its name, no partial folder left")
+def _(work):
+    p = train(toml(work, 2), limit=1 << 20)  # the tiny model's weights are about 2 MB
+    expect(p, 1, ".safetensors")
+    ck = os.path.join(work, "out", "checkpoints")
+    left = os.listdir(ck) if os.path.isdir(ck) else []
+    assert left == [], left
+
+
+@case("a FIFO as data or config.json is an error, not a hang")
+def _(work):
+    fifo = os.path.join(work, "data.fifo")
+    os.mkfifo(fifo)
+    cfg = toml(work, 2)
+    with open(cfg) as f:
+        text = f.read().replace("seq_len = 32", f"seq_len = 32\npath = {json.dumps(fifo)}")
+    with open(cfg, "w") as f:
+        f.write(text)
+    expect(train(cfg, timeout=60), 1, "data.fifo", "not a regular file")
+    model = os.path.join(work, "model")
+    os.makedirs(model)
+    os.mkfifo(os.path.join(model, "config.json"))
+    cfg = toml(work, 2, extra="clean = true")
+    with open(cfg) as f:
+        text = f.read().replace('"primecfg/tiny"', json.dumps(model))
+    with open(cfg, "w") as f:
+        f.write(text)
+    expect(train(cfg, timeout=60), 1, "config.json", "not a regular file")
+
+
+@case("usage errors exit 2, config errors 1")
+def _(work):
+    p = subprocess.run([TRAIN, "--compute-dtype=fp64"], capture_output=True, text=True)
+    expect(p, 2, "--compute-dtype")
+    p = subprocess.run([TRAIN, "--plan-gpu-memory=80"], capture_output=True, text=True)
+    expect(p, 2, "only applies with --plan")
+    p = subprocess.run([TRAIN, "--optim.lr=-1"], capture_output=True, text=True)
+    expect(p, 1, "optim.lr")
+
+
+shutil.rmtree(ROOT, ignore_errors=True)
+print(f"{passed} passed, {len(failed)} failed")
+sys.exit(1 if failed else 0)
