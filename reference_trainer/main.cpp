@@ -19,6 +19,7 @@
 #define PRIMECFG_TRAIN_HAVE_DUMP 1
 #endif
 
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -112,11 +113,12 @@ int device_index(const train::RunOptions& run) {
   if (!run.device) return 0;
   auto pos = run.device->find(':');
   if (pos == std::string::npos) return 0;
-  try {
-    return std::stoi(run.device->substr(pos + 1));
-  } catch (...) {
-    return 0;
-  }
+  int index = 0;
+  const std::string_view digits = std::string_view(*run.device).substr(pos + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (ec != std::errc() || end != digits.data() + digits.size() || index < 0)
+    throw std::invalid_argument("--device=" + *run.device + ": the device index must be a number (cuda:0)");
+  return index;
 }
 
 // What the planner assumes about this machine: the GPU's memory from the CUDA
@@ -257,6 +259,17 @@ int main(int argc, char** argv) {
     if (a.rfind("--device", 0) == 0) {
       if (auto v = value_of("--device")) {
         run.device = *v;
+        try {
+          if (*v != "cpu") device_index(run);
+        } catch (const std::invalid_argument& e) {
+          std::fprintf(stderr, "primecfg-train: %s\n", e.what());
+          return 2;
+        }
+        if (*v != "cpu" && v->rfind("cuda", 0) != 0) {
+          std::fprintf(stderr, "primecfg-train: --device must be cpu, cuda or cuda:N, not \"%s\"\n",
+                       v->c_str());
+          return 2;
+        }
         continue;
       }
     }

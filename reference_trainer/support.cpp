@@ -128,6 +128,24 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (!cfg.env_vars.empty())
     c.error("env_vars", "setting environment variables " + not_impl + " (set them in the shell)");
 
+  // Accepted so that prime-rl's configs load, but without effect in this trainer: said
+  // once, where the user wrote them, so that no value is dropped without a word.
+  const std::pair<const char*, const char*> no_effect[] = {
+      {"model.reduce_dtype", "gradients are reduced across ranks only by the sharded trainer"},
+      {"model.reshard_after_forward", "there is no FSDP; weights stay whole on the device"},
+      {"model.cp_style", "context parallelism is not implemented"},
+      {"model.deepep_num_sms", "there are no experts"},
+      {"model.deepep_token_chunk_size", "there are no experts"},
+      {"model.moe_use_grouped_mm", "there are no experts"},
+      {"model.compile.fullgraph", "there is no torch.compile in LibTorch"},
+      {"dist_timeout_seconds", "one process: there are no collectives to time out"},
+      {"gc", "Python's garbage collector does not run here"},
+      {"log.level", "primecfg-train prints progress and errors only"},
+      {"renderer", "records are tokenized before training (tools/tokenize_jsonl.py)"},
+  };
+  for (const auto& [path, why] : no_effect)
+    if (c.explicitly_set(path)) c.note(path, fmt::format("has no effect in primecfg-train: {}", why));
+
   for (const char* section : {"eval", "inference", "deployment", "slurm"}) {
     bool present = (std::string_view(section) == "eval" && cfg.eval) ||
                    (std::string_view(section) == "inference" && cfg.inference) ||

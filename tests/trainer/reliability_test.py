@@ -53,7 +53,7 @@ def train(cfg, *args, timeout=300, limit=None):
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return subprocess.run(
-        [TRAIN, "@", cfg, "--device=cpu", *args], capture_output=True, text=True, timeout=timeout, preexec_fn=preexec
+        [TRAIN, "@", cfg, "--device=cpu", *args], capture_output=True, text=True, errors="replace", timeout=timeout, preexec_fn=preexec
     )
 
 
@@ -233,8 +233,17 @@ def _(work):
     expect(p, 2, "--compute-dtype")
     p = subprocess.run([TRAIN, "--plan-gpu-memory=80"], capture_output=True, text=True)
     expect(p, 2, "only applies with --plan")
+    p = subprocess.run([TRAIN, "--device=cuda:x"], capture_output=True, text=True)
+    expect(p, 2, "cuda:x")
     p = subprocess.run([TRAIN, "--optim.lr=-1"], capture_output=True, text=True)
     expect(p, 1, "optim.lr")
+
+
+@case("a value the trainer accepts but does not apply gets a note naming it")
+def _(work):
+    cfg = toml(work, 1, extra="dist_timeout_seconds = 60")
+    p = train(cfg, "--model.reshard-after-forward=false")
+    expect(p, 0, "dist_timeout_seconds", "has no effect", "model.reshard_after_forward")
 
 
 shutil.rmtree(ROOT, ignore_errors=True)
