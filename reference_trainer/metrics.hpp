@@ -1,0 +1,171 @@
+// What the run reports per step: metrics.jsonl (one JSON object a line), the
+// progress line or bar on stderr, and the optional profiler trace of the last steps.
+// Used by trainer.cpp only.
+#pragma once
+
+#include "device_streams.hpp"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace primecfg::train {
+
+namespace fs = std::filesystem;
+
+inline double rss_bytes(const char* field) {  // VmRSS / VmHWM from /proc/self/status
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field))) * 1024.0;
+  return 0;
+}
+
+inline constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+// Peak dense bf16 FLOP/s of the device for MFU; nullopt when unknown.
+inline std::optional<double> peak_flops(torch::Device d) {
+  if (const char* env = std::getenv("PRIMECFG_PEAK_TFLOPS")) return std::stod(env) * 1e12;
+  const std::string name = dev::device_name(d);
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989e12;
+  return std::nullopt;
+}
+
+inline double peak_device_bytes(torch::Device d) {
+#if defined(PRIMECFG_WITH_CUDA)
+  if (d.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
+    return static_cast<double>(stats.allocated_bytes[0].peak);
+  }
+#endif
+  (void)d;
+  return rss_bytes("VmHWM:");  // CPU run: the device is the host
+}
+
+struct StepMetrics {
+  std::int64_t step = 0, max_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0, step_time = 0, tokens_per_s = 0;
+  std::optional<double> mfu;
+  double peak_device = 0, host_rss = 0;
+  std::map<std::string, double> host_state;
+  std::map<std::string, double> pipeline;
+  std::int64_t tokens = 0;
+};
+
+// A number for metrics.jsonl: JSON has no NaN or infinity, so those are null.
+inline std::string json_number(double v, std::string_view f) {
+  return std::isfinite(v) ? fmt::vformat(f, fmt::make_format_args(v)) : "null";
+}
+
+class Reporter {
+ public:
+  Reporter(const fs::path& out_dir, bool print, std::string_view mode)
+      : path_(out_dir / "metrics.jsonl"), print_(print), mode_(mode) {
+    fs::create_directories(out_dir);
+    jsonl_.open(path_, std::ios::app);
+    if (!jsonl_) throw run_error(path_.string() + ": cannot open for writing");
+    tty_ = ::isatty(::fileno(stderr));
+  }
+  ~Reporter() {
+    if (tty_ && print_ && bar_shown_) std::fputc('\n', stderr);
+  }
+
+  void log(const StepMetrics& m) {
+    std::string host, pipe;
+    for (const auto& [k, v] : m.host_state) host += fmt::format(",\"{}\":{:.6f}", k, v / GiB);
+    for (const auto& [k, v] : m.pipeline)
+      pipe += fmt::format("{}\"{}\":{:.6g}", pipe.empty() ? "" : ",", k, v);
+    jsonl_ << fmt::format(
+        "{{\"step\":{},\"loss\":{},\"lr\":{:.6g},\"grad_norm\":{},\"tokens\":{},\"tokens_per_s\":{:."
+        "2f},"
+        "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}"
+        "}},"
+        "\"offload\":\"{}\"{}}}\n",
+        m.step, json_number(m.loss, "{:.6f}"), m.lr, json_number(m.grad_norm, "{:.6g}"), m.tokens,
+        m.tokens_per_s, m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB,
+        m.host_rss / GiB, host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
+    jsonl_.flush();
+    if (!jsonl_) throw run_error(path_.string() + ": write failed (disk full?)");
+    if (!print_) return;
+    std::string mfu = m.mfu ? fmt::format(" mfu {:.1f}%", *m.mfu * 100) : "";
+    std::string stats =
+        fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s{} | {:.3f} s/step | peak {:.2f} GiB", m.loss,
+                    m.lr, m.tokens_per_s, mfu, m.step_time, m.peak_device / GiB);
+    if (tty_) {
+      const int width = 24;
+      int filled = m.max_steps ? static_cast<int>(width * m.step / m.max_steps) : 0;
+      std::fprintf(stderr, "\r\033[K[%s%s] %lld/%lld %s", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), static_cast<long long>(m.step),
+                   static_cast<long long>(m.max_steps), stats.c_str());
+      bar_shown_ = true;
+    } else {
+      std::fprintf(stderr, "step %lld/%lld | %s\n", static_cast<long long>(m.step),
+                   static_cast<long long>(m.max_steps), stats.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  fs::path path_;
+  std::ofstream jsonl_;
+  bool print_, tty_ = false, bar_shown_ = false;
+  std::string mode_;
+};
+
+// PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
+// Kineto profiler (CPU ops and CUDA kernels, as torch.profiler does; only the
+// latter with PRIMECFG_PROFILE_CPU=0) and writes
+// a Chrome trace: what bench/trainer/profile_gpu.sh compares with the PyTorch peer.
+class StepProfiler {
+ public:
+  explicit StepProfiler(std::int64_t last_step) {
+    const char* path = std::getenv("PRIMECFG_PROFILE");
+    if (!path || !*path) return;
+    path_ = path;
+    first_ = std::max<std::int64_t>(1, last_step - 1);
+    last_ = last_step;
+  }
+  void before_step(std::int64_t step) {  // step counts from 1
+    if (path_.empty() || step != first_) return;
+    namespace prof = torch::autograd::profiler;
+    prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+    // PRIMECFG_PROFILE_CPU=0 records only the GPU's kernels and copies: recording every
+    // host operator slows the host down enough to change what a host-bound step does.
+    const char* cpu = std::getenv("PRIMECFG_PROFILE_CPU");
+    std::set<torch::profiler::impl::ActivityType> activities;
+    if (!cpu || std::string_view(cpu) != "0" || !torch::cuda::is_available())
+      activities.insert(torch::profiler::impl::ActivityType::CPU);
+    if (torch::cuda::is_available()) activities.insert(torch::profiler::impl::ActivityType::CUDA);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+    on_ = true;
+  }
+  void after_step(std::int64_t step) {
+    if (!on_ || step != last_) return;
+    on_ = false;
+    torch::autograd::profiler::disableProfiler()->save(path_);
+    std::fprintf(stderr, "primecfg-train: profile of steps %lld-%lld written to %s\n",
+                 static_cast<long long>(first_), static_cast<long long>(last_), path_.c_str());
+  }
+
+ private:
+  std::string path_;
+  std::int64_t first_ = 0, last_ = 0;
+  bool on_ = false;
+};
+
+}  // namespace primecfg::train
