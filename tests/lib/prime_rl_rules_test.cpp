@@ -223,6 +223,51 @@ TEST_CASE("traces need a short run; resume takes a step or a step folder; RL sha
   CHECK(error_at(offline, "monitors.wandb.offline").kind == error_kind::value_error);
 }
 
+TEST_CASE("RL: the trainer writes to output_dir / run.dir; [log] and [monitors.wandb] reach the trainer") {
+  auto named = load_text<primecfg::RLConfig>("output_dir = \"/runs\"\n[run]\nname = \"exp\"\n");
+  REQUIRE(named.ok());
+  CHECK(named.value.trainer.output_dir == std::filesystem::path("/runs/exp"));
+  CHECK(named.source_of("trainer.output_dir").to_string() == "test.toml:3:8");
+  auto folder = load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\ndir = \"exp-2\"\n");
+  REQUIRE(folder.ok());
+  CHECK(folder.value.trainer.output_dir == std::filesystem::path("outputs/exp-2"));
+  auto same =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[trainer]\noutput_dir = \"outputs/exp\"\n");
+  CHECK(same.ok());
+  auto conflict =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[trainer]\noutput_dir = \"elsewhere\"\n");
+  CHECK(error_at(conflict, "trainer.output_dir").message.find("output_dir / run.dir") != std::string::npos);
+  // Without run.name the launcher generates the folder: an explicit trainer folder cannot match it.
+  auto unnamed = load_text<primecfg::RLConfig>("[trainer]\noutput_dir = \"elsewhere\"\n");
+  CHECK(error_at(unnamed, "trainer.output_dir").message.find("run.name") != std::string::npos);
+  CHECK(load_text<primecfg::RLConfig>("").value.trainer.output_dir == std::filesystem::path("outputs"));
+
+  auto log = load_text<primecfg::RLConfig>("[log]\nlevel = \"debug\"\n");
+  REQUIRE(log.ok());
+  CHECK(log.value.trainer.log.level == primecfg::LogLevel::debug);
+  auto log_conflict =
+      load_text<primecfg::RLConfig>("[log]\nlevel = \"debug\"\n[trainer.log]\nlevel = \"info\"\n");
+  CHECK(error_at(log_conflict, "trainer.log.level").message.find("conflicts with log.level") == 0);
+
+  auto wandb = load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\nproject = \"p\"\n");
+  REQUIRE(wandb.ok());
+  REQUIRE(wandb.value.trainer.monitors.wandb);
+  CHECK(wandb.value.trainer.monitors.wandb->project == "p");
+  CHECK(wandb.value.trainer.monitors.wandb->name == "exp");  // prime-rl's auto_setup_run_identity
+  auto named_run =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\nname = \"shown\"\n");
+  REQUIRE(named_run.ok());
+  CHECK(named_run.value.trainer.monitors.wandb->name == "shown");
+  auto bare = load_text<primecfg::RLConfig>("[monitors.wandb]\n");
+  REQUIRE(bare.ok());
+  CHECK(bare.value.trainer.monitors.wandb);
+  auto off = load_text<primecfg::RLConfig>("[monitors]\nwandb = \"None\"\n[trainer.monitors.wandb]\n");
+  CHECK(error_at(off, "trainer.monitors.wandb").message.find("\"None\"") != std::string::npos);
+  auto wandb_conflict = load_text<primecfg::RLConfig>(
+      "[monitors.wandb]\nproject = \"p\"\n[trainer.monitors.wandb]\nproject = \"q\"\n");
+  CHECK(error_at(wandb_conflict, "trainer.monitors.wandb.project").message.find("conflicts") == 0);
+}
+
 // Every TOML of prime-rl's configs/ and examples/ at 559b44772 (the ones for
 // the trainer's entry points; SOURCES.md) validates as its target type; the
 // three with legacy offload keys do so after primecfg-migrate (its golden output).
