@@ -3,6 +3,7 @@
 // line. Each case is an example of one behaviour (docs/prime-rl-rules.md).
 #include "test_helpers.hpp"
 
+#include <primecfg/dump.hpp>
 #include <primecfg/report.hpp>
 #include <primecfg/rl.hpp>
 #include <primecfg/sft.hpp>
@@ -150,6 +151,57 @@ TEST_CASE("expert parallelism and implementation rules") {
   auto replay = load_text<primecfg::TrainerConfig>(
       "enable_router_replay = true\n[model]\nimpl = \"hf\"\nattn = \"flash_attention_2\"\n");
   CHECK(error_at(replay, "enable_router_replay").kind == error_kind::value_error);
+}
+
+TEST_CASE("model.fused_lm_head_token_chunk_size and model.ep take prime-rl's keywords besides a number") {
+  using primecfg::ExpertParallel;
+  using primecfg::LmHeadChunking;
+  auto disabled = load_text<primecfg::SFTConfig>(
+      "[model]\nfused_lm_head_token_chunk_size = \"disabled\"\nep = \"auto\"\nimpl = \"hf\"\n"
+      "attn = \"flash_attention_2\"\n");
+  INFO(primecfg::format_text(disabled.diagnostics, "SFTConfig"));
+  REQUIRE(disabled.ok());  // "auto" passes prime-rl's ep_only_with_custom_impl
+  REQUIRE(disabled.value.model.fused_lm_head_token_chunk_size);
+  CHECK(disabled.value.model.fused_lm_head_token_chunk_size->is(LmHeadChunking::disabled));
+  CHECK(disabled.value.model.ep.is(ExpertParallel::auto_));
+  std::string dumped = primecfg::dump_toml(disabled.value, disabled.provenance);
+  CHECK(dumped.find("fused_lm_head_token_chunk_size = \"disabled\"") != std::string::npos);
+  CHECK(dumped.find("ep = \"auto\"") != std::string::npos);
+  auto again = load_text<primecfg::SFTConfig>(dumped);
+  REQUIRE(again.ok());
+  CHECK(again.value.model.ep.is(ExpertParallel::auto_));
+
+  auto number = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = 1024\nep = 8\n");
+  REQUIRE(number.ok());
+  CHECK(number.value.model.fused_lm_head_token_chunk_size->number() == 1024);
+  CHECK(number.value.model.ep.number() == 8);
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = 0\n"),
+                 "model.fused_lm_head_token_chunk_size")
+            .kind == error_kind::greater_than_equal);
+  auto typo = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = \"disable\"\n");
+  CHECK(error_at(typo, "model.fused_lm_head_token_chunk_size").kind == error_kind::literal_error);
+  CHECK(error_at(typo, "model.fused_lm_head_token_chunk_size").message ==
+        "expected an integer or one of 'disabled'; did you mean 'disabled'?");
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nep = 1.5\n"), "model.ep").kind ==
+        error_kind::int_type);
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nep = \"None\"\n"), "model.ep").kind ==
+        error_kind::int_type);
+  auto none = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = \"None\"\n");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.value.model.fused_lm_head_token_chunk_size);
+  // "auto" does not trip validate_ep_comm_backend (prime-rl checks only an integer ep).
+  CHECK(load_text<primecfg::SFTConfig>("[model]\nep = \"auto\"\nep_comm_backend = \"deepep\"\n"
+                                       "[optim]\nmax_norm = \"None\"\n")
+            .ok());
+
+  auto cli = load_text<primecfg::SFTConfig>(
+      "", {"--model.ep", "auto", "--model.fused-lm-head-token-chunk-size", "disabled"});
+  REQUIRE(cli.ok());
+  CHECK(cli.value.model.ep.is(ExpertParallel::auto_));
+  CHECK(cli.value.model.fused_lm_head_token_chunk_size->is(LmHeadChunking::disabled));
+  auto cli_number = load_text<primecfg::SFTConfig>("", {"--model.ep=4", "--model.impl=custom"});
+  REQUIRE(cli_number.ok());
+  CHECK(cli_number.value.model.ep.number() == 4);
 }
 
 TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
