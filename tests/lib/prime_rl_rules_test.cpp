@@ -204,6 +204,30 @@ TEST_CASE("model.fused_lm_head_token_chunk_size and model.ep take prime-rl's key
   CHECK(cli_number.value.model.ep.number() == 4);
 }
 
+TEST_CASE("Muon's momentum is mu, as in prime-rl; the old name momentum is still read, with a warning") {
+  auto mu = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmu = 0.9\n");
+  REQUIRE(mu.ok());
+  CHECK(std::get<primecfg::MuonConfig>(mu.value.optim).mu == 0.9);
+  CHECK(mu.diagnostics.empty());
+  auto old = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmomentum = 0.8\n");
+  REQUIRE(old.ok());
+  CHECK(std::get<primecfg::MuonConfig>(old.value.optim).mu == 0.8);
+  CHECK(old.source_of("optim.mu").to_string() == "test.toml:3:12");
+  REQUIRE(old.diagnostics.size() == 1);
+  CHECK(old.diagnostics[0].level == primecfg::severity::warning);
+  CHECK(old.diagnostics[0].path == "optim.momentum");
+  CHECK(old.diagnostics[0].message.find("write mu = 0.8") != std::string::npos);
+  auto both = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmu = 0.9\nmomentum = 0.8\n");
+  CHECK(error_at(both, "optim.mu").message.find("conflicts with optim.momentum = 0.8") == 0);
+  auto cli = load_text<primecfg::SFTConfig>("", {"--optim.type", "muon", "--optim.mu", "0.7"});
+  REQUIRE(cli.ok());
+  CHECK(std::get<primecfg::MuonConfig>(cli.value.optim).mu == 0.7);
+  // SGD's momentum keeps its name.
+  auto sgd = load_text<primecfg::SFTConfig>("[optim]\ntype = \"sgd\"\nmomentum = 0.5\n");
+  REQUIRE(sgd.ok());
+  CHECK(sgd.diagnostics.empty());
+}
+
 TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
   auto none = load_text<primecfg::SFTConfig>("[model.ac]\nmode = \"selective\"\ntargets = []\n");
   CHECK(error_at(none, "model.ac.targets").message.find("at least one target") != std::string::npos);
