@@ -228,6 +228,18 @@ TEST_CASE("Muon's momentum is mu, as in prime-rl; the old name momentum is still
   CHECK(sgd.diagnostics.empty());
 }
 
+TEST_CASE("defaults: SFT data.batch_size and the W&B project are prime-rl's") {
+  auto sft = load_text<primecfg::SFTConfig>("[monitors.wandb]\n");
+  REQUIRE(sft.ok());
+  CHECK(std::get<primecfg::SFTDataConfig>(sft.value.data).batch_size == 128);
+  CHECK(sft.value.monitors.wandb->project == "prime-rl");
+  auto rl = load_text<primecfg::RLConfig>("[monitors.wandb]\n[trainer.data.fake]\n");
+  REQUIRE(rl.ok());
+  CHECK(rl.value.monitors.wandb->project == "prime-rl");
+  CHECK(rl.value.trainer.monitors.wandb->project == "prime-rl");
+  CHECK(rl.value.trainer.data.fake->batch_size == 2);  // prime-rl's FakeDataLoaderConfig
+}
+
 TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
   auto none = load_text<primecfg::SFTConfig>("[model.ac]\nmode = \"selective\"\ntargets = []\n");
   CHECK(error_at(none, "model.ac.targets").message.find("at least one target") != std::string::npos);
