@@ -55,6 +55,7 @@ struct RLConfig {
   MonitorsConfig monitors = {};
   std::map<std::string, std::string> env_vars = {};
   std::optional<WeightBroadcastConfig> weight_broadcast = std::nullopt;
+  std::optional<TokenizerConfig> tokenizer = std::nullopt;
   RunConfig run = {};
   TrainerConfig trainer = {};
   std::optional<opaque_table> orchestrator = std::nullopt;
@@ -78,6 +79,7 @@ struct RLConfig {
                     field(&S::monitors, "Metric sinks (monitors.wandb shared with [trainer.monitors])."),
                     field(&S::env_vars, "Environment variables set in every process."),
                     field(&S::weight_broadcast, "Weight broadcast (shared with [trainer])."),
+                    field(&S::tokenizer, "Tokenizer of every component (shared with [trainer.tokenizer])."),
                     field(&S::run, "Run metadata."), field(&S::trainer, "The trainer."),
                     field(&S::orchestrator, "The orchestrator (not read here)."),
                     field(&S::inference, "Inference servers (not read here)."),
@@ -108,7 +110,8 @@ struct RLConfig {
           trainer.weight_broadcast.type, WeightBroadcastType::nccl,
           "an RL run with [inference] and no [weight_broadcast] broadcasts over NCCL (as prime-rl)");
     }
-    // prime-rl's propagate_shared_fields: [log] and [monitors.wandb] leaves.
+    // prime-rl's propagate_shared_fields: [tokenizer], [log] and [monitors.wandb] leaves.
+    if (tokenizer) v.inherit_fields(trainer.tokenizer, *tokenizer);
     v.inherit_fields(trainer.log, log);
     if (monitors.wandb) {
       if (WandbConfig* target = v.engage(trainer.monitors.wandb, monitors.wandb))

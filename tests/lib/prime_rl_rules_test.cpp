@@ -240,6 +240,46 @@ TEST_CASE("defaults: SFT data.batch_size and the W&B project are prime-rl's") {
   CHECK(rl.value.trainer.data.fake->batch_size == 2);  // prime-rl's FakeDataLoaderConfig
 }
 
+TEST_CASE("[tokenizer], [loss], [heartbeat] and [metrics_server] are declared with prime-rl's defaults") {
+  auto trainer = load_text<primecfg::TrainerConfig>(
+      "[tokenizer]\nname = \"t\"\nchat_template = \"c.jinja\"\n[loss]\ntype = \"ipo\"\n"
+      "[heartbeat]\nurl = \"https://h\"\n[metrics_server]\n");
+  INFO(primecfg::format_text(trainer.diagnostics, "TrainerConfig"));
+  REQUIRE(trainer.ok());
+  CHECK(trainer.value.tokenizer.name == "t");
+  CHECK_FALSE(trainer.value.tokenizer.trust_remote_code);
+  CHECK(std::get<primecfg::IPOLossConfig>(trainer.value.loss).ipo_threshold == 0.1);
+  CHECK(trainer.value.heartbeat->url == "https://h");
+  CHECK(trainer.value.metrics_server->port == 8000);
+  CHECK(trainer.value.metrics_server->host == "0.0.0.0");
+  auto defaults = load_text<primecfg::TrainerConfig>("");
+  REQUIRE(defaults.ok());
+  const auto& loss = std::get<primecfg::DefaultLossConfig>(defaults.value.loss);
+  CHECK(loss.dppo_mask_low == 0.2);
+  CHECK(loss.kl_tau == 1e-3);
+  CHECK_FALSE(defaults.value.heartbeat);
+  CHECK_FALSE(defaults.value.metrics_server);
+  CHECK(error_at(load_text<primecfg::TrainerConfig>("[heartbeat]\n"), "heartbeat.url").kind ==
+        error_kind::missing);
+  CHECK(
+      error_at(load_text<primecfg::TrainerConfig>("[loss]\ntype = \"custom\"\n"), "loss.import_path").kind ==
+      error_kind::missing);
+  auto custom = load_text<primecfg::TrainerConfig>(
+      "[loss]\ntype = \"custom\"\nimport_path = \"m.f\"\n[loss.kwargs]\nbeta = 0.1\n");
+  REQUIRE(custom.ok());
+  auto sft =
+      load_text<primecfg::SFTConfig>("[tokenizer]\ntrust_remote_code = true\n[heartbeat]\nurl = \"u\"\n");
+  REQUIRE(sft.ok());
+  CHECK(sft.value.tokenizer.trust_remote_code == true);
+  // RL shares [tokenizer] leaves into [trainer.tokenizer] (prime-rl's propagate_shared_fields).
+  auto rl = load_text<primecfg::RLConfig>("[tokenizer]\nchat_template = \"c\"\n");
+  REQUIRE(rl.ok());
+  CHECK(rl.value.trainer.tokenizer.chat_template == "c");
+  auto conflict =
+      load_text<primecfg::RLConfig>("[tokenizer]\nname = \"a\"\n[trainer.tokenizer]\nname = \"b\"\n");
+  CHECK(error_at(conflict, "trainer.tokenizer.name").message.find("conflicts with tokenizer.name") == 0);
+}
+
 TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
   auto none = load_text<primecfg::SFTConfig>("[model.ac]\nmode = \"selective\"\ntargets = []\n");
   CHECK(error_at(none, "model.ac.targets").message.find("at least one target") != std::string::npos);
