@@ -35,7 +35,7 @@ struct SFTDataConfig {
   std::string name = "PrimeIntellect/Reverse-Text-SFT";
   std::optional<std::filesystem::path> path = std::nullopt;
   std::int64_t seq_len = 128;
-  std::int64_t batch_size = 32;
+  std::int64_t batch_size = 128;
   std::int64_t micro_batch_size = 1;
   bool pack = true;
   bool shuffle = true;

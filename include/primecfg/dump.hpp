@@ -71,6 +71,11 @@ void encode_into(toml::table& parent, std::string_view key, const T& value) {
     parent.insert_or_assign(key, value.string());
   } else if constexpr (std::is_enum_v<T>) {
     parent.insert_or_assign(key, std::string(enum_to_name(value)));
+  } else if constexpr (is_int_or_v<T>) {
+    if (value.is_number())
+      parent.insert_or_assign(key, value.number());
+    else
+      parent.insert_or_assign(key, std::string(enum_to_name(value.keyword())));
   } else if constexpr (is_optional_v<T>) {
     if (value)
       encode_into(parent, key, *value);

@@ -33,6 +33,8 @@ std::string type_hint() {
     std::string out;
     for (const auto& e : enum_entries<T>) out += (out.empty() ? "" : "|") + std::string(e.name);
     return "{" + out + "}";
+  } else if constexpr (is_int_or_v<T>) {
+    return "INT|" + type_hint<typename T::keyword_type>();
   } else if constexpr (is_optional_v<T>) {
     std::string inner = type_hint<typename T::value_type>();
     return (inner.empty() ? "BOOL" : inner) + "|None";

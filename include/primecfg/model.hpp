@@ -2,6 +2,7 @@
 #pragma once
 
 #include <primecfg/describe.hpp>
+#include <primecfg/int_or.hpp>
 #include <primecfg/offload.hpp>
 #include <primecfg/validate.hpp>
 
@@ -20,6 +21,9 @@ enum class Dtype { bfloat16, float32 };
 enum class CpStyle { ring, ulysses };
 enum class AcMode { full, selective };
 enum class EpCommBackend { torch, deepep };
+// The keywords prime-rl's `int | Literal[...]` fields take besides a number.
+enum class LmHeadChunking { disabled };
+enum class ExpertParallel { auto_ };
 
 // Functions, not braced lists: g++ 12 crashes counting the fields of an
 // aggregate whose std::vector<std::string> member has a braced default.
@@ -154,9 +158,9 @@ struct ModelConfig {
   std::optional<CompileConfig> compile = CompileConfig{};
   std::optional<ActivationCheckpointConfig> ac = std::nullopt;
   std::optional<ActivationOffloadConfig> ac_offloading = std::nullopt;
-  std::optional<std::int64_t> fused_lm_head_token_chunk_size = std::nullopt;
+  std::optional<int_or<LmHeadChunking>> fused_lm_head_token_chunk_size = std::nullopt;
   std::int64_t dp_replicate = 1;
-  std::int64_t ep = 1;
+  int_or<ExpertParallel> ep = 1;
   EpCommBackend ep_comm_backend = EpCommBackend::torch;
   std::int64_t deepep_num_sms = 20;
   std::optional<std::int64_t> deepep_token_chunk_size = std::nullopt;
@@ -192,9 +196,13 @@ struct ModelConfig {
         field(&S::ac, "Activation checkpointing; an empty table enables it with defaults."),
         field(&S::ac_offloading, "Offload checkpointed activations to host memory."),
         field(&S::fused_lm_head_token_chunk_size,
-              "Tokens per chunk of the fused LM head + cross-entropy (logits never whole).", ge(1)),
+              "Tokens per chunk of the fused LM head + cross-entropy (logits never whole); \"disabled\": "
+              "the plain LM head; \"None\": chosen from the vocabulary size.",
+              ge(1)),
         field(&S::dp_replicate, "Data-parallel replicas outside FSDP (HSDP).", ge(1)),
-        field(&S::ep, "Expert-parallel degree (prime-rl also takes \"auto\", not read here).", ge(1)),
+        field(&S::ep,
+              "Expert-parallel degree; \"auto\": min(GPUs per FSDP island, 8) for MoE models, 1 otherwise.",
+              ge(1)),
         field(&S::ep_comm_backend, "Expert-parallel all-to-all: torch collectives or DeepEP kernels."),
         field(&S::deepep_num_sms, "SMs given to DeepEP dispatch/combine kernels.", ge(1)),
         field(&S::deepep_token_chunk_size, "Tokens per DeepEP pipelining chunk; \"None\" does not chunk.",

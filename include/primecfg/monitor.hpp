@@ -17,7 +17,7 @@ struct LogConfig {
 };
 
 struct WandbConfig {
-  std::string project = "primecfg";
+  std::string project = "prime-rl";
   std::optional<std::string> name = std::nullopt;
   bool offline = false;
 

@@ -140,9 +140,9 @@ inline void model_rules(validation& v, ModelConfig& m) {
                     m.attn == Attention::auto_ ? "auto" : "flash_attention_4"));
   if (m.quantization && !custom_or_auto(m.impl))
     v.error(m.quantization, "quantized training needs impl = \"custom\" or \"auto\"");
-  if (m.ep_comm_backend != EpCommBackend::torch && m.ep <= 1)
+  if (m.ep_comm_backend != EpCommBackend::torch && m.ep.is_number() && m.ep.number() <= 1)
     v.error(m.ep_comm_backend, "ep_comm_backend = \"deepep\" needs ep > 1");
-  if (m.ep != 1 && !custom_or_auto(m.impl))
+  if (m.ep.is_number() && m.ep.number() != 1 && !custom_or_auto(m.impl))
     v.error(m.ep, "expert parallelism needs impl = \"custom\" or \"auto\"");
 }
 

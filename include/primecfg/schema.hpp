@@ -108,6 +108,9 @@ toml::table schema_of_type(const field_doc* doc) {
     for (const auto& e : enum_entries<T>) values.push_back(std::string(e.name));
     schema.insert("type", "string");
     schema.insert("enum", std::move(values));
+  } else if constexpr (is_int_or_v<T>) {
+    schema.insert("anyOf", toml::array{schema_of_type<std::int64_t>(doc),
+                                       schema_of_type<typename T::keyword_type>(nullptr)});
   } else if constexpr (is_optional_v<T>) {
     // TOML has no null: the string "None" stands for it.
     schema.insert("anyOf",

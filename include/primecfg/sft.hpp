@@ -31,6 +31,7 @@ struct RendererConfig {
 
 struct SFTConfig {
   ModelConfig model = {};
+  TokenizerConfig tokenizer = {};
   SFTDataSource data = SFTDataConfig{};
   OptimizerConfig optim = AdamWConfig{};
   SchedulerConfig scheduler = ConstantSchedulerConfig{};
@@ -48,6 +49,7 @@ struct SFTConfig {
   std::optional<GCConfig> gc = GCConfig{};
   bool dry_run = false;
   std::int64_t dist_timeout_seconds = 3600;
+  std::optional<HeartbeatConfig> heartbeat = std::nullopt;
   std::map<std::string, std::string> env_vars = {};
   std::optional<opaque_table> eval = std::nullopt;
   std::optional<opaque_table> inference = std::nullopt;
@@ -57,6 +59,7 @@ struct SFTConfig {
   static constexpr auto fields() {
     using S = SFTConfig;
     return describe(field(&S::model, "The model and its memory layout."),
+                    field(&S::tokenizer, "The tokenizer (the model's by default)."),
                     field(&S::data, "Training data (tagged union on type: sft or fake)."),
                     field(&S::optim, "Optimizer (tagged union on type)."),
                     field(&S::scheduler, "Learning-rate schedule (tagged union on type)."),
@@ -73,6 +76,7 @@ struct SFTConfig {
                     field(&S::gc, "Deterministic garbage collection; \"None\" keeps Python's default."),
                     field(&S::dry_run, "Validate and write the resolved config, then stop (launcher)."),
                     field(&S::dist_timeout_seconds, "Timeout of collective operations, seconds.", ge(1)),
+                    field(&S::heartbeat, "BetterStack heartbeat of training progress."),
                     field(&S::env_vars, "Environment variables set in every process."),
                     field(&S::eval, "Online evaluation (read by the launcher, not the trainer)."),
                     field(&S::inference, "Inference servers (read by the launcher)."),

@@ -7,6 +7,7 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/model.hpp>
 #include <primecfg/monitor.hpp>
+#include <primecfg/opaque.hpp>
 #include <primecfg/optim.hpp>
 #include <primecfg/rules.hpp>
 #include <primecfg/scheduler.hpp>
@@ -17,6 +18,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 
 namespace primecfg {
 
@@ -42,6 +45,90 @@ struct WeightBroadcastConfig {
   }
 };
 
+// [tokenizer]: prime-rl's TokenizerConfig. "None" takes the model's setting
+// (prime-rl's auto_setup_tokenizer copies it in).
+struct TokenizerConfig {
+  std::optional<std::string> name = std::nullopt;
+  std::optional<bool> trust_remote_code = std::nullopt;
+  std::optional<std::string> chat_template = std::nullopt;
+
+  static constexpr auto fields() {
+    using S = TokenizerConfig;
+    return describe(
+        field(&S::name, "Tokenizer name or path; \"None\": model.name."),
+        field(&S::trust_remote_code,
+              "Allow tokenizer code from the checkpoint; \"None\": model.trust_remote_code."),
+        field(&S::chat_template, "Jinja2 chat template or a path to one; \"None\": the tokenizer's own."));
+  }
+};
+
+// [loss]: the RL loss, a tagged union on `type` (prime-rl's LossConfig).
+struct DefaultLossConfig {
+  static constexpr std::string_view type = "default";
+  double dppo_mask_low = 0.2;
+  double dppo_mask_high = 0.2;
+  double adv_tau = 1.0;
+  double kl_tau = 1e-3;
+
+  static constexpr auto fields() {
+    using S = DefaultLossConfig;
+    return describe(field(&S::dppo_mask_low, "Lower DPPO masking threshold.", ge(0)),
+                    field(&S::dppo_mask_high, "Upper DPPO masking threshold.", ge(0)),
+                    field(&S::adv_tau, "Temperature of the advantage term.", ge(0)),
+                    field(&S::kl_tau, "Temperature of the KL term.", ge(0)));
+  }
+};
+
+struct IPOLossConfig {
+  static constexpr std::string_view type = "ipo";
+  double ipo_threshold = 0.1;
+  double adv_tau = 1.0;
+  double kl_tau = 1e-3;
+
+  static constexpr auto fields() {
+    using S = IPOLossConfig;
+    return describe(field(&S::ipo_threshold, "IPO masking threshold.", ge(0)),
+                    field(&S::adv_tau, "Temperature of the advantage term.", ge(0)),
+                    field(&S::kl_tau, "Temperature of the KL term.", ge(0)));
+  }
+};
+
+struct CustomLossConfig {
+  static constexpr std::string_view type = "custom";
+  std::string import_path;
+  opaque_table kwargs = {};
+
+  static constexpr auto fields() {
+    using S = CustomLossConfig;
+    return describe(
+        field(&S::import_path, "Python import path of the loss function (module.function).", required),
+        field(&S::kwargs, "Keyword arguments passed to the loss function."));
+  }
+};
+
+using LossConfig = std::variant<DefaultLossConfig, IPOLossConfig, CustomLossConfig>;
+
+// [heartbeat]: prime-rl's BetterStack heartbeat.
+struct HeartbeatConfig {
+  std::string url;
+
+  static constexpr auto fields() {
+    return describe(field(&HeartbeatConfig::url, "URL the heartbeat is sent to.", required));
+  }
+};
+
+// [metrics_server]: prime-rl's Prometheus endpoint.
+struct MetricsServerConfig {
+  std::int64_t port = 8000;
+  std::string host = "0.0.0.0";
+
+  static constexpr auto fields() {
+    using S = MetricsServerConfig;
+    return describe(field(&S::port, "Port of the /metrics and health endpoints.", ge(1), le(65535)),
+                    field(&S::host, "Address the server binds to."));
+  }
+};
+
 // Deterministic garbage collection: every rank collects at the same steps.
 struct GCConfig {
   std::int64_t interval = 50;
@@ -53,7 +140,9 @@ struct GCConfig {
 
 struct TrainerConfig {
   ModelConfig model = {};
+  TokenizerConfig tokenizer = {};
   TrainerDataConfig data = {};
+  LossConfig loss = DefaultLossConfig{};
   OptimizerConfig optim = AdamWConfig{};
   SchedulerConfig scheduler = ConstantSchedulerConfig{};
   std::optional<CheckpointConfig> ckpt = std::nullopt;
@@ -68,13 +157,17 @@ struct TrainerConfig {
   std::optional<std::filesystem::path> trace_path = std::nullopt;
   std::optional<GCConfig> gc = GCConfig{};
   std::int64_t dist_timeout_seconds = 3600;
+  std::optional<HeartbeatConfig> heartbeat = std::nullopt;
+  std::optional<MetricsServerConfig> metrics_server = std::nullopt;
   bool enable_router_replay = false;
   bool enable_token_export = false;
   std::map<std::string, std::string> env_vars = {};
 
   static constexpr auto fields() {
     using S = TrainerConfig;
-    return describe(field(&S::model, "The model and its memory layout."), field(&S::data, "Training data."),
+    return describe(field(&S::model, "The model and its memory layout."),
+                    field(&S::tokenizer, "The tokenizer (the model's by default)."),
+                    field(&S::data, "Training data."), field(&S::loss, "RL loss (tagged union on type)."),
                     field(&S::optim, "Optimizer (tagged union on type)."),
                     field(&S::scheduler, "Learning-rate schedule (tagged union on type)."),
                     field(&S::ckpt, "Checkpointing; an empty table enables it with defaults."),
@@ -88,6 +181,8 @@ struct TrainerConfig {
                     field(&S::trace_path, "Write a profiler trace here (needs max_steps < 10)."),
                     field(&S::gc, "Deterministic garbage collection; \"None\" keeps Python's default."),
                     field(&S::dist_timeout_seconds, "Timeout of collective operations, seconds.", ge(1)),
+                    field(&S::heartbeat, "BetterStack heartbeat of training progress."),
+                    field(&S::metrics_server, "Prometheus /metrics endpoint; \"None\": none."),
                     field(&S::enable_router_replay, "Replay MoE routing decisions from inference."),
                     field(&S::enable_token_export, "Export trained tokens for inspection."),
                     field(&S::env_vars, "Environment variables set in the trainer processes."));

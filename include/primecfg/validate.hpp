@@ -109,6 +109,21 @@ class validation {
     (*sources_)[path_of(field)] = source_of(value);
   }
 
+  // inherit() of a value computed from `cause` (RL's output_dir / run.name into
+  // trainer.output_dir); `what` names the computation in the conflict message.
+  template <class F, class V, class C>
+  void inherit(F& field, const V& value, std::string_view what, const C& cause) {
+    F wanted(value);
+    if (is_set(field)) {
+      if (!detail::deep_equal(field, wanted))
+        error(field, fmt::format("conflicts with {} = {} (from {} set at {})", what,
+                                 detail::value_text(wanted), path_of(cause), source_of(cause).to_string()));
+      return;
+    }
+    field = std::move(wanted);
+    (*sources_)[path_of(field)] = source_of(cause);
+  }
+
   // Turns an optional section on with its defaults because `cause` (a shared
   // section) asks for it; its fields get their paths at once. A section the
   // user switched off ("None") stays off: that is an error naming `cause`.

@@ -3,6 +3,7 @@
 // line. Each case is an example of one behaviour (docs/prime-rl-rules.md).
 #include "test_helpers.hpp"
 
+#include <primecfg/dump.hpp>
 #include <primecfg/report.hpp>
 #include <primecfg/rl.hpp>
 #include <primecfg/sft.hpp>
@@ -152,6 +153,133 @@ TEST_CASE("expert parallelism and implementation rules") {
   CHECK(error_at(replay, "enable_router_replay").kind == error_kind::value_error);
 }
 
+TEST_CASE("model.fused_lm_head_token_chunk_size and model.ep take prime-rl's keywords besides a number") {
+  using primecfg::ExpertParallel;
+  using primecfg::LmHeadChunking;
+  auto disabled = load_text<primecfg::SFTConfig>(
+      "[model]\nfused_lm_head_token_chunk_size = \"disabled\"\nep = \"auto\"\nimpl = \"hf\"\n"
+      "attn = \"flash_attention_2\"\n");
+  INFO(primecfg::format_text(disabled.diagnostics, "SFTConfig"));
+  REQUIRE(disabled.ok());  // "auto" passes prime-rl's ep_only_with_custom_impl
+  REQUIRE(disabled.value.model.fused_lm_head_token_chunk_size);
+  CHECK(disabled.value.model.fused_lm_head_token_chunk_size->is(LmHeadChunking::disabled));
+  CHECK(disabled.value.model.ep.is(ExpertParallel::auto_));
+  std::string dumped = primecfg::dump_toml(disabled.value, disabled.provenance);
+  CHECK(dumped.find("fused_lm_head_token_chunk_size = \"disabled\"") != std::string::npos);
+  CHECK(dumped.find("ep = \"auto\"") != std::string::npos);
+  auto again = load_text<primecfg::SFTConfig>(dumped);
+  REQUIRE(again.ok());
+  CHECK(again.value.model.ep.is(ExpertParallel::auto_));
+
+  auto number = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = 1024\nep = 8\n");
+  REQUIRE(number.ok());
+  CHECK(number.value.model.fused_lm_head_token_chunk_size->number() == 1024);
+  CHECK(number.value.model.ep.number() == 8);
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = 0\n"),
+                 "model.fused_lm_head_token_chunk_size")
+            .kind == error_kind::greater_than_equal);
+  auto typo = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = \"disable\"\n");
+  CHECK(error_at(typo, "model.fused_lm_head_token_chunk_size").kind == error_kind::literal_error);
+  CHECK(error_at(typo, "model.fused_lm_head_token_chunk_size").message ==
+        "expected an integer or one of 'disabled'; did you mean 'disabled'?");
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nep = 1.5\n"), "model.ep").kind ==
+        error_kind::int_type);
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[model]\nep = \"None\"\n"), "model.ep").kind ==
+        error_kind::int_type);
+  auto none = load_text<primecfg::SFTConfig>("[model]\nfused_lm_head_token_chunk_size = \"None\"\n");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.value.model.fused_lm_head_token_chunk_size);
+  // "auto" does not trip validate_ep_comm_backend (prime-rl checks only an integer ep).
+  CHECK(load_text<primecfg::SFTConfig>("[model]\nep = \"auto\"\nep_comm_backend = \"deepep\"\n"
+                                       "[optim]\nmax_norm = \"None\"\n")
+            .ok());
+
+  auto cli = load_text<primecfg::SFTConfig>(
+      "", {"--model.ep", "auto", "--model.fused-lm-head-token-chunk-size", "disabled"});
+  REQUIRE(cli.ok());
+  CHECK(cli.value.model.ep.is(ExpertParallel::auto_));
+  CHECK(cli.value.model.fused_lm_head_token_chunk_size->is(LmHeadChunking::disabled));
+  auto cli_number = load_text<primecfg::SFTConfig>("", {"--model.ep=4", "--model.impl=custom"});
+  REQUIRE(cli_number.ok());
+  CHECK(cli_number.value.model.ep.number() == 4);
+}
+
+TEST_CASE("Muon's momentum is mu, as in prime-rl; the old name momentum is still read, with a warning") {
+  auto mu = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmu = 0.9\n");
+  REQUIRE(mu.ok());
+  CHECK(std::get<primecfg::MuonConfig>(mu.value.optim).mu == 0.9);
+  CHECK(mu.diagnostics.empty());
+  auto old = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmomentum = 0.8\n");
+  REQUIRE(old.ok());
+  CHECK(std::get<primecfg::MuonConfig>(old.value.optim).mu == 0.8);
+  CHECK(old.source_of("optim.mu").to_string() == "test.toml:3:12");
+  REQUIRE(old.diagnostics.size() == 1);
+  CHECK(old.diagnostics[0].level == primecfg::severity::warning);
+  CHECK(old.diagnostics[0].path == "optim.momentum");
+  CHECK(old.diagnostics[0].message.find("write mu = 0.8") != std::string::npos);
+  auto both = load_text<primecfg::SFTConfig>("[optim]\ntype = \"muon\"\nmu = 0.9\nmomentum = 0.8\n");
+  CHECK(error_at(both, "optim.mu").message.find("conflicts with optim.momentum = 0.8") == 0);
+  auto cli = load_text<primecfg::SFTConfig>("", {"--optim.type", "muon", "--optim.mu", "0.7"});
+  REQUIRE(cli.ok());
+  CHECK(std::get<primecfg::MuonConfig>(cli.value.optim).mu == 0.7);
+  // SGD's momentum keeps its name.
+  auto sgd = load_text<primecfg::SFTConfig>("[optim]\ntype = \"sgd\"\nmomentum = 0.5\n");
+  REQUIRE(sgd.ok());
+  CHECK(sgd.diagnostics.empty());
+}
+
+TEST_CASE("defaults: SFT data.batch_size and the W&B project are prime-rl's") {
+  auto sft = load_text<primecfg::SFTConfig>("[monitors.wandb]\n");
+  REQUIRE(sft.ok());
+  CHECK(std::get<primecfg::SFTDataConfig>(sft.value.data).batch_size == 128);
+  CHECK(sft.value.monitors.wandb->project == "prime-rl");
+  auto rl = load_text<primecfg::RLConfig>("[monitors.wandb]\n[trainer.data.fake]\n");
+  REQUIRE(rl.ok());
+  CHECK(rl.value.monitors.wandb->project == "prime-rl");
+  CHECK(rl.value.trainer.monitors.wandb->project == "prime-rl");
+  CHECK(rl.value.trainer.data.fake->batch_size == 2);  // prime-rl's FakeDataLoaderConfig
+}
+
+TEST_CASE("[tokenizer], [loss], [heartbeat] and [metrics_server] are declared with prime-rl's defaults") {
+  auto trainer = load_text<primecfg::TrainerConfig>(
+      "[tokenizer]\nname = \"t\"\nchat_template = \"c.jinja\"\n[loss]\ntype = \"ipo\"\n"
+      "[heartbeat]\nurl = \"https://h\"\n[metrics_server]\n");
+  INFO(primecfg::format_text(trainer.diagnostics, "TrainerConfig"));
+  REQUIRE(trainer.ok());
+  CHECK(trainer.value.tokenizer.name == "t");
+  CHECK_FALSE(trainer.value.tokenizer.trust_remote_code);
+  CHECK(std::get<primecfg::IPOLossConfig>(trainer.value.loss).ipo_threshold == 0.1);
+  CHECK(trainer.value.heartbeat->url == "https://h");
+  CHECK(trainer.value.metrics_server->port == 8000);
+  CHECK(trainer.value.metrics_server->host == "0.0.0.0");
+  auto defaults = load_text<primecfg::TrainerConfig>("");
+  REQUIRE(defaults.ok());
+  const auto& loss = std::get<primecfg::DefaultLossConfig>(defaults.value.loss);
+  CHECK(loss.dppo_mask_low == 0.2);
+  CHECK(loss.kl_tau == 1e-3);
+  CHECK_FALSE(defaults.value.heartbeat);
+  CHECK_FALSE(defaults.value.metrics_server);
+  CHECK(error_at(load_text<primecfg::TrainerConfig>("[heartbeat]\n"), "heartbeat.url").kind ==
+        error_kind::missing);
+  CHECK(
+      error_at(load_text<primecfg::TrainerConfig>("[loss]\ntype = \"custom\"\n"), "loss.import_path").kind ==
+      error_kind::missing);
+  auto custom = load_text<primecfg::TrainerConfig>(
+      "[loss]\ntype = \"custom\"\nimport_path = \"m.f\"\n[loss.kwargs]\nbeta = 0.1\n");
+  REQUIRE(custom.ok());
+  auto sft =
+      load_text<primecfg::SFTConfig>("[tokenizer]\ntrust_remote_code = true\n[heartbeat]\nurl = \"u\"\n");
+  REQUIRE(sft.ok());
+  CHECK(sft.value.tokenizer.trust_remote_code == true);
+  // RL shares [tokenizer] leaves into [trainer.tokenizer] (prime-rl's propagate_shared_fields).
+  auto rl = load_text<primecfg::RLConfig>("[tokenizer]\nchat_template = \"c\"\n");
+  REQUIRE(rl.ok());
+  CHECK(rl.value.trainer.tokenizer.chat_template == "c");
+  auto conflict =
+      load_text<primecfg::RLConfig>("[tokenizer]\nname = \"a\"\n[trainer.tokenizer]\nname = \"b\"\n");
+  CHECK(error_at(conflict, "trainer.tokenizer.name").message.find("conflicts with tokenizer.name") == 0);
+}
+
 TEST_CASE("selective activation checkpointing needs targets and the custom implementation") {
   auto none = load_text<primecfg::SFTConfig>("[model.ac]\nmode = \"selective\"\ntargets = []\n");
   CHECK(error_at(none, "model.ac.targets").message.find("at least one target") != std::string::npos);
@@ -221,6 +349,51 @@ TEST_CASE("traces need a short run; resume takes a step or a step folder; RL sha
   CHECK_FALSE(rl.value.trainer.model.vlm->freeze_vision_encoder);
   auto offline = load_text<primecfg::RLConfig>("[monitors.wandb]\noffline = true\n");
   CHECK(error_at(offline, "monitors.wandb.offline").kind == error_kind::value_error);
+}
+
+TEST_CASE("RL: the trainer writes to output_dir / run.dir; [log] and [monitors.wandb] reach the trainer") {
+  auto named = load_text<primecfg::RLConfig>("output_dir = \"/runs\"\n[run]\nname = \"exp\"\n");
+  REQUIRE(named.ok());
+  CHECK(named.value.trainer.output_dir == std::filesystem::path("/runs/exp"));
+  CHECK(named.source_of("trainer.output_dir").to_string() == "test.toml:3:8");
+  auto folder = load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\ndir = \"exp-2\"\n");
+  REQUIRE(folder.ok());
+  CHECK(folder.value.trainer.output_dir == std::filesystem::path("outputs/exp-2"));
+  auto same =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[trainer]\noutput_dir = \"outputs/exp\"\n");
+  CHECK(same.ok());
+  auto conflict =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[trainer]\noutput_dir = \"elsewhere\"\n");
+  CHECK(error_at(conflict, "trainer.output_dir").message.find("output_dir / run.dir") != std::string::npos);
+  // Without run.name the launcher generates the folder: an explicit trainer folder cannot match it.
+  auto unnamed = load_text<primecfg::RLConfig>("[trainer]\noutput_dir = \"elsewhere\"\n");
+  CHECK(error_at(unnamed, "trainer.output_dir").message.find("run.name") != std::string::npos);
+  CHECK(load_text<primecfg::RLConfig>("").value.trainer.output_dir == std::filesystem::path("outputs"));
+
+  auto log = load_text<primecfg::RLConfig>("[log]\nlevel = \"debug\"\n");
+  REQUIRE(log.ok());
+  CHECK(log.value.trainer.log.level == primecfg::LogLevel::debug);
+  auto log_conflict =
+      load_text<primecfg::RLConfig>("[log]\nlevel = \"debug\"\n[trainer.log]\nlevel = \"info\"\n");
+  CHECK(error_at(log_conflict, "trainer.log.level").message.find("conflicts with log.level") == 0);
+
+  auto wandb = load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\nproject = \"p\"\n");
+  REQUIRE(wandb.ok());
+  REQUIRE(wandb.value.trainer.monitors.wandb);
+  CHECK(wandb.value.trainer.monitors.wandb->project == "p");
+  CHECK(wandb.value.trainer.monitors.wandb->name == "exp");  // prime-rl's auto_setup_run_identity
+  auto named_run =
+      load_text<primecfg::RLConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\nname = \"shown\"\n");
+  REQUIRE(named_run.ok());
+  CHECK(named_run.value.trainer.monitors.wandb->name == "shown");
+  auto bare = load_text<primecfg::RLConfig>("[monitors.wandb]\n");
+  REQUIRE(bare.ok());
+  CHECK(bare.value.trainer.monitors.wandb);
+  auto off = load_text<primecfg::RLConfig>("[monitors]\nwandb = \"None\"\n[trainer.monitors.wandb]\n");
+  CHECK(error_at(off, "trainer.monitors.wandb").message.find("\"None\"") != std::string::npos);
+  auto wandb_conflict = load_text<primecfg::RLConfig>(
+      "[monitors.wandb]\nproject = \"p\"\n[trainer.monitors.wandb]\nproject = \"q\"\n");
+  CHECK(error_at(wandb_conflict, "trainer.monitors.wandb.project").message.find("conflicts") == 0);
 }
 
 // Every TOML of prime-rl's configs/ and examples/ at 559b44772 (the ones for

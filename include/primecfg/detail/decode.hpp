@@ -295,7 +295,7 @@ inline void report_unknown_key(const toml::key& key, const toml::node& value, co
 // vector) against the bounds its description declares.
 inline void check_bounds(void* value, const type_ops& type, const field_doc& doc, const std::string& path,
                          const toml::node& node, decode_context& ctx) {
-  if (type.kind == value_kind::optional) {
+  if (type.kind == value_kind::optional || type.kind == value_kind::int_or) {
     if (void* contents = type.optional->get(value))
       check_bounds(contents, *type.element, doc, path, node, ctx);
   } else if (type.kind == value_kind::list) {
@@ -383,6 +383,7 @@ inline error_kind none_error_kind(value_kind kind) {
     case value_kind::boolean:
       return error_kind::bool_type;
     case value_kind::integer:
+    case value_kind::int_or:
       return error_kind::int_type;
     case value_kind::floating:
       return error_kind::float_type;
@@ -445,6 +446,25 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
     case value_kind::enumeration: {
       std::size_t i = decode_name(node, type.enumeration->names, path, ctx);
       if (i < type.enumeration->names.size()) type.enumeration->set(out, i);
+      return;
+    }
+    case value_kind::int_or: {
+      // An integer, or one of the keywords (prime-rl's `int | Literal["auto"]`).
+      if (node.is_integer()) {
+        decode_integer(node, type.optional->engage(out), *type.element, path, ctx);
+        return;
+      }
+      std::span<const std::string_view> names = type.enumeration->names;
+      std::string allowed;
+      for (std::string_view name : names) allowed += fmt::format(", '{}'", name);
+      const auto* s = node.as_string();
+      for (std::size_t i = 0; s && i < names.size(); ++i)
+        if (names[i] == s->get()) return type.enumeration->set(out, i);
+      std::string hint = s ? closest_match(s->get(), names) : std::string();
+      ctx.error(s ? error_kind::literal_error : error_kind::int_type, path, node,
+                fmt::format("expected an integer or one of {}{}{}", allowed.substr(2),
+                            s ? "" : fmt::format(", got {}", type_name_of(node)),
+                            hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
       return;
     }
     case value_kind::optional:

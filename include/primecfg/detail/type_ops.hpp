@@ -14,6 +14,7 @@
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/struct_shape.hpp>
 #include <primecfg/detail/type_traits.hpp>
+#include <primecfg/int_or.hpp>
 #include <primecfg/opaque.hpp>
 #include <primecfg/validate.hpp>
 
@@ -41,6 +42,7 @@ enum class value_kind : unsigned char {
   tagged_union,
   opaque,
   record,
+  int_or,  // primecfg::int_or<E>: element (the integer), optional (its storage), enumeration (the keywords)
 };
 
 struct type_ops;
@@ -184,6 +186,32 @@ inline constexpr union_ops union_ops_of{union_access<V>::tags, union_access<V>::
                                         &union_access<V>::index, &union_access<V>::emplace,
                                         &union_access<V>::active};
 
+// int_or<E>: `optional` reaches the integer (get: null while a keyword is
+// held; engage: switches to an integer), `enumeration` sets a keyword.
+template <class I>
+struct int_or_access {
+  using E = typename I::keyword_type;
+  static void* get(void* value) {
+    auto& v = static_cast<I*>(value)->value;
+    return v.index() == 0 ? &std::get<0>(v) : nullptr;
+  }
+  static void* engage(void* value) {
+    auto& v = static_cast<I*>(value)->value;
+    if (v.index() != 0) v.template emplace<0>(0);
+    return &std::get<0>(v);
+  }
+  static void reset(void*) {}
+  static void set(void* value, std::size_t index) {
+    static_cast<I*>(value)->value.template emplace<1>(enum_entries<E>[index].value);
+  }
+};
+template <class I>
+inline constexpr optional_ops int_or_number_ops{&int_or_access<I>::get, &int_or_access<I>::engage,
+                                                &int_or_access<I>::reset};
+template <class I>
+inline constexpr enum_ops int_or_keyword_ops{enum_name_list<typename I::keyword_type>,
+                                             &int_or_access<I>::set};
+
 template <class T, std::size_t... I>
 constexpr std::array<const type_ops*, sizeof...(I)> field_ops_array(std::index_sequence<I...>) {
   return {&ops_of<field_type_t<T, I>>...};
@@ -253,6 +281,11 @@ constexpr type_ops make_type_ops() {
   } else if constexpr (is_variant_v<T>) {
     t.kind = value_kind::tagged_union;
     t.alternatives = &union_ops_of<T>;
+  } else if constexpr (is_int_or_v<T>) {
+    t.kind = value_kind::int_or;
+    t.element = &ops_of<std::int64_t>;
+    t.optional = &int_or_number_ops<T>;
+    t.enumeration = &int_or_keyword_ops<T>;
   } else if constexpr (std::is_same_v<T, opaque_table>) {
     t.kind = value_kind::opaque;
   } else if constexpr (is_struct_v<T>) {

@@ -12,7 +12,9 @@
 
 namespace primecfg {
 struct opaque_table;
-}
+template <class E>
+struct int_or;
+}  // namespace primecfg
 
 namespace primecfg::detail {
 
@@ -45,6 +47,13 @@ template <class T>
 inline constexpr bool is_variant_v = is_variant<T>::value;
 
 template <class T>
+struct is_int_or : std::false_type {};
+template <class E>
+struct is_int_or<int_or<E>> : std::true_type {};
+template <class T>
+inline constexpr bool is_int_or_v = is_int_or<T>::value;
+
+template <class T>
 inline constexpr bool is_integer_v =
     std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>;
 template <class T>
@@ -53,7 +62,7 @@ inline constexpr bool is_numeric_v = is_integer_v<T> || std::is_floating_point_v
 template <class T>
 inline constexpr bool is_scalar_leaf_v =
     std::is_same_v<T, bool> || is_numeric_v<T> || std::is_same_v<T, std::string> ||
-    std::is_same_v<T, std::filesystem::path> || std::is_enum_v<T>;
+    std::is_same_v<T, std::filesystem::path> || std::is_enum_v<T> || is_int_or_v<T>;
 
 // A nested config struct: an aggregate class that is none of the above.
 template <class T>
@@ -69,7 +78,7 @@ struct is_optional_struct<std::optional<T>> : std::bool_constant<is_struct_v<T>>
 template <class T>
 inline constexpr bool is_optional_struct_v = is_optional_struct<T>::value;
 
-// The element type after peeling optionals and vectors: what bounds apply to.
+// The element type after peeling optionals, vectors and int_or: what bounds apply to.
 template <class T>
 struct innermost {
   using type = T;
@@ -78,6 +87,10 @@ template <class T>
 struct innermost<std::optional<T>> : innermost<T> {};
 template <class T, class A>
 struct innermost<std::vector<T, A>> : innermost<T> {};
+template <class E>
+struct innermost<int_or<E>> {  // bounds apply to its integer
+  using type = std::int64_t;
+};
 template <class T>
 using innermost_t = typename innermost<T>::type;
 

@@ -4,6 +4,7 @@
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/quote.hpp>
 #include <primecfg/detail/type_traits.hpp>
+#include <primecfg/int_or.hpp>
 
 #include <fmt/format.h>
 #include <primecfg/detail/toml.hpp>
@@ -38,6 +39,8 @@ std::string value_text(const T& v) {
     return quote_toml_string(v.string());
   } else if constexpr (std::is_enum_v<T>) {
     return quote_toml_string(enum_to_name(v));
+  } else if constexpr (is_int_or_v<T>) {
+    return v.is_number() ? fmt::format("{}", v.number()) : quote_toml_string(enum_to_name(v.keyword()));
   } else if constexpr (is_optional_v<T>) {
     return v ? value_text(*v) : std::string("\"None\"");
   } else if constexpr (is_vector_v<T>) {
