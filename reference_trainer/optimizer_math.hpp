@@ -50,7 +50,7 @@ struct OptSettings {
             s.momentum = o.momentum;
             s.nesterov = o.nesterov;
           } else if constexpr (std::is_same_v<O, MuonConfig>) {
-            s.momentum = o.momentum;
+            s.momentum = o.mu;
             s.beta1 = o.betas1;
             s.beta2 = o.betas2;
           }

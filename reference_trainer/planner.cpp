@@ -533,8 +533,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.N = w.B * w.T;
   w.ac = cfg.model.ac.has_value();
   w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
-  const i64 chunk =
-      cfg.model.fused_lm_head_token_chunk_size.value_or(default_ce_chunk_tokens(shape.vocab_size));
+  const i64 chunk = ce_chunk_tokens(cfg.model.fused_lm_head_token_chunk_size, shape.vocab_size, w.N);
   w.ce_chunk = std::min(chunk, w.N);
   w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B));
   w.ckpt = cfg.ckpt.has_value();

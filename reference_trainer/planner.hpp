@@ -38,6 +38,15 @@ using ModelShape = ModelArgs;
 inline std::int64_t default_ce_chunk_tokens(std::int64_t vocab_size) {
   return std::max<std::int64_t>(256, (std::int64_t{1} << 28) / std::max<std::int64_t>(1, vocab_size));
 }
+// The chunk the trainer uses for model.fused_lm_head_token_chunk_size: the number given,
+// the default above for "None", and all tokens of a micro-batch for "disabled" (prime-rl's
+// plain LM head: the whole logits at once, the same loss).
+inline std::int64_t ce_chunk_tokens(const std::optional<int_or<LmHeadChunking>>& setting, std::int64_t vocab_size,
+                                    std::int64_t micro_batch_tokens) {
+  if (!setting) return default_ce_chunk_tokens(vocab_size);
+  if (setting->is(LmHeadChunking::disabled)) return std::max<std::int64_t>(1, micro_batch_tokens);
+  return setting->number();
+}
 
 // Whether FullOffload with a tied embedding walks the loss in vocabulary chunks
 // (Transformer::LossChunks::vocabulary) for micro-batches of `tokens` tokens. That

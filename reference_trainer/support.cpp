@@ -46,8 +46,9 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
 
   if (m.cp > 1)
     c.error("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
-  if (m.ep > 1)
-    c.error("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep, not_impl));
+  // ep = "auto" picks the degree from the experts there are: none here, so 1.
+  if (m.ep.is_number() && m.ep.number() > 1)
+    c.error("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
   if (m.dp_replicate > 1)
     c.error("model.dp_replicate",
             fmt::format("HSDP replication (dp_replicate = {}) {}", m.dp_replicate, not_impl));
@@ -120,6 +121,14 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     if (cfg.ckpt->skip_dataloader)
       c.error("ckpt.skip_dataloader", "resuming without the data position " + not_impl);
   }
+  if (cfg.tokenizer.name && *cfg.tokenizer.name != m.name)
+    c.error("tokenizer.name", "records are tokenized before training, with the model's tokenizer "
+                              "(tools/tokenize_jsonl.py); a different tokenizer " + not_impl);
+  if (cfg.tokenizer.trust_remote_code.value_or(false))
+    c.error("tokenizer.trust_remote_code", "remote tokenizer code cannot run in a C++ trainer");
+  if (cfg.tokenizer.chat_template)
+    c.error("tokenizer.chat_template", "chat templates are applied by tools/tokenize_jsonl.py, not the trainer");
+  if (cfg.heartbeat) c.error("heartbeat", "the BetterStack heartbeat " + not_impl);
   if (cfg.trace_path) c.error("trace_path", "profiler traces " + not_impl);
   if (cfg.memory_profiler_path) c.error("memory_profiler_path", "memory profiles " + not_impl);
   if (cfg.matmul_precision != MatmulPrecision::high)

@@ -192,7 +192,8 @@ class Trainer {
     const bool ac = cfg_.model.ac.has_value();
     const std::int64_t ac_freq = ac ? cfg_.model.ac->freq : 1;
     const std::int64_t ce_chunk =
-        cfg_.model.fused_lm_head_token_chunk_size.value_or(plan::default_ce_chunk_tokens(args->vocab_size));
+        plan::ce_chunk_tokens(cfg_.model.fused_lm_head_token_chunk_size, args->vocab_size,
+                              loader.options().micro_batch_size * loader.options().seq_len);
 
     // --- Resume --------------------------------------------------------------
     TrainPosition pos;
