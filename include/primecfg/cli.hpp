@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@ struct flag_lookup {
   flag_kind kind = flag_kind::unknown;
   std::string path;        // normalised dotted path (snake_case field names)
   std::string suggestion;  // unknown flags: the closest valid path, if any; retired: the replacement
+  bool union_tag = false;  // the `type` of a tagged union
 };
 
 // The words that `--flag word` reads as the flag's value even where the flag
@@ -122,7 +124,8 @@ inline flag_lookup resolve_flag(const type_ops& type, const std::vector<std::str
       return resolve_field_flag(type, segments, i, path);
     case value_kind::tagged_union: {
       std::string name = snake_case(segments[i]);
-      if (name == "type" && i + 1 == segments.size()) return {flag_kind::value, join_path(path, "type"), {}};
+      if (name == "type" && i + 1 == segments.size())
+        return {flag_kind::value, join_path(path, "type"), {}, true};
       // Any alternative that has the field will do: the union's `type` decides later.
       flag_lookup result;
       for (const type_ops* alternative : type.alternatives->alternatives) {
@@ -152,13 +155,19 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
   return d;
 }
 
+// One resolved `--path=value` of the command line.
+struct parsed_override {
+  std::string path, value, flag;
+  bool union_tag = false;
+};
+
 PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& root,
                                                                 std::span<const std::string> args,
                                                                 sources& src, std::vector<diagnostic>& errors,
                                                                 bool bare_arguments_are_files) {
   std::vector<std::string> positional;
   std::vector<std::string> files;
-  sources overrides;
+  std::vector<parsed_override> overrides;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "@") {
@@ -244,11 +253,14 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
         }
         break;
     }
-    overrides.add_override(r.path, *value, flag);
+    overrides.push_back({r.path, *value, flag, r.union_tag});
   }
   for (const std::string& file : files) src.add_file(file);
-  for (const sources::layer& layer : overrides.layers())
-    src.add_override(layer.name, layer.content, layer.flag);
+  // A union's `type` first: `--optim.momentum=0.5 --optim.type=sgd` means what
+  // `--optim.type=sgd --optim.momentum=0.5` means (the order of flags never matters).
+  std::stable_partition(overrides.begin(), overrides.end(),
+                        [](const parsed_override& o) { return o.union_tag; });
+  for (const parsed_override& o : overrides) src.add_override(o.path, o.value, o.flag);
   return positional;
 }
 

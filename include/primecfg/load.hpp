@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <compare>
+#include <deque>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -268,6 +269,7 @@ inline void check_and_validate(void* value, const type_ops& type, std::vector<di
 
 PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const sources& src,
                                       std::vector<diagnostic>& diagnostics, provenance_map& provenance) {
+  std::deque<toml::table> documents;
   decode_context ctx;
   ctx.out = &diagnostics;
   ctx.sources = &provenance;
@@ -302,7 +304,10 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
     if (!doc) continue;
     ctx.file = layer.name;
     ctx.flag.clear();
-    decode_fields(*doc, value, type, "", ctx, false);
+    // Kept to the end: a later file that switches a union's `type` decodes
+    // the fields this one set again, from their own nodes (decode.hpp).
+    documents.push_back(std::move(*doc));
+    decode_fields(documents.back(), value, type, "", ctx, false);
   }
   check_and_validate(value, type, diagnostics, provenance);
   sort_diagnostics(diagnostics, src);

@@ -1,0 +1,105 @@
+// Issue 16, "nothing lost, nothing silent": a value the user wrote is used,
+// or a diagnostic names it. One case per guarantee, on the shipped SFTConfig,
+// written as examples (docs/reliability.md#guarantees lists them).
+#include "test_helpers.hpp"
+
+#include <primecfg/cli.hpp>
+#include <primecfg/dump.hpp>
+#include <primecfg/load.hpp>
+#include <primecfg/report.hpp>
+#include <primecfg/sft.hpp>
+
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using primecfg::error_kind;
+using primecfg::loaded;
+using primecfg::severity;
+using primecfg::SFTConfig;
+using testing::at;
+using testing::error_at;
+
+namespace {
+
+// Two files, then the flags.
+loaded<SFTConfig> load_two(const std::string& a, const std::string& b, std::vector<std::string> args = {}) {
+  primecfg::sources src;
+  src.add_text("a.toml", a).add_text("b.toml", b);
+  return primecfg::load_command_line<SFTConfig>(args, src);
+}
+
+loaded<SFTConfig> load_flags(std::vector<std::string> args) {
+  return primecfg::load_command_line<SFTConfig>(args);
+}
+
+std::string report(const loaded<SFTConfig>& r) { return primecfg::format_text(r.diagnostics, "SFTConfig"); }
+
+std::vector<primecfg::diagnostic> of_level(const loaded<SFTConfig>& r, severity level) {
+  std::vector<primecfg::diagnostic> out;
+  for (const auto& d : r.diagnostics)
+    if (d.level == level) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a later file that switches [optim] type keeps the fields the new optimizer also has") {
+  auto r = load_two("[optim]\nlr = 3e-4\nweight_decay = 0.1\n", "[optim]\ntype = \"muon\"\n");
+  INFO(report(r));
+  REQUIRE(r.ok());
+  const auto& muon = std::get<primecfg::MuonConfig>(r.value.optim);
+  CHECK(muon.lr == 3e-4);
+  CHECK(muon.weight_decay == 0.1);
+  CHECK(muon.momentum == 0.95);  // not written anywhere: muon's default
+  CHECK(r.source_of("optim.lr").to_string() == "a.toml:2:6");
+  CHECK(r.source_of("optim.type").to_string() == "b.toml:2:8");
+}
+
+TEST_CASE("an earlier field the new alternative lacks is an error naming both places") {
+  auto r = load_two("[optim]\ntype = \"sgd\"\nmomentum = 0.5\n", "[optim]\ntype = \"adamw\"\n");
+  INFO(report(r));
+  auto e = error_at(r, "optim.momentum");
+  CHECK(e.kind == error_kind::extra_forbidden);
+  CHECK(at(e) == "a.toml:3:1");
+  CHECK(e.message ==
+        "optim.momentum was set for optim.type = \"sgd\", but b.toml:2:8 sets optim.type = \"adamw\", which "
+        "has no field 'momentum'; remove one of the two");
+  CHECK(r.error_count() == 1);
+}
+
+TEST_CASE("the same holds for [scheduler] and [data], and for a flag that switches type after a file") {
+  auto r = load_two("[scheduler]\ntype = \"linear\"\nwarmup_steps = 5\nmin_lr = 0.0\n", "max_steps = 100\n",
+                    {"--scheduler.type=cosine", "--data.type=fake"});
+  INFO(report(r));
+  CHECK(std::get<primecfg::CosineSchedulerConfig>(r.value.scheduler).warmup_steps == 5);
+
+  auto data = load_two("[data]\nseq_len = 64\nbatch_size = 4\nname = \"x/y\"\n", "", {"--data.type=fake"});
+  auto e = error_at(data, "data.name");
+  CHECK(at(e) == "a.toml:4:1");
+  CHECK(e.message.find("command line --data.type sets data.type = \"fake\"") != std::string::npos);
+  CHECK(std::get<primecfg::FakeDataConfig>(data.value.data).seq_len == 64);
+  CHECK(std::get<primecfg::FakeDataConfig>(data.value.data).batch_size == 4);
+}
+
+TEST_CASE("the order of command-line flags does not matter") {
+  auto dump = [](std::vector<std::string> args) {
+    auto r = load_flags(args);
+    INFO(report(r));
+    CHECK(r.ok());
+    return primecfg::dump_toml(r.value, {});
+  };
+  CHECK(dump({"--optim.lr=1", "--optim.type=muon"}) == dump({"--optim.type=muon", "--optim.lr=1"}));
+  CHECK(dump({"--optim.momentum=0.5", "--optim.type=sgd"}) ==
+        dump({"--optim.type=sgd", "--optim.momentum=0.5"}));
+  auto r = load_flags({"--optim.lr=1", "--optim.type=muon"});
+  CHECK(std::get<primecfg::MuonConfig>(r.value.optim).lr == 1.0);
+  CHECK(r.source_of("optim.lr").to_string() == "command line --optim.lr");
+}
+
