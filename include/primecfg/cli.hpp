@@ -159,7 +159,52 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
 struct parsed_override {
   std::string path, value, flag;
   bool union_tag = false;
+  bool turns_off = false;  // `--no-section` or `--section=None`
 };
+
+inline bool is_below(std::string_view path, std::string_view section) {
+  return path.size() > section.size() && path.compare(0, section.size(), section) == 0 &&
+         (path[section.size()] == '.' || path[section.size()] == '[');
+}
+
+// Overrides that do not simply add up: the same value given twice (the last
+// one wins, with a note naming both), and a section turned off together with
+// a field of it (in either order: an error, as neither can win without
+// dropping what the other says).
+inline void check_overrides(const std::vector<parsed_override>& overrides, std::vector<diagnostic>& out) {
+  for (std::size_t j = 0; j < overrides.size(); ++j) {
+    const parsed_override& later = overrides[j];
+    for (std::size_t i = j; i-- > 0;) {
+      const parsed_override& earlier = overrides[i];
+      if (earlier.path == later.path) {
+        if (earlier.value == later.value) break;  // nothing is lost
+        diagnostic d = command_line_error(
+            error_kind::value_error, earlier.flag,
+            fmt::format("{} is given twice on the command line: {} = {} ({}) and then {} = {} ({}); the "
+                        "last one, {}, is used",
+                        later.path, later.path, earlier.value, earlier.flag, later.path, later.value,
+                        later.flag, later.value));
+        d.level = severity::note;
+        d.path = later.path;
+        d.input = earlier.value;
+        out.push_back(std::move(d));
+        break;  // one note per repetition, against the one before it
+      }
+    }
+    for (std::size_t i = 0; i < overrides.size(); ++i) {
+      const parsed_override& off = overrides[i];
+      if (!off.turns_off || !is_below(later.path, off.path)) continue;
+      diagnostic d =
+          command_line_error(error_kind::value_error, later.flag,
+                             fmt::format("{} sets a field of {}, but {} turns {} off; give one of the two",
+                                         later.flag, off.path, off.flag, off.path));
+      d.path = later.path;
+      d.input = later.value;
+      out.push_back(std::move(d));
+      break;
+    }
+  }
+}
 
 PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& root,
                                                                 std::span<const std::string> args,
@@ -253,8 +298,10 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
         }
         break;
     }
-    overrides.push_back({r.path, *value, flag, r.union_tag});
+    bool turns_off = *value == "None";
+    overrides.push_back({r.path, *value, flag, r.union_tag, turns_off});
   }
+  check_overrides(overrides, errors);
   for (const std::string& file : files) src.add_file(file);
   // A union's `type` first: `--optim.momentum=0.5 --optim.type=sgd` means what
   // `--optim.type=sgd --optim.momentum=0.5` means (the order of flags never matters).

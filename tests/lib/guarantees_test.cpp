@@ -103,3 +103,31 @@ TEST_CASE("the order of command-line flags does not matter") {
   CHECK(r.source_of("optim.lr").to_string() == "command line --optim.lr");
 }
 
+TEST_CASE("a value given twice on the command line: the last one wins, and a note says so") {
+  auto r = load_flags({"--optim.lr=1e-4", "--max-steps=10", "--optim.lr=2e-4"});
+  INFO(report(r));
+  REQUIRE(r.ok());
+  CHECK(std::get<primecfg::AdamWConfig>(r.value.optim).lr == 2e-4);
+  auto notes = of_level(r, severity::note);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].path == "optim.lr");
+  CHECK(notes[0].message ==
+        "optim.lr is given twice on the command line: optim.lr = 1e-4 (--optim.lr) and then optim.lr = 2e-4 "
+        "(--optim.lr); the last one, 2e-4, is used");
+  // The same value twice loses nothing: no note.
+  CHECK(of_level(load_flags({"--max-steps=10", "--max_steps=10"}), severity::note).empty());
+}
+
+TEST_CASE("--no-section together with a field of that section is an error, in either order") {
+  for (auto args : {std::vector<std::string>{"--no-ckpt", "--ckpt.interval=5"},
+                    std::vector<std::string>{"--ckpt.interval=5", "--no-ckpt"},
+                    std::vector<std::string>{"--ckpt=None", "--ckpt.interval", "5"}}) {
+    auto r = load_flags(args);
+    INFO(report(r));
+    auto e = error_at(r, "ckpt.interval");
+    CHECK(at(e) == "command line --ckpt.interval");
+    CHECK(e.message.find("sets a field of ckpt, but") != std::string::npos);
+    CHECK(e.message.find("turns ckpt off; give one of the two") != std::string::npos);
+  }
+}
+
