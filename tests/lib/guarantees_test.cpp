@@ -131,3 +131,25 @@ TEST_CASE("--no-section together with a field of that section is an error, in ei
   }
 }
 
+TEST_CASE("values for an opaque table keep their TOML type on the command line") {
+  auto r = load_flags({"--eval.flag=false", "--eval.n=6", "--eval.rate=1.5", "--eval.name=x",
+                       "--eval.quoted=\"7\"", "--eval.list=[1, 2]", "--eval.sub.deep=true"});
+  INFO(report(r));
+  REQUIRE(r.ok());
+  REQUIRE(r.value.eval);
+  const toml::table& eval = r.value.eval->value;
+  CHECK(eval["flag"].value<bool>() == false);
+  CHECK(eval["flag"].is_boolean());
+  CHECK(eval["n"].is_integer());
+  CHECK(eval["n"].value<std::int64_t>() == 6);
+  CHECK(eval["rate"].is_floating_point());
+  CHECK(eval["name"].value<std::string>() == "x");
+  CHECK(eval["quoted"].value<std::string>() == "7");
+  CHECK(eval["list"].is_array());
+  CHECK(eval["sub"]["deep"].is_boolean());
+  std::string dumped = primecfg::dump_toml(r.value, r.provenance);
+  CHECK(dumped.find("flag = false") != std::string::npos);
+  CHECK(dumped.find("n = 6") != std::string::npos);
+  CHECK(dumped.find("quoted = '7'") + dumped.find("quoted = \"7\"") != 2 * std::string::npos);
+}
+

@@ -192,6 +192,29 @@ inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
   return std::make_unique<toml::table>(std::move(*parsed));
 }
 
+// An opaque table from one command-line flag (`--eval.flag=false` arrives as
+// {flag = "false"}): the value keeps its TOML type, as in a file: false is a
+// boolean, 6 an integer, 1.5 a float, [1, 2] an array. Text that is no TOML
+// value (x, hello world) stays a string, and "x" (quoted) is the string x.
+inline toml::table typed_cli_table(const toml::table& table) {
+  toml::table out;
+  for (auto&& [key, value] : table) {
+    if (const auto* sub = value.as_table()) {
+      out.insert(key, typed_cli_table(*sub));
+      continue;
+    }
+    if (const auto* s = value.as_string()) {
+      std::optional<toml::table> parsed = parse_cli_text(s->get());
+      if (parsed && parsed->get("v")) {
+        out.insert(key, *parsed->get("v"));
+        continue;
+      }
+    }
+    out.insert(key, value);
+  }
+  return out;
+}
+
 // Calls f with a null pointer to the C++ type of an integer field: the one
 // place that maps (bytes, is_signed) back to a type.
 template <class F>
@@ -584,6 +607,10 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
       }
       if (!table) {
         wrong_type(error_kind::table_type, "a table", path, node, ctx);
+        return;
+      }
+      if (ctx.from_command_line() && !parsed) {
+        merge_tables(static_cast<opaque_table*>(out)->value, typed_cli_table(*table));
         return;
       }
       merge_tables(static_cast<opaque_table*>(out)->value, *table);
