@@ -153,3 +153,27 @@ TEST_CASE("values for an opaque table keep their TOML type on the command line")
   CHECK(dumped.find("quoted = '7'") + dumped.find("quoted = \"7\"") != 2 * std::string::npos);
 }
 
+TEST_CASE("a scheduler min_lr above the optimizer's lr is an error naming both fields") {
+  auto r = testing::load_text<SFTConfig>(
+      "max_steps = 100\n[optim]\nlr = 1e-5\n[scheduler]\ntype = \"cosine\"\nmin_lr = 1e-4\n");
+  INFO(report(r));
+  auto e = error_at(r, "scheduler.min_lr");
+  CHECK(at(e) == "test.toml:6:10");
+  CHECK(e.message.find("above the peak learning rate optim.lr = 1e-05 (set at test.toml:3:6)") !=
+        std::string::npos);
+  CHECK(testing::load_text<SFTConfig>("max_steps = 100\n[optim]\nlr = 1e-4\n[scheduler]\ntype = \"cosine\"\n"
+                                      "min_lr = 1e-4\n")
+            .ok());
+}
+
+TEST_CASE("data.path replaces data.name: when both are written, a warning names the one not used") {
+  auto r = load_two("[data]\nname = \"org/set\"\n", "[data]\npath = \"train.jsonl\"\n");
+  INFO(report(r));
+  CHECK(r.ok());
+  auto warnings = of_level(r, severity::warning);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].path == "data.name");
+  CHECK(at(warnings[0]) == "a.toml:2:8");
+  CHECK(warnings[0].message == "not used: data.path = \"train.jsonl\" (set at b.toml:2:8) replaces it");
+}
+
