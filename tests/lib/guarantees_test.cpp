@@ -177,3 +177,23 @@ TEST_CASE("data.path replaces data.name: when both are written, a warning names 
   CHECK(warnings[0].message == "not used: data.path = \"train.jsonl\" (set at b.toml:2:8) replaces it");
 }
 
+TEST_CASE("a FIFO, a device or a directory as a config file is an error naming it, never a hang") {
+  auto dir = std::filesystem::temp_directory_path() / ("primecfg-guarantees-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string fifo = (dir / "config.fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), std::string("/dev/null"), dir.string()}) {
+    primecfg::sources src;
+    src.add_file(path);
+    auto r = primecfg::load<SFTConfig>(src);
+    INFO(report(r));
+    REQUIRE(r.error_count() == 1);
+    CHECK(r.diagnostics[0].kind == error_kind::file_error);
+    CHECK(at(r.diagnostics[0]) == path);
+  }
+  primecfg::sources src;
+  src.add_file(fifo);
+  CHECK(primecfg::load<SFTConfig>(src).diagnostics[0].message ==
+        "is a FIFO (named pipe), not a regular file; config files must be regular files");
+  std::filesystem::remove_all(dir);
+}
