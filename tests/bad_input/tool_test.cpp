@@ -131,6 +131,27 @@ TEST_CASE("primecfg validate: a FIFO or a device as a config file exits 2 at onc
   }
 }
 
+TEST_CASE("primecfg: a failed write of its output is an error and exit 2, never an abort or a silent 0") {
+  bad::scratch tmp;
+  std::string ok = tmp.file("ok.toml", "max_steps = 10\n");
+  std::string primecfg = bad::tool("PRIMECFG");
+  std::vector<std::vector<std::string>> commands = {
+      {primecfg, "dump", "--as", "sft", ok},     {primecfg, "dump", "--as", "sft", ok, "--format=json"},
+      {primecfg, "validate", "--as", "sft", ok}, {primecfg, "schema", "--as", "rl"},
+      {primecfg, "help", "--as", "sft"},         {primecfg, "reference"},
+  };
+  for (const auto& command : commands) {
+    CAPTURE(command[1]);
+    auto r = run(command, "/dev/full");
+    expect_exit(r, 2);
+    CHECK(bad::contains(r.err, "primecfg: error: cannot write to standard output"));
+  }
+  // schema --out-dir into a folder that cannot hold the files
+  auto r = run({primecfg, "schema", "--out-dir", (tmp.dir() / "missing" / "deeper").string()});
+  expect_exit(r, 2);
+  CHECK(bad::contains(r.err, "cannot write"));
+}
+
 TEST_CASE("primecfg validate: flags that name no field or a section exit 1") {
   bad::scratch tmp;
   std::string ok = tmp.file("ok.toml", "max_steps = 10\n");
