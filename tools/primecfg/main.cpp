@@ -36,7 +36,7 @@ constexpr int exit_usage = 2;
 constexpr const char* usage = R"(usage: primecfg COMMAND [options] [FILE...] [--section.key=value ...]
 
 commands:
-  validate   check configs; exit 0 valid, 1 invalid, 2 usage or unreadable file
+  validate   check configs; exit 0 valid, 1 invalid, 2 usage, unreadable file or failed write
   dump       print the resolved config as TOML (with each value's source) or JSON
   schema     print the JSON Schema, or write all of them with --out-dir DIR
   help       list every field of a config type with its description and default
