@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -162,22 +163,21 @@ struct parsed_override {
   bool turns_off = false;  // `--no-section` or `--section=None`
 };
 
-inline bool is_below(std::string_view path, std::string_view section) {
-  return path.size() > section.size() && path.compare(0, section.size(), section) == 0 &&
-         (path[section.size()] == '.' || path[section.size()] == '[');
-}
-
 // Overrides that do not simply add up: the same value given twice (the last
 // one wins, with a note naming both), and a section turned off together with
 // a field of it (in either order: an error, as neither can win without
 // dropping what the other says).
 inline void check_overrides(const std::vector<parsed_override>& overrides, std::vector<diagnostic>& out) {
-  for (std::size_t j = 0; j < overrides.size(); ++j) {
-    const parsed_override& later = overrides[j];
-    for (std::size_t i = j; i-- > 0;) {
-      const parsed_override& earlier = overrides[i];
-      if (earlier.path == later.path) {
-        if (earlier.value == later.value) break;  // nothing is lost
+  // By path, the latest override so far; the sections turned off, with the first flag that did it.
+  std::map<std::string_view, const parsed_override*, std::less<>> latest, off;
+  for (const parsed_override& o : overrides)
+    if (o.turns_off) off.try_emplace(o.path, &o);
+  for (const parsed_override& later : overrides) {
+    auto [it, first] = latest.try_emplace(later.path, &later);
+    if (!first) {
+      const parsed_override& earlier = *it->second;
+      it->second = &later;
+      if (earlier.value != later.value) {  // the same value twice loses nothing
         diagnostic d = command_line_error(
             error_kind::value_error, earlier.flag,
             fmt::format("{} is given twice on the command line: {} = {} ({}) and then {} = {} ({}); the "
@@ -188,16 +188,19 @@ inline void check_overrides(const std::vector<parsed_override>& overrides, std::
         d.path = later.path;
         d.input = earlier.value;
         out.push_back(std::move(d));
-        break;  // one note per repetition, against the one before it
       }
     }
-    for (std::size_t i = 0; i < overrides.size(); ++i) {
-      const parsed_override& off = overrides[i];
-      if (!off.turns_off || !is_below(later.path, off.path)) continue;
+    // Each section above the path ("a.b" and "a" for "a.b.c"), nearest first.
+    std::string_view path = later.path;
+    for (std::size_t cut = path.find_last_of(".["); cut != std::string_view::npos && cut > 0;
+         cut = path.find_last_of(".[", cut - 1)) {
+      auto found = off.find(path.substr(0, cut));
+      if (found == off.end()) continue;
+      const parsed_override& section = *found->second;
       diagnostic d =
           command_line_error(error_kind::value_error, later.flag,
                              fmt::format("{} sets a field of {}, but {} turns {} off; give one of the two",
-                                         later.flag, off.path, off.flag, off.path));
+                                         later.flag, section.path, section.flag, section.path));
       d.path = later.path;
       d.input = later.value;
       out.push_back(std::move(d));
