@@ -1,6 +1,7 @@
 // Cross-field rules shared by the SFT and RL trainer roots.
 #pragma once
 
+#include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/model.hpp>
@@ -133,6 +134,17 @@ inline void data_path_replaces_name(validation& v, const SFTDataSource& data) {
   if (const auto* d = std::get_if<SFTDataConfig>(&data); d && d->path && v.is_set(d->name))
     v.warning(d->name, fmt::format("not used: {} = {} (set at {}) replaces it", v.path_of(d->path),
                                    detail::value_text(d->path), v.source_of(d->path).to_string()));
+}
+
+// Resuming at or past max_steps leaves nothing to train: the run would load
+// the checkpoint and stop at once, looking like a success.
+inline void resume_fits(validation& v, const std::optional<ResumeConfig>& resume,
+                        const std::optional<std::int64_t>& max_steps) {
+  if (resume && resume->step && max_steps && *resume->step >= *max_steps)
+    v.error(*resume->step, fmt::format("resuming at step {} leaves nothing to train: {} = {} (set at {}); "
+                                       "raise max_steps or resume from an earlier step",
+                                       *resume->step, v.path_of(max_steps), detail::value_text(max_steps),
+                                       v.source_of(max_steps).to_string()));
 }
 
 inline bool custom_or_auto(ModelImpl impl) { return impl == ModelImpl::custom || impl == ModelImpl::auto_; }
