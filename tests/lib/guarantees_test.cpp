@@ -151,7 +151,9 @@ TEST_CASE("values for an opaque table keep their TOML type on the command line")
   std::string dumped = primecfg::dump_toml(r.value, r.provenance);
   CHECK(dumped.find("flag = false") != std::string::npos);
   CHECK(dumped.find("n = 6") != std::string::npos);
-  CHECK(dumped.find("quoted = '7'") + dumped.find("quoted = \"7\"") != 2 * std::string::npos);
+  bool quoted_is_a_string =
+      dumped.find("quoted = '7'") != std::string::npos || dumped.find("quoted = \"7\"") != std::string::npos;
+  CHECK(quoted_is_a_string);
 }
 
 TEST_CASE("a scheduler min_lr above the optimizer's lr is an error naming both fields") {
