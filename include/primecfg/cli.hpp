@@ -21,7 +21,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +54,7 @@ struct flag_lookup {
   flag_kind kind = flag_kind::unknown;
   std::string path;        // normalised dotted path (snake_case field names)
   std::string suggestion;  // unknown flags: the closest valid path, if any; retired: the replacement
+  bool union_tag = false;  // the `type` of a tagged union
 };
 
 // The words that `--flag word` reads as the flag's value even where the flag
@@ -122,7 +125,8 @@ inline flag_lookup resolve_flag(const type_ops& type, const std::vector<std::str
       return resolve_field_flag(type, segments, i, path);
     case value_kind::tagged_union: {
       std::string name = snake_case(segments[i]);
-      if (name == "type" && i + 1 == segments.size()) return {flag_kind::value, join_path(path, "type"), {}};
+      if (name == "type" && i + 1 == segments.size())
+        return {flag_kind::value, join_path(path, "type"), {}, true};
       // Any alternative that has the field will do: the union's `type` decides later.
       flag_lookup result;
       for (const type_ops* alternative : type.alternatives->alternatives) {
@@ -152,13 +156,66 @@ inline diagnostic command_line_error(error_kind kind, std::string flag, std::str
   return d;
 }
 
+// One resolved `--path=value` of the command line.
+struct parsed_override {
+  std::string path, value, flag;
+  bool union_tag = false;
+  bool turns_off = false;  // `--no-section` or `--section=None`
+};
+
+// Overrides that do not simply add up: the same value given twice (the last
+// one wins, with a note naming both), and a section turned off together with
+// a field of it (in either order: an error, as neither can win without
+// dropping what the other says).
+inline void check_overrides(const std::vector<parsed_override>& overrides, std::vector<diagnostic>& out) {
+  // By path, the latest override so far; the sections turned off, with the first flag that did it.
+  std::map<std::string_view, const parsed_override*, std::less<>> latest, off;
+  for (const parsed_override& o : overrides)
+    if (o.turns_off) off.try_emplace(o.path, &o);
+  for (const parsed_override& later : overrides) {
+    auto [it, first] = latest.try_emplace(later.path, &later);
+    if (!first) {
+      const parsed_override& earlier = *it->second;
+      it->second = &later;
+      if (earlier.value != later.value) {  // the same value twice loses nothing
+        diagnostic d = command_line_error(
+            error_kind::value_error, earlier.flag,
+            fmt::format("{} is given twice on the command line: {} = {} ({}) and then {} = {} ({}); the "
+                        "last one, {}, is used",
+                        later.path, later.path, earlier.value, earlier.flag, later.path, later.value,
+                        later.flag, later.value));
+        d.level = severity::note;
+        d.path = later.path;
+        d.input = earlier.value;
+        out.push_back(std::move(d));
+      }
+    }
+    // Each section above the path ("a.b" and "a" for "a.b.c"), nearest first.
+    std::string_view path = later.path;
+    for (std::size_t cut = path.find_last_of(".["); cut != std::string_view::npos && cut > 0;
+         cut = path.find_last_of(".[", cut - 1)) {
+      auto found = off.find(path.substr(0, cut));
+      if (found == off.end()) continue;
+      const parsed_override& section = *found->second;
+      diagnostic d =
+          command_line_error(error_kind::value_error, later.flag,
+                             fmt::format("{} sets a field of {}, but {} turns {} off; give one of the two",
+                                         later.flag, section.path, section.flag, section.path));
+      d.path = later.path;
+      d.input = later.value;
+      out.push_back(std::move(d));
+      break;
+    }
+  }
+}
+
 PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& root,
                                                                 std::span<const std::string> args,
                                                                 sources& src, std::vector<diagnostic>& errors,
                                                                 bool bare_arguments_are_files) {
   std::vector<std::string> positional;
   std::vector<std::string> files;
-  sources overrides;
+  std::vector<parsed_override> overrides;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "@") {
@@ -244,11 +301,16 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
         }
         break;
     }
-    overrides.add_override(r.path, *value, flag);
+    bool turns_off = *value == "None";
+    overrides.push_back({r.path, *value, flag, r.union_tag, turns_off});
   }
+  check_overrides(overrides, errors);
   for (const std::string& file : files) src.add_file(file);
-  for (const sources::layer& layer : overrides.layers())
-    src.add_override(layer.name, layer.content, layer.flag);
+  // A union's `type` first: `--optim.momentum=0.5 --optim.type=sgd` means what
+  // `--optim.type=sgd --optim.momentum=0.5` means (the order of flags never matters).
+  std::stable_partition(overrides.begin(), overrides.end(),
+                        [](const parsed_override& o) { return o.union_tag; });
+  for (const parsed_override& o : overrides) src.add_override(o.path, o.value, o.flag);
   return positional;
 }
 

@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <compare>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -109,24 +110,50 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
 
 namespace detail {
 
-// Reads a whole file, or says why it cannot. Read errors are reported, not
-// taken for the end of the file (an EIO used to look like an empty, valid
-// config), and at most max_config_bytes + 1 bytes are read, so a device or a
-// pipe that never ends (/dev/zero) is refused instead of filling memory.
+// What a file that is not a regular file is, for the message refusing it.
+inline const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Reads a whole file, or says why it cannot. Only regular files are read:
+// a FIFO would block (or be read once and be empty the next time), a device
+// may never end (/dev/zero) or have effects when opened, so they are refused
+// by stat() before any open(), and again by fstat() after it (in case the
+// path changed in between; O_NONBLOCK keeps that open from waiting for a
+// writer). Read errors are reported, not taken for the end of the file (an
+// EIO used to look like an empty, valid config), and at most
+// max_config_bytes + 1 bytes are read.
 inline bool read_config_file(const std::string& path, std::string& text, std::string& why) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    why = "is a directory, not a config file";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    why = fmt::format("cannot open: {}", std::strerror(errno));
     return false;
   }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto refuse_type = [&](mode_t mode) {
+    why = S_ISDIR(mode) ? std::string("is a directory, not a config file")
+                        : fmt::format("is {}, not a regular file; config files must be regular files",
+                                      file_type_name(mode));
+  };
+  if (!S_ISREG(st.st_mode)) {
+    refuse_type(st.st_mode);
+    return false;
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     why = fmt::format("cannot open: {}", std::strerror(errno));
     return false;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-      static_cast<std::uintmax_t>(st.st_size) > max_config_bytes) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    refuse_type(st.st_mode);
+    ::close(fd);
+    return false;
+  }
+  if (static_cast<std::uintmax_t>(st.st_size) > max_config_bytes) {
     why = fmt::format("is {} bytes; config files are limited to {} MiB", st.st_size, max_config_bytes >> 20);
     ::close(fd);
     return false;
@@ -268,6 +295,7 @@ inline void check_and_validate(void* value, const type_ops& type, std::vector<di
 
 PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const sources& src,
                                       std::vector<diagnostic>& diagnostics, provenance_map& provenance) {
+  std::deque<toml::table> documents;
   decode_context ctx;
   ctx.out = &diagnostics;
   ctx.sources = &provenance;
@@ -302,7 +330,10 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
     if (!doc) continue;
     ctx.file = layer.name;
     ctx.flag.clear();
-    decode_fields(*doc, value, type, "", ctx, false);
+    // Kept to the end: a later file that switches a union's `type` decodes
+    // the fields this one set again, from their own nodes (decode.hpp).
+    documents.push_back(std::move(*doc));
+    decode_fields(documents.back(), value, type, "", ctx, false);
   }
   check_and_validate(value, type, diagnostics, provenance);
   sort_diagnostics(diagnostics, src);

@@ -1,6 +1,7 @@
 // Cross-field rules shared by the SFT and RL trainer roots.
 #pragma once
 
+#include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/model.hpp>
@@ -100,6 +101,50 @@ inline void scheduler_fits(validation& v, const SchedulerConfig& scheduler,
         }
       },
       scheduler);
+}
+
+// A decaying schedule ends at min_lr: above the optimizer's peak lr it would
+// raise the learning rate while it "decays" (prime-rl does not check this;
+// nothing there needs it). Both fields are named, with where they were set.
+inline void scheduler_below_lr(validation& v, const SchedulerConfig& scheduler,
+                               const OptimizerConfig& optim) {
+  std::visit(
+      [&](const auto& s) {
+        using S = std::decay_t<decltype(s)>;
+        if constexpr (!std::is_same_v<S, ConstantSchedulerConfig>) {
+          std::visit(
+              [&](const auto& o) {
+                if (s.min_lr <= o.lr) return;
+                v.error(s.min_lr,
+                        fmt::format("min_lr = {} is above the peak learning rate {} = {} (set at {}): the "
+                                    "\"{}\" schedule would raise the learning rate while it decays; use a "
+                                    "min_lr <= lr",
+                                    detail::value_text(s.min_lr), v.path_of(o.lr), detail::value_text(o.lr),
+                                    v.source_of(o.lr).to_string(), S::type));
+              },
+              optim);
+        }
+      },
+      scheduler);
+}
+
+// data.path replaces data.name: when both were written, the name is not used,
+// and the run reads a different dataset than the config seems to say.
+inline void data_path_replaces_name(validation& v, const SFTDataSource& data) {
+  if (const auto* d = std::get_if<SFTDataConfig>(&data); d && d->path && v.is_set(d->name))
+    v.warning(d->name, fmt::format("not used: {} = {} (set at {}) replaces it", v.path_of(d->path),
+                                   detail::value_text(d->path), v.source_of(d->path).to_string()));
+}
+
+// Resuming at or past max_steps leaves nothing to train: the run would load
+// the checkpoint and stop at once, looking like a success.
+inline void resume_fits(validation& v, const std::optional<ResumeConfig>& resume,
+                        const std::optional<std::int64_t>& max_steps) {
+  if (resume && resume->step && max_steps && *resume->step >= *max_steps)
+    v.error(*resume->step, fmt::format("resuming at step {} leaves nothing to train: {} = {} (set at {}); "
+                                       "raise max_steps or resume from an earlier step",
+                                       *resume->step, v.path_of(max_steps), detail::value_text(max_steps),
+                                       v.source_of(max_steps).to_string()));
 }
 
 inline bool custom_or_auto(ModelImpl impl) { return impl == ModelImpl::custom || impl == ModelImpl::auto_; }

@@ -90,6 +90,9 @@ struct SFTConfig {
     rules::full_offload_optimizer(v, model, optim);
     rules::trainer_rules(v, model, optim);
     rules::scheduler_fits(v, scheduler, max_steps);
+    rules::scheduler_below_lr(v, scheduler, optim);
+    rules::resume_fits(v, resume, max_steps);
+    rules::data_path_replaces_name(v, data);
     rules::trace_fits(v, trace_path, max_steps);
     std::visit(
         [&](const auto& d) {

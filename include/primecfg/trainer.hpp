@@ -194,6 +194,8 @@ struct TrainerConfig {
     rules::full_offload_optimizer(v, model, optim);
     rules::trainer_rules(v, model, optim);
     rules::scheduler_fits(v, scheduler, max_steps);
+    rules::scheduler_below_lr(v, scheduler, optim);
+    rules::resume_fits(v, resume, max_steps);
     rules::trace_fits(v, trace_path, max_steps);
     if (data.fake) rules::micro_batches_divide(v, *data.fake);
     if (model.lora && weight_broadcast.type != WeightBroadcastType::filesystem)

@@ -78,10 +78,12 @@ struct run_result {
   std::string out, err;
 };
 
-// Runs `args` (args[0] is the program), stdin from /dev/null.
-inline run_result run(const std::vector<std::string>& args) {
+// Runs `args` (args[0] is the program), stdin from /dev/null; stdout to
+// `stdout_path` when given (then r.out is empty), e.g. /dev/full.
+inline run_result run(const std::vector<std::string>& args, const std::string& stdout_path = {}) {
   scratch io;
-  std::string out_path = (io.dir() / "out").string(), err_path = (io.dir() / "err").string();
+  std::string out_path = stdout_path.empty() ? (io.dir() / "out").string() : stdout_path;
+  std::string err_path = (io.dir() / "err").string();
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -115,7 +117,7 @@ inline run_result run(const std::vector<std::string>& args) {
     if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   }
-  r.out = read_all(out_path);
+  if (stdout_path.empty()) r.out = read_all(out_path);
   r.err = read_all(err_path);
   return r;
 }

@@ -234,7 +234,7 @@ TEST_CASE("files over the size limit are refused before they are read or parsed"
   std::string big = "# " + std::string(97, 'x') + "\n";
   std::string path = tmp.file("fifty.toml", bad::repeat(big, 50 * 1024 * 1024 / big.size() + 1));
   expect_error(load_file(path), error_kind::file_error, "16 MiB");
-  expect_error(load_file("/dev/zero"), error_kind::file_error, "16 MiB");
+  expect_error(load_file("/dev/zero"), error_kind::file_error, "is a character device, not a regular file");
   // a file under the limit but far bigger than any config still loads
   std::string two =
       tmp.file("two.toml", "[model]\nname = \"x\"\n" + bad::repeat(big, 2 * 1024 * 1024 / big.size()));

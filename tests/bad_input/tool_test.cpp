@@ -88,7 +88,7 @@ TEST_CASE("primecfg validate: files that cannot be read exit 2") {
   expect_exit(validate({big}, false), 2);  // inference does not parse it either
   auto zero = validate({"/dev/zero"}, false);
   expect_exit(zero, 2);
-  CHECK(bad::contains(zero.err, "16 MiB"));
+  CHECK(bad::contains(zero.err, "/dev/zero: error: is a character device, not a regular file"));
   auto dir = validate({tmp.dir().string()});
   expect_exit(dir, 2);
   CHECK(bad::contains(dir.err, "is a directory"));
@@ -111,7 +111,45 @@ TEST_CASE("primecfg validate: an empty file is the default config") {
   std::string empty = tmp.file("empty.toml", "");
   expect_exit(validate({empty}), 0);
   expect_exit(validate({empty}, false), 0);
-  expect_exit(validate({"/dev/null"}), 0);
+}
+
+TEST_CASE("primecfg validate: a FIFO or a device as a config file exits 2 at once, naming it") {
+  bad::scratch tmp;
+  std::string fifo = (tmp.dir() / "config.fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (bool as_sft : {true, false}) {  // inferring the root type does not open it either
+    auto r = validate({"@", fifo}, as_sft);
+    expect_exit(r, 2);
+    CHECK(bad::contains(r.err, fifo + ": error: is a FIFO (named pipe), not a regular file"));
+  }
+  for (const char* device : {"/dev/null", "/dev/stdin", "/dev/tty"}) {
+    if (::access(device, F_OK) != 0) continue;
+    auto r = validate({device});
+    INFO(device);
+    expect_exit(r, 2);
+    CHECK(bad::contains(r.err, "not a regular file"));
+  }
+}
+
+TEST_CASE("primecfg: a failed write of its output is an error and exit 2, never an abort or a silent 0") {
+  bad::scratch tmp;
+  std::string ok = tmp.file("ok.toml", "max_steps = 10\n");
+  std::string primecfg = bad::tool("PRIMECFG");
+  std::vector<std::vector<std::string>> commands = {
+      {primecfg, "dump", "--as", "sft", ok},     {primecfg, "dump", "--as", "sft", ok, "--format=json"},
+      {primecfg, "validate", "--as", "sft", ok}, {primecfg, "schema", "--as", "rl"},
+      {primecfg, "help", "--as", "sft"},         {primecfg, "reference"},
+  };
+  for (const auto& command : commands) {
+    CAPTURE(command[1]);
+    auto r = run(command, "/dev/full");
+    expect_exit(r, 2);
+    CHECK(bad::contains(r.err, "primecfg: error: cannot write to standard output"));
+  }
+  // schema --out-dir into a folder that cannot hold the files
+  auto r = run({primecfg, "schema", "--out-dir", (tmp.dir() / "missing" / "deeper").string()});
+  expect_exit(r, 2);
+  CHECK(bad::contains(r.err, "cannot write"));
 }
 
 TEST_CASE("primecfg validate: flags that name no field or a section exit 1") {

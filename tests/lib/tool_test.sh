@@ -78,6 +78,20 @@ cp "$tmp/out" "$tmp/second.json"
 expect "JSON of the original" 0 "$primecfg" dump --as sft "$corpus/configs/debug/fake/sft.toml" --model.offload=none --format=json
 if ! cmp -s "$tmp/out" "$tmp/second.json"; then echo "FAIL: dump round trip changed the config"; failures=$((failures + 1)); fi
 
+# Issue 16: nothing a user wrote is dropped (more in tests/lib/guarantees_test.cpp).
+printf '[optim]\nlr = 3e-4\n' >"$tmp/lr.toml"
+printf '[optim]\ntype = "muon"\n' >"$tmp/muon.toml"
+expect "a later file switching the optimizer" 0 "$primecfg" dump --as sft @ "$tmp/lr.toml" @ "$tmp/muon.toml"
+contains "lr carried over to muon" "$tmp/out" "lr = 0.0003  # $tmp/lr.toml:2:6"
+expect "flags in either order" 0 "$primecfg" dump --as sft "$tmp/lr.toml" --optim.lr=1 --optim.type=muon
+contains "lr from the flag" "$tmp/out" "lr = 1.0  # command line --optim.lr"
+expect "a value given twice" 0 "$primecfg" validate --as sft "$tmp/lr.toml" --max-steps=1 --max-steps=2
+contains "the note" "$tmp/err" "note: max_steps: max_steps is given twice on the command line"
+expect "--no-ckpt with a ckpt field" 1 "$primecfg" validate --as sft "$tmp/lr.toml" --ckpt.interval=5 --no-ckpt
+expect "typed opaque values" 0 "$primecfg" dump --as sft "$tmp/lr.toml" --eval.flag=false --eval.n=6
+contains "a boolean" "$tmp/out" "flag = false"
+contains "an integer" "$tmp/out" "n = 6"
+
 expect "help" 0 "$primecfg" help --as sft
 contains "help lists offload" "$tmp/out" "--model.offload {none|optimizer|full}"
 

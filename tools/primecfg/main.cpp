@@ -16,12 +16,15 @@
 #include <fmt/format.h>
 #include <primecfg/detail/toml.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -33,7 +36,7 @@ constexpr int exit_usage = 2;
 constexpr const char* usage = R"(usage: primecfg COMMAND [options] [FILE...] [--section.key=value ...]
 
 commands:
-  validate   check configs; exit 0 valid, 1 invalid, 2 usage or unreadable file
+  validate   check configs; exit 0 valid, 1 invalid, 2 usage, unreadable file or failed write
   dump       print the resolved config as TOML (with each value's source) or JSON
   schema     print the JSON Schema, or write all of them with --out-dir DIR
   help       list every field of a config type with its description and default
@@ -181,15 +184,22 @@ int write_schemas(const std::string& dir) {
     std::filesystem::path target = std::filesystem::path(dir) / name;
     std::filesystem::path tmp = target;
     tmp += ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out << text;
-      if (!out) {
-        fmt::print(stderr, "{}: error: cannot write\n", tmp.string());
-        return false;
-      }
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.close();  // a full disk shows up here, not before
+    std::error_code ec;
+    if (!out) {
+      fmt::print(stderr, "{}: error: cannot write {}\n", tmp.string(),
+                 errno ? std::strerror(errno) : "write failed");
+      std::filesystem::remove(tmp, ec);
+      return false;
     }
-    std::filesystem::rename(tmp, target);
+    std::filesystem::rename(tmp, target, ec);
+    if (ec) {
+      fmt::print(stderr, "{}: error: cannot write: {}\n", target.string(), ec.message());
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
     return true;
   };
   bool ok = write("sft.schema.json", primecfg::json_schema<primecfg::SFTConfig>()) &&
@@ -198,9 +208,7 @@ int write_schemas(const std::string& dir) {
   return ok ? exit_ok : exit_usage;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   options opt;
   std::string error;
   if (!parse_options(argc, argv, opt, error)) {
@@ -246,4 +254,28 @@ int main(int argc, char** argv) {
       break;
   }
   return run_command<primecfg::RLConfig>(opt, "RLConfig");
+}
+
+}  // namespace
+
+// Whatever primecfg prints must arrive: a write error on standard output
+// (a full disk, a closed pipe, /dev/full) is an error and exit 2, never an
+// abort (fmt throws on a failed write) and never a silent 0 (stdio keeps
+// output in its buffer until exit, when a failure can no longer be seen).
+int main(int argc, char** argv) {
+  int code = exit_usage;
+  std::string failure;
+  try {
+    code = run(argc, argv);
+  } catch (const std::system_error& e) {  // fmt's failed writes
+    failure = e.what();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "primecfg: error: %s\n", e.what());
+    return exit_usage;
+  }
+  if (failure.empty() && (std::fflush(stdout) != 0 || std::ferror(stdout)))
+    failure = std::strerror(errno ? errno : EIO);
+  if (failure.empty()) return code;
+  std::fprintf(stderr, "primecfg: error: cannot write to standard output: %s\n", failure.c_str());
+  return exit_usage;
 }

@@ -23,8 +23,10 @@
 #include <fmt/format.h>
 #include <primecfg/detail/toml.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -103,11 +105,50 @@ struct decode_context {
 
   void record(const std::string& path, const toml::node& n) { (*sources)[path] = where(n); }
 
+  // The fields that earlier sources set in each tagged union (by the union's
+  // path), in order, with the flag that set each (empty for a file). When a
+  // later source switches the union's `type`, they are decoded again onto
+  // the new alternative: nothing a user wrote is dropped silently. A file's
+  // key and value are its own nodes (the loader keeps every document until
+  // the end, and a copied node loses its line and column); a flag's are
+  // copied, as the table built for it is gone when the next one is read.
+  struct union_field {
+    std::shared_ptr<toml::table> copy;  // holds key and value for a flag
+    const toml::key* key = nullptr;
+    const toml::node* value = nullptr;
+    std::string file, flag;
+  };
+  std::map<std::string, std::vector<union_field>, std::less<>> union_fields;
+
+  void remember_union_field(const std::string& union_path, const toml::key& key, const toml::node& value) {
+    union_field f{nullptr, &key, &value, file, flag};
+    if (from_command_line()) {
+      f.copy = std::make_shared<toml::table>();
+      f.copy->insert(key, value);
+      f.key = &f.copy->begin()->first;
+      f.value = &f.copy->begin()->second;
+    }
+    union_fields[union_path].push_back(std::move(f));
+  }
+
   // Drops the provenance of everything below `path` (its value was replaced whole).
   void forget_below(const std::string& path) {
     std::string prefix = path + ".";
     auto it = sources->lower_bound(prefix);
     while (it != sources->end() && it->first.compare(0, prefix.size(), prefix) == 0) it = sources->erase(it);
+    forget_unions_from(path);
+  }
+
+  // Forgets the union fields remembered at `path` and below it (fields and
+  // list elements: "path.x", "path[0]").
+  void forget_unions_from(const std::string& path) {
+    union_fields.erase(path);
+    for (const char* separator : {".", "["}) {
+      std::string prefix = path + separator;
+      auto it = union_fields.lower_bound(prefix);
+      while (it != union_fields.end() && it->first.compare(0, prefix.size(), prefix) == 0)
+        it = union_fields.erase(it);
+    }
   }
 };
 
@@ -149,6 +190,29 @@ inline std::unique_ptr<toml::table> parse_cli_value(const toml::node& node) {
   std::optional<toml::table> parsed = parse_cli_text(node.as_string()->get());
   if (!parsed || !parsed->get("v")) return nullptr;
   return std::make_unique<toml::table>(std::move(*parsed));
+}
+
+// An opaque table from one command-line flag (`--eval.flag=false` arrives as
+// {flag = "false"}): the value keeps its TOML type, as in a file: false is a
+// boolean, 6 an integer, 1.5 a float, [1, 2] an array. Text that is no TOML
+// value (x, hello world) stays a string, and "x" (quoted) is the string x.
+inline toml::table typed_cli_table(const toml::table& table) {
+  toml::table out;
+  for (auto&& [key, value] : table) {
+    if (const auto* sub = value.as_table()) {
+      out.insert(key, typed_cli_table(*sub));
+      continue;
+    }
+    if (const auto* s = value.as_string()) {
+      std::optional<toml::table> parsed = parse_cli_text(s->get());
+      if (parsed && parsed->get("v")) {
+        out.insert(key, *parsed->get("v"));
+        continue;
+      }
+    }
+    out.insert(key, value);
+  }
+  return out;
 }
 
 // Calls f with a null pointer to the C++ type of an integer field: the one
@@ -321,28 +385,66 @@ inline void check_bounds(void* value, const type_ops& type, const field_doc& doc
 
 // Every key of `table` onto the struct at `object`: known keys decoded into
 // their field, then checked against its bounds; unknown keys reported.
+// One key of a table onto the struct at `object`.
+inline void decode_entry(const toml::key& key, const toml::node& value, void* object, const type_ops& type,
+                         const std::string& path, decode_context& ctx, bool is_union) {
+  const struct_shape& shape = *type.record->shape;
+  if (is_union && key.str() == "type") return;  // the union consumed it
+  std::size_t i = 0;
+  while (i < shape.names.size() && shape.names[i] != key.str()) ++i;
+  if (i == shape.names.size()) {
+    report_unknown_key(key, value, path, shape, ctx, is_union);
+    return;
+  }
+  std::string field_path = join_path(path, key.str());
+  void* field = shape.field(object, i);
+  const type_ops& field_type = *type.record->fields[i];
+  std::size_t errors_before = ctx.out->size();
+  decode_value(value, field, field_type, field_path, ctx);
+  if (ctx.out->size() == errors_before) {
+    check_bounds(field, field_type, shape.docs[i], field_path, value, ctx);
+    if (is_union) ctx.remember_union_field(path, key, value);
+  }
+  ctx.record(field_path, value);
+}
+
 inline void decode_fields(const toml::table& table, void* object, const type_ops& type,
                           const std::string& path, decode_context& ctx, bool is_union) {
-  const struct_shape& shape = *type.record->shape;
-  for (auto&& entry : table) {
-    const toml::key& key = entry.first;
-    const toml::node& value = entry.second;
-    if (is_union && key.str() == "type") continue;  // the union consumed it
-    std::size_t i = 0;
-    while (i < shape.names.size() && shape.names[i] != key.str()) ++i;
-    if (i == shape.names.size()) {
-      report_unknown_key(key, value, path, shape, ctx, is_union);
+  for (auto&& entry : table) decode_entry(entry.first, entry.second, object, type, path, ctx, is_union);
+}
+
+// The union at `path` switched from the alternative tagged `old_tag` to
+// `alternative` (by the `type` at `tag`): the fields earlier sources set are
+// decoded again onto it, each from where it was written. A field the new
+// alternative does not have is an error naming both places.
+inline void carry_union_fields(void* alternative, const type_ops& alternative_type, std::string_view new_tag,
+                               std::string_view old_tag, const std::string& path, const toml::node& tag,
+                               decode_context& ctx) {
+  auto found = ctx.union_fields.find(path);
+  if (found == ctx.union_fields.end()) return;
+  std::vector<decode_context::union_field> earlier = std::move(found->second);
+  ctx.forget_unions_from(path);
+  const struct_shape& shape = *alternative_type.record->shape;
+  provenance tag_where = ctx.where(tag);
+  std::string file = std::move(ctx.file), flag = std::move(ctx.flag);
+  for (const decode_context::union_field& f : earlier) {
+    ctx.file = f.file;
+    ctx.flag = f.flag;
+    const toml::key& key = *f.key;
+    const toml::node& value = *f.value;
+    if (std::find(shape.names.begin(), shape.names.end(), key.str()) != shape.names.end()) {
+      decode_entry(key, value, alternative, alternative_type, path, ctx, true);
       continue;
     }
     std::string field_path = join_path(path, key.str());
-    void* field = shape.field(object, i);
-    const type_ops& field_type = *type.record->fields[i];
-    std::size_t errors_before = ctx.out->size();
-    decode_value(value, field, field_type, field_path, ctx);
-    if (ctx.out->size() == errors_before)
-      check_bounds(field, field_type, shape.docs[i], field_path, value, ctx);
-    ctx.record(field_path, value);
+    ctx.error(error_kind::extra_forbidden, field_path, value,
+              fmt::format("{} was set for {}.type = \"{}\", but {} sets {}.type = \"{}\", which has no "
+                          "field '{}'; remove one of the two",
+                          field_path, path, old_tag, tag_where.to_string(), path, new_tag, key.str()));
+    ctx.out->back().where = ctx.where(key);
   }
+  ctx.file = std::move(file);
+  ctx.flag = std::move(flag);
 }
 
 // A table onto a std::variant of tagged structs: `type` picks the
@@ -366,9 +468,18 @@ inline void decode_union(const toml::table& table, void* out, const type_ops& ty
                             hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
       return;  // the other keys belong to an alternative we cannot know
     }
-    if (u.index(out) != index) {
+    if (std::size_t previous = u.index(out); previous != index) {
+      // Switching resets the fields to the new alternative's defaults; what
+      // earlier sources set is carried over (or refused) below.
+      std::vector<decode_context::union_field> earlier;
+      if (auto it = ctx.union_fields.find(path); it != ctx.union_fields.end())
+        earlier = std::move(it->second);
       ctx.forget_below(path);
+      if (!earlier.empty()) ctx.union_fields[path] = std::move(earlier);
       u.emplace(out, index);
+      ctx.record(tag_path, *tag);
+      carry_union_fields(u.active(out), *u.alternatives[index], u.tags[index], u.tags[previous], path, *tag,
+                         ctx);
     }
     ctx.record(tag_path, *tag);
   }
@@ -483,6 +594,8 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
         wrong_type(error_kind::array_type, "an array", path, node, ctx);
         return;
       }
+      // Replaced whole: unions in the old elements are forgotten.
+      ctx.forget_unions_from(path);
       // Decoded aside: a list with a bad element keeps its old value.
       std::unique_ptr<void, void (*)(void*)> result(type.list->make(), type.list->discard);
       std::size_t errors_before = ctx.out->size();
@@ -514,6 +627,10 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
       }
       if (!table) {
         wrong_type(error_kind::table_type, "a table", path, node, ctx);
+        return;
+      }
+      if (ctx.from_command_line() && !parsed) {
+        merge_tables(static_cast<opaque_table*>(out)->value, typed_cli_table(*table));
         return;
       }
       merge_tables(static_cast<opaque_table*>(out)->value, *table);
