@@ -58,7 +58,7 @@ TEST_CASE("a later file that switches [optim] type keeps the fields the new opti
   const auto& muon = std::get<primecfg::MuonConfig>(r.value.optim);
   CHECK(muon.lr == 3e-4);
   CHECK(muon.weight_decay == 0.1);
-  CHECK(muon.momentum == 0.95);  // not written anywhere: muon's default
+  CHECK(muon.mu == 0.95);  // not written anywhere: muon's default
   CHECK(r.source_of("optim.lr").to_string() == "a.toml:2:6");
   CHECK(r.source_of("optim.type").to_string() == "b.toml:2:8");
 }
