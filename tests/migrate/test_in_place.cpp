@@ -391,3 +391,58 @@ TEST_CASE("a migration whose result would exceed the loader's limit is refused")
   CHECK_FALSE(r.failed());
   CHECK(r.migrated.size() == limit);
 }
+
+TEST_CASE("in-place: as another user, a file that cannot keep its owner, or is not writable, is refused") {
+  if (!is_root() || std::system("setpriv --version >/dev/null 2>&1") != 0) {
+    MESSAGE("skipped: needs root and setpriv (util-linux) to run the tool as another user");
+    return;
+  }
+  fs::path d = scratch("other-user");
+  REQUIRE(::chmod(d.c_str(), 0777) == 0);  // anyone may create the temporary file
+  // The tool itself must be reachable by uid 65534 (the build folder may not be).
+  const fs::path exe = d / "tool";
+  fs::copy_file(env("PRIMECFG_MIGRATE"), exe);
+  REQUIRE(::chmod(exe.c_str(), 0755) == 0);
+  auto run_as_nobody = [&](const std::string& args) {
+    // tool() runs $PRIMECFG_MIGRATE; point it at the copy for this call.
+    std::string saved = env("PRIMECFG_MIGRATE");
+    ::setenv("PRIMECFG_MIGRATE", exe.c_str(), 1);
+    outcome o = tool(d, args, "setpriv --reuid=65534 --regid=65534 --clear-groups");
+    ::setenv("PRIMECFG_MIGRATE", saved.c_str(), 1);
+    return o;
+  };
+  fs::path f = d / "a.toml";
+
+  // Writable by everyone, owned by 4242: nobody could rewrite it, but the new
+  // file would belong to nobody. Refused (the old tool changed the owner silently).
+  write(f, legacy);
+  REQUIRE(::chown(f.c_str(), 4242, 4343) == 0);
+  REQUIRE(::chmod(f.c_str(), 0666) == 0);
+  struct stat before = stat_of(f);
+  auto o = run_as_nobody("-i --no-validate a.toml");
+  CHECK(o.status == 2);
+  CHECK(o.err.find("cannot give the new file the owner and group of the old one (uid 4242, gid 4343") !=
+        std::string::npos);
+  check_untouched(f, before, legacy);
+  CHECK(stat_of(f).st_uid == 4242);
+  CHECK(entries(d) == 2);  // a.toml and the tool
+
+  // Not writable by nobody (0644, owned by 4242), in a folder everyone may write into:
+  // the rename alone would have replaced it (the old tool did).
+  REQUIRE(::chmod(f.c_str(), 0644) == 0);
+  before = stat_of(f);
+  o = run_as_nobody("-i --no-validate a.toml");
+  CHECK(o.status == 2);
+  CHECK(o.err.find("the file is not writable by you: Permission denied") != std::string::npos);
+  check_untouched(f, before, legacy);
+  CHECK(entries(d) == 2);
+
+  // A file of its own is migrated, owner kept.
+  REQUIRE(::chown(f.c_str(), 65534, 65534) == 0);
+  o = run_as_nobody("-i --no-validate a.toml");
+  INFO(o.err);
+  CHECK(o.status == 0);
+  CHECK(read(f) == legacy_done);
+  CHECK(stat_of(f).st_uid == 65534);
+  fs::remove_all(d);
+}
