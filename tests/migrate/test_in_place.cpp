@@ -9,6 +9,9 @@
 #include <cstring>
 #include <map>
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -444,5 +447,58 @@ TEST_CASE("in-place: as another user, a file that cannot keep its owner, or is n
   CHECK(o.status == 0);
   CHECK(read(f) == legacy_done);
   CHECK(stat_of(f).st_uid == 65534);
+  fs::remove_all(d);
+}
+
+TEST_CASE("in-place: inode flags (chattr) are kept; an immutable or append-only file is refused") {
+  fs::path d = scratch("chattr");
+  fs::path f = d / "a.toml";
+  write(f, legacy);
+  auto flags_of = [](const fs::path& p) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    int flags = 0;
+    const int rc = ::ioctl(fd, FS_IOC_GETFLAGS, &flags);
+    ::close(fd);
+    return rc == 0 ? flags : -1;
+  };
+  auto set_flags = [](const fs::path& p, int flags) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    const int rc = ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    ::close(fd);
+    return rc == 0;
+  };
+  const int plain = flags_of(f);
+  if (plain < 0 || !set_flags(f, plain | FS_NODUMP_FL | FS_NOATIME_FL)) {
+    MESSAGE("skipped: this file system has no settable inode flags (" << std::strerror(errno) << ")");
+    fs::remove_all(d);
+    return;
+  }
+  auto o = tool(d, "-i --no-validate a.toml");
+  INFO(o.err);
+  CHECK(o.status == 0);
+  CHECK(read(f) == legacy_done);
+  CHECK((flags_of(f) & (FS_NODUMP_FL | FS_NOATIME_FL)) == (FS_NODUMP_FL | FS_NOATIME_FL));
+
+  if (!is_root()) {
+    MESSAGE("chattr +i/+a needs root (CAP_LINUX_IMMUTABLE): not checked");
+    fs::remove_all(d);
+    return;
+  }
+  for (const auto& [flag, says] : {std::pair{FS_IMMUTABLE_FL, "the file is immutable (chattr +i)"},
+                                   std::pair{FS_APPEND_FL, "the file is append-only (chattr +a)"}}) {
+    CAPTURE(says);
+    write(f, legacy);
+    REQUIRE(set_flags(f, plain | flag));
+    struct stat before = stat_of(f);
+    o = tool(d, "-i --no-validate a.toml");
+    CHECK(o.status == 2);
+    CHECK(o.err.find(std::string("a.toml: error: not written (the original is unchanged): ") + says) !=
+          std::string::npos);
+    check_untouched(f, before, legacy);
+    CHECK(entries(d) == 1);
+    REQUIRE(set_flags(f, plain));
+  }
   fs::remove_all(d);
 }

@@ -2,6 +2,8 @@
 #include "files.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -229,6 +231,16 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
           "other links";
     return false;
   }
+  // Inode flags (chattr): a file that may not be replaced or rewritten says so
+  // (the rename would fail, or append-only would be lost); the others are
+  // copied. A file system without them has none.
+  int flags = 0;
+  const bool have_flags = ::ioctl(old.fd, FS_IOC_GETFLAGS, &flags) == 0;
+  if (have_flags && (flags & (FS_IMMUTABLE_FL | FS_APPEND_FL)) != 0) {
+    err = std::string("the file is ") +
+          ((flags & FS_IMMUTABLE_FL) != 0 ? "immutable (chattr +i)" : "append-only (chattr +a)");
+    return false;
+  }
   if ((st.st_mode & 0222) == 0) {
     err = "the file is read-only (mode " + octal(st.st_mode) +
           "); make it writable first (chmod u+w) if it should be migrated";
@@ -293,6 +305,18 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
       const int e = errno;
       return fail("cannot copy the extended attribute " + name, e);
     }
+  if (have_flags) {
+    int tmp_flags = 0;
+    if (::ioctl(fd.fd, FS_IOC_GETFLAGS, &tmp_flags) != 0) {
+      const int e = errno;
+      return fail("cannot read the inode flags of " + tmp, e);
+    }
+    const int want = (tmp_flags & ~FS_FL_USER_MODIFIABLE) | (flags & FS_FL_USER_MODIFIABLE);
+    if (want != tmp_flags && ::ioctl(fd.fd, FS_IOC_SETFLAGS, &want) != 0) {
+      const int e = errno;
+      return fail("cannot copy the file's inode flags (chattr) to the new file", e);
+    }
+  }
   if (::fchmod(fd.fd, st.st_mode & 07777) != 0) {
     const int e = errno;
     return fail("cannot set the mode of " + tmp, e);
@@ -314,6 +338,10 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
   xattr_map copied;
   if (!read_xattrs(fd.fd, copied, err)) return fail("the new file: " + err, 0);
   if (copied != attrs) return fail("the new file would not keep the extended attributes of the old one", 0);
+  int copied_flags = 0;
+  if (have_flags && (::ioctl(fd.fd, FS_IOC_GETFLAGS, &copied_flags) != 0 ||
+                     (copied_flags & FS_FL_USER_MODIFIABLE) != (flags & FS_FL_USER_MODIFIABLE)))
+    return fail("the new file would not keep the inode flags (chattr) of the old one", 0);
 
   if (::fsync(fd.fd) != 0) {
     const int e = errno;

@@ -26,10 +26,12 @@ bool read_config(const std::string& path, std::uintmax_t max_bytes, read_result&
 // points to) with `data`, through a temporary file in the same folder and a
 // rename, so readers see the old or the new content, never a mix. The new file
 // gets the owner, group, mode (setuid, setgid and sticky bits included) and
-// every extended attribute (POSIX ACLs, user.*, security.*) of the old one,
-// and is checked to have them before it replaces it. Refused, with nothing
+// every extended attribute (POSIX ACLs, user.*, security.*) and the inode
+// flags a user may set (chattr: nodump, noatime, ...) of the old one, and is
+// checked to have them before it replaces it. Refused, with nothing
 // changed: a file that is not a regular file, has more than one hard link, has
-// no write permission bit, is not writable by the caller, or changed since
+// no write permission bit, is not writable by the caller, is immutable or
+// append-only (chattr +i, +a), or changed since
 // `was` was taken; any failure to keep its metadata or to write the data.
 bool write_in_place(const std::string& path, const struct stat& was, const std::string& data,
                     std::string& err);
