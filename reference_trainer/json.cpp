@@ -162,9 +162,15 @@ class parser {
           break;
         case 'u': {
           std::uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s_.substr(pos_, 2) == "\\u") {
+          // A surrogate only as the first half of a pair: a lone one (or a
+          // pair with a bad second half) is no character, and used to become
+          // invalid UTF-8 or a different character.
+          if (cp >= 0xDC00 && cp < 0xE000) fail("a lone UTF-16 low surrogate in a \\u escape");
+          if (cp >= 0xD800 && cp < 0xDC00) {
+            if (s_.substr(pos_, 2) != "\\u") fail("a lone UTF-16 high surrogate in a \\u escape");
             pos_ += 2;
             std::uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("a UTF-16 high surrogate not followed by a low one");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
           primecfg::detail::append_utf8(out, cp);
@@ -199,6 +205,8 @@ class parser {
     char* end = nullptr;
     n.d = std::strtod(copy.c_str(), &end);
     if (end != copy.c_str() + copy.size()) fail("bad number");
+    // 1e400 reads as infinity, which JSON cannot write back (it came out as `inf`).
+    if (!std::isfinite(n.d)) fail("number out of range: " + copy);
     if (integral) {
       auto r = std::from_chars(text.data(), text.data() + text.size(), n.i);
       n.integral = r.ec == std::errc{};

@@ -453,6 +453,9 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
 
 }  // namespace
 
+// Published models have at most a few hundred.
+constexpr i64 max_layers = i64{1} << 16;
+
 ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
   json::value root;
   try {
@@ -535,6 +538,14 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
                        a.kv_heads));
   if (a.head_dim % 2 != 0)
     r.fail("head_dim", fmt::format("{} is odd; RoPE rotates pairs of channels", a.head_dim));
+  // Without head_dim, hidden_size / num_attention_heads: 0 when there are more heads than channels.
+  if (a.head_dim <= 0)
+    r.fail("head_dim",
+           fmt::format("missing, and hidden_size / num_attention_heads = {} / {} is 0", a.hidden, a.heads));
+  // The parameter bound below lets 2^31 layers of width 1 through: a list of
+  // billions of tensors (and an int overflow in params()).
+  if (a.layers > max_layers)
+    r.fail("num_hidden_layers", fmt::format("{} layers; more than {} is refused", a.layers, max_layers));
   if (static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden) * 2 +
           static_cast<double>(a.layers) *
               (static_cast<double>(a.hidden) * static_cast<double>(a.heads + a.kv_heads) * a.head_dim * 2 +

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <utility>
@@ -103,10 +104,19 @@ file file::open(const std::filesystem::path& path) {
       if (row == std::end(kDtypes))
         fail(path, "tensor " + name + " has unsupported dtype " + dt->as_string());
       t.type = row->d;
+      // The element count and byte size are checked for overflow: a shape like
+      // [2^62] of F32 would otherwise wrap to 0 bytes and match data_offsets [0, 0].
+      std::uint64_t numel = 1;
       for (const auto& s : shape->as_array()) {
         if (s.as_int() < 0) fail(path, "tensor " + name + " has a negative dimension");
         t.shape.push_back(s.as_int());
+        if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(s.as_int()), &numel) ||
+            numel > static_cast<std::uint64_t>(INT64_MAX))
+          fail(path, "tensor " + name + ": the shape has more elements than fit in 64 bits");
       }
+      std::uint64_t need = 0;
+      if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(row->size), &need))
+        fail(path, "tensor " + name + ": the shape needs more bytes than fit in 64 bits");
       const auto& o = offs->as_array();
       if (o.size() != 2) fail(path, "tensor " + name + ": data_offsets needs two numbers");
       std::int64_t b = o[0].as_int(), e = o[1].as_int();
@@ -114,8 +124,8 @@ file file::open(const std::filesystem::path& path) {
         fail(path, "truncated or corrupt: tensor " + name + " data_offsets [" + std::to_string(b) + ", " +
                        std::to_string(e) + "] outside the " + std::to_string(data_size) + " data bytes");
       t.nbytes = static_cast<std::size_t>(e - b);
-      if (static_cast<std::size_t>(t.numel()) * row->size != t.nbytes)
-        fail(path, "tensor " + name + ": shape and dtype need " + std::to_string(t.numel() * row->size) +
+      if (need != t.nbytes)
+        fail(path, "tensor " + name + ": shape and dtype need " + std::to_string(need) +
                        " bytes but data_offsets span " + std::to_string(t.nbytes));
       t.data = data_begin + b;
       f.tensors_.push_back(std::move(t));

@@ -6,7 +6,7 @@
 #
 # Environment:
 #   FUZZ_SECONDS=60        how long each fuzz target runs (e.g. 10 for a quick local run)
-#   SANITIZE_JOBS=2        parallel compile jobs (and fuzz targets run side by side when >= 2)
+#   SANITIZE_JOBS=2        parallel compile jobs, and how many fuzz targets run side by side
 #   SANITIZE_SKIP_FUZZ=1   only the sanitized test suite
 #   SANITIZE_SKIP_TESTS=1  only the fuzz targets
 #   SANITIZE_TRAINER=0     without the trainer's CPU tests (see below)
@@ -104,7 +104,10 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -Doptimization=1 -Ddebug=true >/dev/null
 fi
 say "building the fuzz targets"
-ninja -C build-fuzz -j "$jobs" tests/fuzz/fuzz_load tests/fuzz/fuzz_migrate fuzz_dictionaries
+# fuzz_load and fuzz_migrate: the config library and primecfg-migrate's engine;
+# the other three: what the trainer parses (issue 16), torch-free.
+fuzz_names=(load migrate safetensors hf_config jsonl)
+ninja -C build-fuzz -j "$jobs" "${fuzz_names[@]/#/tests/fuzz/fuzz_}" fuzz_dictionaries
 
 fuzz_dir=build-fuzz/tests/fuzz
 run_target() {  # run_target NAME SEED_DIR...
@@ -112,9 +115,12 @@ run_target() {  # run_target NAME SEED_DIR...
   shift
   local corpus=build-fuzz/fuzz-corpus/$name artifacts=build-fuzz/fuzz-artifacts
   mkdir -p "$corpus" "$artifacts"
+  # The generated dictionary (from the config structs), else the one in tests/fuzz/dicts/.
+  local dict=$fuzz_dir/$name.dict
+  [ -f "$dict" ] || dict=tests/fuzz/dicts/$name.dict
   # -timeout: one input running longer than 20 s counts as a hang (a crash);
   # -rss_limit_mb: so does using more than 2 GiB.
-  "$fuzz_dir/fuzz_$name" -dict="$fuzz_dir/$name.dict" -max_total_time="$fuzz_seconds" -timeout=20 \
+  "$fuzz_dir/fuzz_$name" -dict="$dict" -max_total_time="$fuzz_seconds" -timeout=20 \
     -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts/$name-" \
     "$corpus" "$@" >"build-fuzz/fuzz-$name.log" 2>&1
 }
@@ -127,26 +133,30 @@ summary() {  # the figures docs/reliability.md reports
   say "fuzz_$name: ${execs} inputs in ${fuzz_seconds}s, ${cov:-no coverage line}, corpus ${corpus} files"
 }
 
-load_seeds=(tests/fuzz/seeds/load tests/corpus/prime-rl-configs tests/lib/schema_cases)
-migrate_seeds=(tests/fuzz/seeds/migrate tests/corpus/prime-rl-configs tests/migrate/golden)
-say "fuzzing each target for ${fuzz_seconds}s"
+seeds_of() {  # the seed folders of a target
+  case $1 in
+    load) echo tests/fuzz/seeds/load tests/corpus/prime-rl-configs tests/lib/schema_cases ;;
+    migrate) echo tests/fuzz/seeds/migrate tests/corpus/prime-rl-configs tests/migrate/golden ;;
+    *) echo "tests/fuzz/seeds/$1" ;;
+  esac
+}
+say "fuzzing each of ${#fuzz_names[@]} targets for ${fuzz_seconds}s (${jobs} at a time)"
 status=0
-if [ "$jobs" -ge 2 ]; then
-  run_target load "${load_seeds[@]}" &
-  load_pid=$!
-  run_target migrate "${migrate_seeds[@]}" &
-  migrate_pid=$!
-  wait "$load_pid" || status=1
-  wait "$migrate_pid" || status=1
-else
-  run_target load "${load_seeds[@]}" || status=1
-  run_target migrate "${migrate_seeds[@]}" || status=1
-fi
-summary load
-summary migrate
+pids=()
+for name in "${fuzz_names[@]}"; do
+  # shellcheck disable=SC2046  # the seed folders are words
+  run_target "$name" $(seeds_of "$name") &
+  pids+=($!)
+  if ((${#pids[@]} >= jobs)); then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
+done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+for name in "${fuzz_names[@]}"; do summary "$name"; done
 if [ "$status" -ne 0 ]; then
   echo "sanitize: a fuzz target found a problem; the end of its log:" >&2
-  for name in load migrate; do
+  for name in "${fuzz_names[@]}"; do
     if grep -qE 'ERROR|fuzz property violated|deadly signal|Timeout|out-of-memory' "build-fuzz/fuzz-$name.log"; then
       tail -n 60 "build-fuzz/fuzz-$name.log" >&2
     fi

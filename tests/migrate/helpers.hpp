@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <string_view>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace mt {
@@ -80,6 +82,41 @@ inline fs::path scratch(const std::string& name) {
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
+}
+
+// What a run of the tool gave.
+struct outcome {
+  int status = -1;  // the exit status; -1 when a signal ended it
+  std::string out, err;
+};
+
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs the tool in `dir` with `args` (already quoted where needed) through the
+// shell; `env_prefix` goes before the tool's name (VAR=value, or a command
+// such as `timeout 20`).
+inline outcome tool(const fs::path& dir, const std::string& args, const std::string& env_prefix = "") {
+  static int n = 0;
+  fs::path out =
+      fs::temp_directory_path() / ("pcm-out-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
+  std::string cmd = "cd " + quote(dir.string()) + " && " + env_prefix + " " + quote(env("PRIMECFG_MIGRATE")) +
+                    " " + args + " >" + quote(out.string() + ".1") + " 2>" + quote(out.string() + ".2");
+  int raw = std::system(cmd.c_str());
+  outcome o;
+  o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  o.out = read(out.string() + ".1");
+  o.err = read(out.string() + ".2");
+  fs::remove(out.string() + ".1");
+  fs::remove(out.string() + ".2");
+  return o;
+}
+
+inline std::size_t entries(const fs::path& dir) {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
 }  // namespace mt

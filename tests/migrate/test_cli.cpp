@@ -11,34 +11,6 @@ using namespace mt;
 
 namespace {
 
-struct outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs the tool in `dir` with `args` (already quoted where needed).
-outcome tool(const fs::path& dir, const std::string& args, const std::string& env_prefix = "") {
-  static int n = 0;
-  fs::path out =
-      fs::temp_directory_path() / ("pcm-out-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
-  std::string cmd = "cd " + quote(dir.string()) + " && " + env_prefix + " " + quote(env("PRIMECFG_MIGRATE")) +
-                    " " + args + " >" + quote(out.string() + ".1") + " 2>" + quote(out.string() + ".2");
-  int raw = std::system(cmd.c_str());
-  outcome o;
-  o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  o.out = read(out.string() + ".1");
-  o.err = read(out.string() + ".2");
-  fs::remove(out.string() + ".1");
-  fs::remove(out.string() + ".2");
-  return o;
-}
-
 const std::string legacy =
     "# keep me\n[model]\nname = \"m\"\noptim_cpu_offload = false\nfull_offload = true\n";
 const std::string legacy_done = "# keep me\n[model]\nname = \"m\"\noffload = \"full\"\n";
@@ -49,10 +21,6 @@ ino_t inode(const fs::path& p) {
   struct stat st {};
   REQUIRE(::stat(p.c_str(), &st) == 0);
   return st.st_ino;
-}
-
-std::size_t entries(const fs::path& dir) {
-  return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
 }  // namespace
@@ -220,7 +188,10 @@ TEST_CASE("cli: --in-place over a copy of the whole corpus") {
   for (const auto& e : fs::recursive_directory_iterator(d / "c"))
     if (e.path().extension() == ".toml") rels.push_back(fs::relative(e.path(), d).generic_string());
   std::sort(rels.begin(), rels.end());
-  for (const auto& r : rels) files += " " + quote(r);
+  for (const auto& r : rels) {
+    files += ' ';
+    files += quote(r);
+  }
 
   auto check = tool(d, "--check" + files);
   CHECK(check.status == 2);  // files whose migrated form fails validation count as errors

@@ -3,31 +3,22 @@
 //   primecfg-migrate [options] FILE...
 //
 // Default: print a unified diff per file that needs migrating. --in-place:
-// rewrite the files (atomically). --check: exit 1 when any file needs it.
-// Exit 2 on any error; a file with an error is never written.
+// rewrite the files (atomically, keeping owner, mode and extended attributes;
+// files.hpp). --check: exit 1 when any file needs it. Exit 2 on any error or
+// bad usage; a file with an error is never written.
 
 #include "diff.hpp"
+#include "files.hpp"
 #include "migrate.hpp"
 #include "steps.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
+#include <csignal>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
-namespace fs = std::filesystem;
 using namespace primecfg::migrate;
 
 namespace {
@@ -39,7 +30,9 @@ constexpr const char* usage_text =
     "edited lines change; comments and formatting stay as they are.\n"
     "\n"
     "modes (default: print a unified diff of what would change):\n"
-    "  -i, --in-place     rewrite the files (temporary file + rename, permissions kept)\n"
+    "  -i, --in-place     rewrite the files (temporary file + rename; owner, mode,\n"
+    "                     ACLs and extended attributes kept; a read-only or\n"
+    "                     hard-linked file is refused)\n"
     "  --check            change nothing; exit 1 when a file needs migrating\n"
     "options:\n"
     "  --as=sft|trainer|rl  validate the result as this config type (default: inferred)\n"
@@ -118,107 +111,6 @@ cli parse_args(int argc, char** argv) {
   return c;
 }
 
-// Read errors are reported (an EIO is not an empty file), and reading stops
-// past the limit, so a device that never ends (/dev/zero) is refused too.
-bool read_file(const std::string& path, std::string& out, std::string& err) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    err = "is a directory";
-    return false;
-  }
-  // Configs are a few KiB; refuse what cannot be one instead of chewing on it.
-  constexpr std::uintmax_t max_bytes = 16u << 20;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    err = std::strerror(errno);
-    return false;
-  }
-  std::string data;
-  char chunk[65536];
-  while (true) {
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      err = std::string("read failed: ") + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    if (n == 0) break;
-    data.append(chunk, static_cast<std::size_t>(n));
-    if (data.size() > max_bytes) {
-      err = "larger than 16 MiB, not a config";
-      ::close(fd);
-      return false;
-    }
-  }
-  ::close(fd);
-  out = std::move(data);
-  return true;
-}
-
-// Writes `data` over `path` through a temporary file in the same folder and a
-// rename, so readers see the old or the new file, never a mix. The mode (and,
-// where allowed, the owner) of the original is kept.
-bool write_atomically(const std::string& path, const std::string& data, std::string& err) {
-  std::error_code ec;
-  fs::path target = path;
-  if (fs::is_symlink(target, ec)) {
-    target = fs::canonical(target, ec);
-    if (ec) {
-      err = "cannot resolve the symbolic link: " + ec.message();
-      return false;
-    }
-  }
-  struct stat st {};
-  if (::stat(target.c_str(), &st) != 0) {
-    err = std::strerror(errno);
-    return false;
-  }
-  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::string tmp = (dir / ("." + target.filename().string() + ".primecfg-migrate-XXXXXX")).string();
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    err = "cannot create a temporary file in " + dir.string() + ": " + std::strerror(errno);
-    return false;
-  }
-  const char* inject = std::getenv("PRIMECFG_MIGRATE_INJECT_FAILURE");  // tests only: "write" or "rename"
-  auto fail = [&](const std::string& what, int e) {
-    err = what + ": " + std::strerror(e);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return false;
-  };
-  std::size_t done = 0;
-  while (done < data.size()) {
-    if (inject != nullptr && std::string_view(inject) == "write") return fail("cannot write " + tmp, EIO);
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot write " + tmp, errno);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fchmod(fd, st.st_mode & 07777) != 0) return fail("cannot set the permissions of " + tmp, errno);
-  if (::fchown(fd, st.st_uid, st.st_gid) != 0) {
-    // Keeping the group/owner needs privileges we may not have; the mode is kept either way.
-  }
-  if (::fsync(fd) != 0) return fail("cannot flush " + tmp, errno);
-  if (inject != nullptr && std::string_view(inject) == "rename") return fail("cannot rename " + tmp, EIO);
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    err = "cannot close " + tmp + ": " + std::strerror(e);
-    return false;
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    err = "cannot replace the file: " + std::string(std::strerror(e));
-    return false;
-  }
-  return true;
-}
-
 void print(const std::string& file, const std::vector<diagnostic>& ds) {
   for (const auto& d : ds) std::cerr << format(file, d) << "\n";
 }
@@ -227,17 +119,22 @@ void print(const std::string& file, const std::vector<diagnostic>& ds) {
 
 int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
+  // Past a file size limit (ulimit -f), write() then fails with EFBIG and the
+  // tool says so, instead of being killed by SIGXFSZ halfway through.
+  std::signal(SIGXFSZ, SIG_IGN);
   cli c = parse_args(argc, argv);
   bool any_error = false, any_needs = false;
+  const std::uintmax_t max_bytes = loader_max_bytes();
 
   for (const std::string& path : c.files) {
-    std::string text, err;
-    if (!read_file(path, text, err)) {
+    read_result in;
+    std::string err;
+    if (!read_config(path, max_bytes, in, err)) {
       std::cerr << path << ": error: cannot read the file: " << err << "\n";
       any_error = true;
       continue;
     }
-    file_result r = migrate_text(std::move(text), c.opts);
+    file_result r = migrate_text(std::move(in.text), c.opts);
     print(path, r.diagnostics);
     if (r.failed()) {
       std::cerr << path << ": error: not migrated, see the errors above\n";
@@ -274,16 +171,21 @@ int main(int argc, char** argv) {
       case mode::in_place:
         if (invalid) {
           std::cerr << path << ": error: not written; --force writes it anyway\n";
-        } else if (!write_atomically(path, r.migrated, err)) {
+        } else if (!write_in_place(path, in.st, r.migrated, err)) {
           std::cerr << path << ": error: not written (the original is unchanged): " << err << "\n";
           any_error = true;
         } else {
+          if (!err.empty()) std::cerr << path << ": warning: " << err << "\n";
           std::cerr << path << ": note: migrated in place\n";
         }
         break;
     }
   }
   std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "primecfg-migrate: error: cannot write to standard output\n";
+    return 2;
+  }
   if (any_error) return 2;
   if (c.m == mode::check && any_needs) return 1;
   return 0;

@@ -115,6 +115,15 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
     current = std::move(next);
     root = std::move(next_root);
   }
+  // A rewrite the library would refuse to load is no migration.
+  if (current.size() > loader_max_bytes()) {
+    r.diagnostics.push_back({level::error, 0,
+                             "the migrated config would be " + std::to_string(current.size()) +
+                                 " bytes, more than the " + std::to_string(loader_max_bytes() >> 20) +
+                                 " MiB the primecfg loader reads; nothing was changed"});
+    r.migrated = r.original;
+    return r;
+  }
   r.migrated = std::move(current);
   return r;
 }

@@ -4,6 +4,7 @@
 
 #include "step.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,7 +23,8 @@ struct file_result {
 };
 
 // Applies every step of `steps` (default: all of migrations/, in order) to
-// `text`. On any error the result keeps the original text.
+// `text`. On any error the result keeps the original text; a result larger
+// than loader_max_bytes() is an error.
 file_result migrate_text(std::string text, const options& opts);
 file_result migrate_text(std::string text, const options& opts, const std::vector<step>& steps);
 
@@ -47,5 +49,8 @@ struct validation {
 
 // Loads `text` as `root` with the library.
 validation validate(std::string_view name, const std::string& text, root_type root);
+
+// The largest config file the library loads (primecfg::max_config_bytes).
+std::uintmax_t loader_max_bytes();
 
 }  // namespace primecfg::migrate

@@ -39,4 +39,6 @@ validation validate(std::string_view name, const std::string& text, root_type ro
   return {};
 }
 
+std::uintmax_t loader_max_bytes() { return primecfg::max_config_bytes; }
+
 }  // namespace primecfg::migrate
