@@ -67,7 +67,7 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
   if meson introspect --tests build-asan | grep -q '"name": "trainer"'; then
     targets+=(tests/trainer/trainer_tests reference_trainer/primecfg-train)
     trainer_tests=(trainer trainer-plan trainer-plan-json trainer-plan-bad-size trainer-plan-flag-alone
-                   trainer-plan-bad-model)
+                   trainer-plan-bad-model trainer-reliability)
   fi
   say "building ${#targets[@]} targets with ASan+UBSan"
   ninja -C build-asan -j "$jobs" "${targets[@]}"
@@ -105,8 +105,8 @@ if [ ! -f build-fuzz/build.ninja ]; then
 fi
 say "building the fuzz targets"
 # fuzz_load and fuzz_migrate: the config library and primecfg-migrate's engine;
-# the other three: what the trainer parses (issue 16), torch-free.
-fuzz_names=(load migrate safetensors hf_config jsonl)
+# the other four: what the trainer parses (issue 16), torch-free.
+fuzz_names=(load migrate safetensors hf_config jsonl checkpoint)
 ninja -C build-fuzz -j "$jobs" "${fuzz_names[@]/#/tests/fuzz/fuzz_}" fuzz_dictionaries
 
 fuzz_dir=build-fuzz/tests/fuzz
