@@ -322,6 +322,9 @@ int main(int argc, char** argv) {
   }
   if (!cfg.ok()) {
     std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
+    // As the primecfg tool: a config file that cannot be read is a usage error.
+    for (const auto& d : cfg.diagnostics)
+      if (d.level == severity::error && d.kind == error_kind::file_error) return 2;
     return 1;
   }
   auto support = train::check_support(cfg.value, cfg.provenance);

@@ -233,6 +233,8 @@ def _(work):
     expect(p, 2, "--compute-dtype")
     p = subprocess.run([TRAIN, "--plan-gpu-memory=80"], capture_output=True, text=True)
     expect(p, 2, "only applies with --plan")
+    p = subprocess.run([TRAIN, "@", os.path.join(work, "missing.toml")], capture_output=True, text=True)
+    expect(p, 2, "missing.toml")
     p = subprocess.run([TRAIN, "--device=cuda:x"], capture_output=True, text=True)
     expect(p, 2, "cuda:x")
     p = subprocess.run([TRAIN, "--optim.lr=-1"], capture_output=True, text=True)
