@@ -7,6 +7,9 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
+#if defined(PRIMECFG_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <fmt/format.h>
 

@@ -18,6 +18,7 @@ template <class E>
 struct int_or {
   static_assert(std::is_enum_v<E>, "primecfg::int_or takes an enum of keywords");
   using keyword_type = E;
+  using number_type = std::int64_t;
 
   std::variant<std::int64_t, E> value;
 

@@ -44,6 +44,7 @@ SFTConfig config(Offload mode, const std::string& name, OptimizerConfig optim, i
   c.optim = optim;
   c.max_steps = 6;
   c.output_dir = out_dir(name);
+  c.clean = true;  // the cases reuse one folder per mode
   return c;
 }
 

@@ -283,7 +283,9 @@ constexpr type_ops make_type_ops() {
     t.alternatives = &union_ops_of<T>;
   } else if constexpr (is_int_or_v<T>) {
     t.kind = value_kind::int_or;
-    t.element = &ops_of<std::int64_t>;
+    // A dependent name: a non-dependent ops_of<std::int64_t> would be instantiated
+    // where this template is defined, before its body is complete (g++ 13 refuses).
+    t.element = &ops_of<typename T::number_type>;
     t.optional = &int_or_number_ops<T>;
     t.enumeration = &int_or_keyword_ops<T>;
   } else if constexpr (std::is_same_v<T, opaque_table>) {
