@@ -86,21 +86,6 @@ HF directory (llama, qwen2, qwen3; every config.json key is used or refused by n
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml.
 )";
 
-// An SFTConfig that trains on a TrainerConfig's fake data.
-primecfg::SFTConfig from_trainer_config(const primecfg::TrainerConfig& t) {
-  primecfg::SFTConfig s;
-  s.model = t.model;
-  s.data = *t.data.fake;
-  s.optim = t.optim;
-  s.scheduler = t.scheduler;
-  s.ckpt = t.ckpt;
-  s.log = t.log;
-  s.max_steps = t.max_steps;
-  s.output_dir = t.output_dir;
-  s.dist_timeout_seconds = t.dist_timeout_seconds;
-  return s;
-}
-
 struct PlanFlags {
   bool plan = false;
   bool json = false;
@@ -314,9 +299,11 @@ int main(int argc, char** argv) {
     // A TrainerConfig (RL trainer) file with [data.fake] is accepted too.
     auto as_trainer = load_command_line<TrainerConfig>(args, base);
     if (as_trainer.ok() && as_trainer.value.data.fake) {
-      cfg.value = from_trainer_config(as_trainer.value);
+      cfg.value = train::from_trainer_config(as_trainer.value);
       cfg.provenance = as_trainer.provenance;
       cfg.diagnostics = as_trainer.diagnostics;
+      auto rl_only = train::check_rl_only(cfg.provenance);
+      cfg.diagnostics.insert(cfg.diagnostics.end(), rl_only.begin(), rl_only.end());
       root = "TrainerConfig";
     }
   }

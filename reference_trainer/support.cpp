@@ -122,12 +122,15 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
       c.error("ckpt.skip_dataloader", "resuming without the data position " + not_impl);
   }
   if (cfg.tokenizer.name && *cfg.tokenizer.name != m.name)
-    c.error("tokenizer.name", "records are tokenized before training, with the model's tokenizer "
-                              "(tools/tokenize_jsonl.py); a different tokenizer " + not_impl);
+    c.error("tokenizer.name",
+            "records are tokenized before training, with the model's tokenizer "
+            "(tools/tokenize_jsonl.py); a different tokenizer " +
+                not_impl);
   if (cfg.tokenizer.trust_remote_code.value_or(false))
     c.error("tokenizer.trust_remote_code", "remote tokenizer code cannot run in a C++ trainer");
   if (cfg.tokenizer.chat_template)
-    c.error("tokenizer.chat_template", "chat templates are applied by tools/tokenize_jsonl.py, not the trainer");
+    c.error("tokenizer.chat_template",
+            "chat templates are applied by tools/tokenize_jsonl.py, not the trainer");
   if (cfg.heartbeat) c.error("heartbeat", "the BetterStack heartbeat " + not_impl);
   if (cfg.trace_path) c.error("trace_path", "profiler traces " + not_impl);
   if (cfg.memory_profiler_path) c.error("memory_profiler_path", "memory profiles " + not_impl);
@@ -163,6 +166,41 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     if (present) c.note(section, "read by the launcher, not by primecfg-train");
   }
   return out;
+}
+
+std::vector<diagnostic> check_rl_only(const provenance_map& where) {
+  std::vector<diagnostic> out;
+  checker c(where, out);
+  for (const char* path :
+       {"loss", "weight_broadcast", "metrics_server", "enable_router_replay", "enable_token_export"})
+    if (c.explicitly_set(path))
+      c.error(path,
+              "an RL-trainer setting; primecfg-train trains a TrainerConfig on its [data.fake] and does "
+              "not apply it");
+  return out;
+}
+
+SFTConfig from_trainer_config(const TrainerConfig& t) {
+  SFTConfig s;
+  s.model = t.model;
+  s.tokenizer = t.tokenizer;
+  s.data = *t.data.fake;
+  s.optim = t.optim;
+  s.scheduler = t.scheduler;
+  s.ckpt = t.ckpt;
+  s.resume = t.resume;
+  s.log = t.log;
+  s.monitors = t.monitors;
+  s.max_steps = t.max_steps;
+  s.output_dir = t.output_dir;
+  s.matmul_precision = t.matmul_precision;
+  s.memory_profiler_path = t.memory_profiler_path;
+  s.trace_path = t.trace_path;
+  s.gc = t.gc;
+  s.dist_timeout_seconds = t.dist_timeout_seconds;
+  s.heartbeat = t.heartbeat;
+  s.env_vars = t.env_vars;
+  return s;
 }
 
 }  // namespace primecfg::train

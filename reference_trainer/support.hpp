@@ -5,6 +5,7 @@
 
 #include <primecfg/error.hpp>
 #include <primecfg/sft.hpp>
+#include <primecfg/trainer.hpp>
 #include <primecfg/validate.hpp>
 
 #include <vector>
@@ -14,5 +15,13 @@ namespace primecfg::train {
 // Problems with a loaded config, with provenance from the loader so an error
 // points at the line that set the value. Errors mean: do not start.
 std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where);
+
+// A TrainerConfig (the RL trainer's) trains here on its [data.fake] only: the settings
+// that only the RL trainer has (loss, weight broadcast, ...) are errors where they are
+// set. The rest is checked by check_support after from_trainer_config.
+std::vector<diagnostic> check_rl_only(const provenance_map& where);
+
+// The SFTConfig a TrainerConfig with [data.fake] trains as: every field both have.
+SFTConfig from_trainer_config(const TrainerConfig& t);
 
 }  // namespace primecfg::train

@@ -241,6 +241,33 @@ def _(work):
     expect(p, 1, "optim.lr")
 
 
+@case("a TrainerConfig's settings are all applied or refused by name")
+def _(work):
+    cfg = os.path.join(work, "trainer.toml")
+    with open(cfg, "w") as f:
+        f.write(f"""max_steps = 4
+output_dir = {json.dumps(os.path.join(work, "out"))}
+[model]
+name = "primecfg/tiny"
+attn = "sdpa"
+compile = "None"
+[data.fake]
+seq_len = 16
+batch_size = 2
+micro_batch_size = 1
+[ckpt]
+interval = 2
+""")
+    expect(train(cfg), 0)
+    # resume is read (it used to be dropped when the file was a TrainerConfig)
+    with open(cfg, "a") as f:
+        f.write("[resume]\nstep = 2\n")
+    expect(train(cfg), 0, "moved to")
+    with open(cfg, "a") as f:
+        f.write("[loss]\ntype = \"ipo\"\n")
+    expect(train(cfg), 1, "loss", "RL-trainer setting")
+
+
 @case("a value the trainer accepts but does not apply gets a note naming it")
 def _(work):
     cfg = toml(work, 1, extra="dist_timeout_seconds = 60")
