@@ -55,12 +55,17 @@ std::int64_t tensor_info::numel() const {
 file file::open(const std::filesystem::path& path) {
   file f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO would otherwise block the open until a writer came.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     fail(path, "cannot stat");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "not a regular file (a FIFO, a device or a folder cannot hold tensors)");
   }
   f.map_size_ = static_cast<std::size_t>(st.st_size);
   if (f.map_size_ < 8) {

@@ -206,7 +206,7 @@ def _(work):
     assert left == [], left
 
 
-@case("a FIFO as data or config.json is an error, not a hang")
+@case("a FIFO as data, config.json or weights is an error, not a hang")
 def _(work):
     fifo = os.path.join(work, "data.fifo")
     os.mkfifo(fifo)
@@ -225,6 +225,14 @@ def _(work):
     with open(cfg, "w") as f:
         f.write(text)
     expect(train(cfg, timeout=60), 1, "config.json", "not a regular file")
+    # a FIFO in place of the weights
+    os.remove(os.path.join(model, "config.json"))
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3", "vocab_size": 260, "hidden_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384,
+                   "tie_word_embeddings": True}, f)
+    os.mkfifo(os.path.join(model, "model.safetensors"))
+    expect(train(cfg, timeout=60), 1, "model.safetensors", "not a regular file")
 
 
 @case("usage errors exit 2, config errors 1")
