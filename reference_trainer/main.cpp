@@ -19,10 +19,12 @@
 #define PRIMECFG_TRAIN_HAVE_DUMP 1
 #endif
 
+#include <cerrno>
 #include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -85,6 +87,15 @@ meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B; or
 HF directory (llama, qwen2, qwen3; every config.json key is used or refused by name).
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml.
 )";
+
+// Prints to standard output; a write that fails (`> /dev/full`) is an error and exit 2,
+// as for the primecfg tool, never a silent 0.
+int print_out(std::string_view text) {
+  const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0;
+  if (ok) return 0;
+  std::fprintf(stderr, "primecfg-train: error: cannot write to standard output: %s\n", std::strerror(errno));
+  return 2;
+}
 
 struct PlanFlags {
   bool plan = false;
@@ -197,14 +208,8 @@ int main(int argc, char** argv) {
       if (a == flag && i + 1 < argc) return std::string(argv[++i]);
       return std::nullopt;
     };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (a == "--print-default") {
-      std::fputs(kDefaultConfig + 1, stdout);
-      return 0;
-    }
+    if (a == "--help" || a == "-h") return print_out(kUsage);
+    if (a == "--print-default") return print_out(kDefaultConfig + 1);
     if (a == "--plan") {
       plan_flags.plan = true;
       continue;
@@ -322,13 +327,11 @@ int main(int argc, char** argv) {
   if (plan_flags.plan) {
     try {
       auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
-      std::fputs((plan_flags.json ? train::plan::format_json(plan) : train::plan::format_text(plan)).c_str(),
-                 stdout);
+      return print_out(plan_flags.json ? train::plan::format_json(plan) : train::plan::format_text(plan));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
       return 1;
     }
-    return 0;
   }
 
   // A CUDA run predicted not to fit stops here, before minutes of loading.

@@ -235,7 +235,7 @@ def _(work):
     expect(train(cfg, timeout=60), 1, "model.safetensors", "not a regular file")
 
 
-@case("usage errors exit 2, config errors 1")
+@case("usage errors and unwritable standard output exit 2, config errors 1")
 def _(work):
     p = subprocess.run([TRAIN, "--compute-dtype=fp64"], capture_output=True, text=True)
     expect(p, 2, "--compute-dtype")
@@ -247,6 +247,10 @@ def _(work):
     expect(p, 2, "cuda:x")
     p = subprocess.run([TRAIN, "--optim.lr=-1"], capture_output=True, text=True)
     expect(p, 1, "optim.lr")
+    for args in (["--help"], ["--print-default"], ["--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([TRAIN, *args], stdout=full, stderr=subprocess.PIPE, text=True)
+        expect(p, 2, "cannot write to standard output")
 
 
 @case("a TrainerConfig's settings are all applied or refused by name")
