@@ -144,6 +144,13 @@ class Trainer {
               throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
             resume_step = steps.back();
           }
+          // Checked before anything moves: a mistyped step must not set later checkpoints aside.
+          if (const auto steps = complete_checkpoints(ckpt_root);
+              std::find(steps.begin(), steps.end(), *resume_step) == steps.end())
+            throw run_error(
+                fmt::format("resume: {} is not a complete checkpoint (complete ones: {})",
+                            step_dir(ckpt_root, *resume_step).string(),
+                            steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", "))));
           if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root, *resume_step);
               !note.empty() && opts_.print)
             std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());

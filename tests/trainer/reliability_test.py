@@ -89,6 +89,10 @@ def _(work):
     expect(train(cfg), 0)
     ck = os.path.join(work, "out", "checkpoints")
     assert steps_in(ck) == [4, 6], steps_in(ck)
+    # A step that is not a checkpoint moves nothing.
+    expect(train(toml(work, 8, ckpt="interval = 2\nkeep_last = 2\n[resume]\nstep = 5")), 1, "step_5",
+           "not a complete checkpoint")
+    assert steps_in(ck) == [4, 6], steps_in(ck)
     # Resume from 4 and run to 8: step_6 of the first run is kept aside, not overwritten.
     cfg = toml(work, 8, ckpt="interval = 2\nkeep_last = 2\n[resume]\nstep = 4")
     p = train(cfg)
