@@ -5,7 +5,7 @@
 
 #include "checkpoint_dir.hpp"
 #include "model.hpp"
-#include "offload_state.hpp"
+#include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"
 #include "safetensors.hpp"
 #include "trainer.hpp"
@@ -88,9 +88,9 @@ inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, cons
   }
 }
 
-template <class Strategy>
-void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Strategy>& state,
-                     const OptSettings& opt, const TrainPosition& pos, const CheckpointConfig& cfg,
+template <offload_pipeline Pipeline>
+void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, const OptSettings& opt,
+                     const TrainPosition& pos, const CheckpointConfig& cfg,
                      const std::optional<fs::path>& source_dir) {
   state.sync_host();
   fs::create_directories(root);
@@ -122,7 +122,7 @@ void save_checkpoint(const fs::path& root, Transformer& model, OffloadState<Stra
                          {{"step", std::to_string(pos.step)},
                           {"data_position", std::to_string(pos.data_position)},
                           {"scheduler_step", std::to_string(pos.scheduler_step)},
-                          {"offload", std::string(Strategy::name)},
+                          {"offload", std::string(Pipeline::strategy::name)},
                           {"optimizer", std::string(opt.name())}});
     }
     // Last: the manifest, which makes the folder a checkpoint; then one rename.
@@ -183,10 +183,9 @@ inline void all_consumed(const safetensors::file& f, const std::set<std::string>
                                   f.path().string(), t.name));
 }
 
-template <class Strategy>
-TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model,
-                              OffloadState<Strategy>& state, const OptSettings& opt,
-                              const CheckpointConfig& cfg) {
+template <offload_pipeline Pipeline>
+TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model, Pipeline& state,
+                              const OptSettings& opt, const CheckpointConfig& cfg) {
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
     const Manifest manifest = verify_checkpoint(dir, step);

@@ -38,7 +38,6 @@ torch::Device concrete(torch::Device d, const c10::impl::DeviceGuardImplInterfac
 // each time is driver work on threads that also launch kernels. Re-recording an event
 // nobody refers to any more is safe: a wait queued earlier captured the recording it
 // saw. The pool is never destroyed (events may come back during exit).
-// PRIMECFG_EVENT_POOL=0 turns it off (A/B runs).
 class EventPool {
  public:
   static EventPool& get() {
@@ -47,7 +46,6 @@ class EventPool {
   }
   // An event for recording on `s` (an event keeps the device it was first recorded on).
   std::shared_ptr<c10::Event> take(const c10::Stream& s) {
-    if (!on_) return std::make_shared<c10::Event>(s.device_type());
     const c10::Device key = s.device();
     std::unique_ptr<c10::Event> ev;
     {
@@ -73,11 +71,7 @@ class EventPool {
   }
 
  private:
-  EventPool() {
-    const char* v = std::getenv("PRIMECFG_EVENT_POOL");
-    on_ = !(v && std::string_view(v) == "0");
-  }
-  bool on_ = true;
+  EventPool() = default;
   std::mutex mu_;
   std::vector<std::pair<c10::Device, std::vector<std::unique_ptr<c10::Event>>>> free_;  // per device
 };

@@ -1,9 +1,9 @@
-// PRIMECFG_HOST_TRACE=trace.json: what the offload pipeline's host threads did and
+// --profile.host-trace=trace.json: what the offload pipeline's host threads did and
 // when (the CPU worker's jobs, its waits for gradient copies, the forward's waits
 // for deferred updates), as Chrome trace events. Timestamps are Unix time in
 // microseconds, the clock the Kineto profiler writes, so the two traces of one run
-// (PRIMECFG_PROFILE) lie on one time axis: bench/trainer/pipeline_timeline.py draws
-// them side by side. Off (and free) unless the variable is set.
+// (--profile.trace) lie on one time axis: bench/trainer/pipeline_timeline.py draws
+// them side by side. Off (and free) without a path.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +25,9 @@ class HostTrace {
  public:
   using clock = std::chrono::system_clock;
 
-  HostTrace() {
-    const char* p = std::getenv("PRIMECFG_HOST_TRACE");
-    if (p && *p) path_ = p;
+  // Off without a path (profile.host_trace).
+  explicit HostTrace(const std::optional<std::filesystem::path>& path) {
+    if (path) path_ = path->string();
   }
   HostTrace(const HostTrace&) = delete;
   HostTrace& operator=(const HostTrace&) = delete;

@@ -3,6 +3,8 @@
 // Reads an SFTConfig (or a TrainerConfig with [data.fake]) through primecfg,
 // rejects what the trainer does not implement, and trains. Without config files
 // it runs the embedded default: a tiny model learning to reverse text on the CPU.
+#include "command_line.hpp"
+#include "options.hpp"
 #include "planner.hpp"
 #include "support.hpp"
 #include "trainer.hpp"
@@ -10,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <primecfg/cli.hpp>
+#include <primecfg/help.hpp>
 #include <primecfg/load.hpp>
 #include <primecfg/report.hpp>
 #include <primecfg/sft.hpp>
@@ -20,7 +23,6 @@
 #endif
 
 #include <cerrno>
-#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -66,26 +68,18 @@ Trains a Llama/Qwen3-style model with LibTorch. With no config file, runs the
 embedded default (a tiny model on the built-in reverse-text task).
 
   @ FILE, @FILE          read an SFTConfig TOML file (later files override earlier ones)
-  --a.b=value, --a.b v   override one field; --flag / --no-flag for booleans
-  --device=cpu|cuda      where to run (default: cuda when available)
-  --compute-dtype=bf16|fp32  compute dtype (default: bf16 on CUDA, fp32 on CPU)
-  --dump-logits=FILE     train nothing: write the logits of the data's first micro-batch
-                         (FP32) with its input_ids, positions and targets to FILE
-                         (safetensors), to compare with transformers
+  --a.b=value, --a.b v   override one field of the config; --flag / --no-flag for booleans
   --print-default        print the embedded default config and exit
-  --plan                 print the predicted peak GPU and host memory of the config in
-                         each offload mode, and which modes fit; runs nothing
-  --plan-format=text|json      output of --plan (default text)
-  --plan-gpu-memory=GiB  GPU capacity for --plan (default: the CUDA device's, else 139)
-  --plan-host-memory=GiB host memory for --plan (default: MemAvailable of /proc/meminfo)
-  --no-memory-check      start a CUDA run even when the planner predicts it will not fit
-                         (by default it stops before loading anything, naming what fits)
+  --options=FILE         read primecfg-train's options (below) from a TOML file; flags win
   --help                 this text
 
 Model presets (model.name): primecfg/tiny, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B,
 meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B; or a local
 HF directory (llama, qwen2, qwen3; every config.json key is used or refused by name).
-Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml.
+Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml
+and the options to <output_dir>/options.toml.
+
+Options (read through primecfg like the config: checked, with did-you-mean):
 )";
 
 // Prints to standard output; a write that fails (`> /dev/full`) is an error and exit 2,
@@ -97,50 +91,34 @@ int print_out(std::string_view text) {
   return 2;
 }
 
-struct PlanFlags {
-  bool plan = false;
-  bool json = false;
-  std::optional<std::int64_t> gpu_memory, host_memory;
-  std::vector<std::string> given;  // --plan-* flags seen (an error without --plan)
-};
-
 // CUDA device index of --device ("cuda", "cuda:1"); 0 by default.
-int device_index(const train::RunOptions& run) {
-  if (!run.device) return 0;
-  auto pos = run.device->find(':');
-  if (pos == std::string::npos) return 0;
-  int index = 0;
-  const std::string_view digits = std::string_view(*run.device).substr(pos + 1);
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-  if (ec != std::errc() || end != digits.data() + digits.size() || index < 0)
-    throw std::invalid_argument("--device=" + *run.device + ": the device index must be a number (cuda:0)");
-  return index;
+int device_index(const train::TrainerOptions& o) {
+  return o.device ? train::TrainerOptions::cuda_index(*o.device).value_or(0) : 0;
+}
+
+std::int64_t gib_bytes(double gib) {
+  return static_cast<std::int64_t>(gib * static_cast<double>(std::int64_t{1} << 30));
 }
 
 // What the planner assumes about this machine: the GPU's memory from the CUDA
-// driver (or the flag, or the H200's 139 GiB), host memory from /proc/meminfo.
-train::plan::Assumptions machine(const train::RunOptions& run, const PlanFlags& f) {
+// driver (or the option, or the H200's 139 GiB), host memory from /proc/meminfo.
+train::plan::Assumptions machine(const train::TrainerOptions& o) {
   namespace plan = train::plan;
   plan::Assumptions a;
-  a.compute_bytes = run.bf16.value_or(true) ? 2 : 4;
-  // The trainer's staging rings and moment window follow this variable too.
-  if (const char* ring = std::getenv("PRIMECFG_OFFLOAD_RING_MB"); ring && *ring) {
-    char* end = nullptr;
-    const double mb = std::strtod(ring, &end);
-    if (end && *end == '\0' && mb > 0 && mb < 1e9) a.ring_bytes = static_cast<std::int64_t>(mb * (1 << 20));
-  }
-  if (f.gpu_memory) {
-    a.gpu_capacity = f.gpu_memory;
+  a.compute_bytes = o.compute_dtype.value_or(train::ComputeDtype::bf16) == train::ComputeDtype::bf16 ? 2 : 4;
+  a.ring_bytes = o.offload.ring_bytes();  // the trainer's staging rings and moment window
+  if (o.plan_gpu_memory) {
+    a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";
-  } else if (auto dev = plan::cuda_device_memory(device_index(run))) {
+  } else if (auto dev = plan::cuda_device_memory(device_index(o))) {
     a.gpu_capacity = dev;
-    a.gpu_capacity_source = "CUDA device " + std::to_string(device_index(run));
+    a.gpu_capacity_source = "CUDA device " + std::to_string(device_index(o));
   } else {
     a.gpu_capacity = std::int64_t{139} << 30;
     a.gpu_capacity_source = "no CUDA device here: H200 default, set --plan-gpu-memory";
   }
-  if (f.host_memory) {
-    a.host_capacity = f.host_memory;
+  if (o.plan_host_memory) {
+    a.host_capacity = gib_bytes(*o.plan_host_memory);
     a.host_capacity_source = "--plan-host-memory";
   } else if (auto h = plan::host_memory()) {
     a.host_capacity = h->available;
@@ -149,6 +127,19 @@ train::plan::Assumptions machine(const train::RunOptions& run, const PlanFlags& 
     a.host_capacity_source = "/proc/meminfo unreadable";
   }
   return a;
+}
+
+// How the run goes, from the options.
+train::RunOptions run_options(const train::TrainerOptions& o) {
+  train::RunOptions run;
+  run.device = o.device;
+  if (o.compute_dtype) run.bf16 = *o.compute_dtype == train::ComputeDtype::bf16;
+  run.dump_logits = o.dump_logits;
+  run.offload = o.offload;
+  run.profile = o.profile;
+  run.peak_tflops = o.peak_tflops;
+  run.demo = true;
+  return run;
 }
 
 // Leftovers of a checkpoint that was being written when the run stopped.
@@ -168,11 +159,12 @@ void remove_partial_checkpoints(const primecfg::SFTConfig& cfg) {
 }
 
 // A device out-of-memory error: what failed, what the planner predicted, what would fit.
-int report_oom(const primecfg::SFTConfig& cfg, const train::RunOptions& run, const std::string& what) {
+int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& options,
+               const std::string& what) {
   std::string first = what.substr(0, what.find('\n'));
   std::fprintf(stderr, "primecfg-train: error: %s\n", first.c_str());
   try {
-    auto plan = train::plan::make_plan(cfg, machine(run, PlanFlags{}));
+    auto plan = train::plan::make_plan(cfg, machine(options));
     std::fprintf(stderr, "primecfg-train: %s", train::plan::oom_advice(plan, cfg.model.offload).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "primecfg-train: (no memory plan: %s)\n", e.what());
@@ -193,104 +185,24 @@ bool looks_like_oom(std::string_view what) {
 
 int main(int argc, char** argv) {
   using namespace primecfg;
-  std::vector<std::string> args;
-  train::RunOptions run;
-  PlanFlags plan_flags;
-  bool memory_check = true;
-  run.demo = true;
   // A write past the file-size limit then fails with EFBIG and is reported, instead of
   // the signal ending the run without a word.
   std::signal(SIGXFSZ, SIG_IGN);
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value_of = [&](std::string_view flag) -> std::optional<std::string> {
-      if (a.rfind(std::string(flag) + "=", 0) == 0) return a.substr(flag.size() + 1);
-      if (a == flag && i + 1 < argc) return std::string(argv[++i]);
-      return std::nullopt;
-    };
-    if (a == "--help" || a == "-h") return print_out(kUsage);
+  const std::vector<std::string> argv_list(argv + 1, argv + argc);
+  for (const auto& a : argv_list) {
+    if (a == "--help" || a == "-h")
+      return print_out(std::string(kUsage) + help_text<train::TrainerOptions>());
     if (a == "--print-default") return print_out(kDefaultConfig + 1);
-    if (a == "--plan") {
-      plan_flags.plan = true;
-      continue;
-    }
-    if (a == "--no-memory-check") {
-      memory_check = false;
-      continue;
-    }
-    if (a.rfind("--plan-", 0) == 0) {
-      const std::string flag = a.substr(0, a.find('='));
-      std::optional<std::string> v;
-      if (flag == "--plan-format" || flag == "--plan-gpu-memory" || flag == "--plan-host-memory")
-        v = value_of(flag);
-      if (!v) {
-        std::fprintf(stderr, "primecfg-train: unknown option or missing value: %s (see --help)\n", a.c_str());
-        return 2;
-      }
-      plan_flags.given.push_back(flag);
-      if (flag == "--plan-format") {
-        if (*v != "text" && *v != "json") {
-          std::fprintf(stderr, "primecfg-train: --plan-format must be text or json, not \"%s\"\n",
-                       v->c_str());
-          return 2;
-        }
-        plan_flags.json = *v == "json";
-      } else {
-        auto bytes = train::plan::parse_gib(*v);
-        if (!bytes) {
-          std::fprintf(stderr, "primecfg-train: %s takes a positive size in GiB, not \"%s\"\n", flag.c_str(),
-                       v->c_str());
-          return 2;
-        }
-        (flag == "--plan-gpu-memory" ? plan_flags.gpu_memory : plan_flags.host_memory) = bytes;
-      }
-      continue;
-    }
-    if (a.rfind("--device", 0) == 0) {
-      if (auto v = value_of("--device")) {
-        run.device = *v;
-        try {
-          if (*v != "cpu") device_index(run);
-        } catch (const std::invalid_argument& e) {
-          std::fprintf(stderr, "primecfg-train: %s\n", e.what());
-          return 2;
-        }
-        if (*v != "cpu" && v->rfind("cuda", 0) != 0) {
-          std::fprintf(stderr, "primecfg-train: --device must be cpu, cuda or cuda:N, not \"%s\"\n",
-                       v->c_str());
-          return 2;
-        }
-        continue;
-      }
-    }
-    if (a.rfind("--dump-logits", 0) == 0) {
-      if (auto v = value_of("--dump-logits")) {
-        run.dump_logits = *v;
-        continue;
-      }
-    }
-    if (a.rfind("--compute-dtype", 0) == 0) {
-      if (auto v = value_of("--compute-dtype")) {
-        if (*v != "bf16" && *v != "fp32") {
-          std::fprintf(stderr, "primecfg-train: --compute-dtype must be bf16 or fp32, not \"%s\"\n",
-                       v->c_str());
-          return 2;
-        }
-        run.bf16 = *v == "bf16";
-        continue;
-      }
-    }
-    args.push_back(std::move(a));
   }
-  if (!plan_flags.plan && !plan_flags.given.empty()) {
-    std::fprintf(stderr, "primecfg-train: %s only applies with --plan\n", plan_flags.given.front().c_str());
-    return 2;
-  }
-  if (plan_flags.plan && run.device && run.device->rfind("cuda", 0) != 0) {
-    std::fprintf(stderr, "primecfg-train: --plan models a CUDA run; --device=%s is not supported with it\n",
-                 run.device->c_str());
-    return 2;
-  }
+  const train::CommandLine line = train::split_command_line(argv_list);
+  // primecfg-train's own options: a mistake in them is a usage error (exit 2).
+  loaded<train::TrainerOptions> options = load_command_line<train::TrainerOptions>(line.options);
+  if (!options.diagnostics.empty())
+    std::fputs(format_text(options.diagnostics, "primecfg-train options").c_str(), stderr);
+  if (!options.ok()) return 2;
+  const train::TrainerOptions& opts = options.value;
+  train::RunOptions run = run_options(opts);
+  std::vector<std::string> args = line.config;
 
   // The embedded default underlies a run without config files (overrides still apply).
   bool has_file = false;
@@ -324,10 +236,11 @@ int main(int argc, char** argv) {
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
   if (!cfg.ok()) return 1;
 
-  if (plan_flags.plan) {
+  if (opts.plan) {
     try {
-      auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
-      return print_out(plan_flags.json ? train::plan::format_json(plan) : train::plan::format_text(plan));
+      auto plan = train::plan::make_plan(cfg.value, machine(opts));
+      return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan)
+                                                                   : train::plan::format_text(plan));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
       return 1;
@@ -337,9 +250,9 @@ int main(int argc, char** argv) {
   // A CUDA run predicted not to fit stops here, before minutes of loading.
   const bool on_cuda =
       run.device ? run.device->rfind("cuda", 0) == 0 : train::plan::cuda_device_memory(0).has_value();
-  if (memory_check && on_cuda && !run.dump_logits) {
+  if (opts.memory_check && on_cuda && !run.dump_logits) {
     try {
-      auto plan = train::plan::make_plan(cfg.value, machine(run, plan_flags));
+      auto plan = train::plan::make_plan(cfg.value, machine(opts));
       if (auto why = train::plan::fit_refusal(plan, cfg.value.model.offload); !why.empty()) {
         std::fprintf(
             stderr,
@@ -355,6 +268,7 @@ int main(int argc, char** argv) {
 
 #if defined(PRIMECFG_TRAIN_HAVE_DUMP)
   run.resolved_config = dump_toml(cfg.value, cfg.provenance);
+  run.resolved_options = dump_toml(opts, options.provenance);
 #endif
   try {
     auto result = train::run_sft(cfg.value, run);
@@ -363,17 +277,17 @@ int main(int argc, char** argv) {
                    static_cast<long long>(result.first_step), static_cast<long long>(result.last_step),
                    result.losses.front(), result.losses.back());
   } catch (const c10::OutOfMemoryError& e) {
-    return report_oom(cfg.value, run, e.what_without_backtrace());
+    return report_oom(cfg.value, opts, e.what_without_backtrace());
   } catch (const train::run_error& e) {
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 1;
   } catch (const c10::Error& e) {
     if (looks_like_oom(e.what_without_backtrace()))
-      return report_oom(cfg.value, run, e.what_without_backtrace());
+      return report_oom(cfg.value, opts, e.what_without_backtrace());
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    if (looks_like_oom(e.what())) return report_oom(cfg.value, run, e.what());
+    if (looks_like_oom(e.what())) return report_oom(cfg.value, opts, e.what());
     std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 1;
   }

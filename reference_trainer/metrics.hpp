@@ -4,6 +4,7 @@
 #pragma once
 
 #include "device_streams.hpp"
+#include "options.hpp"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
@@ -40,9 +41,10 @@ inline double rss_bytes(const char* field) {  // VmRSS / VmHWM from /proc/self/s
 
 inline constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
-// Peak dense bf16 FLOP/s of the device for MFU; nullopt when unknown.
-inline std::optional<double> peak_flops(torch::Device d) {
-  if (const char* env = std::getenv("PRIMECFG_PEAK_TFLOPS")) return std::stod(env) * 1e12;
+// Peak dense bf16 FLOP/s of the device for MFU: `tflops` (--peak-tflops) when given,
+// else known GPUs'; nullopt when unknown.
+inline std::optional<double> peak_flops(torch::Device d, std::optional<double> tflops) {
+  if (tflops) return *tflops * 1e12;
   const std::string name = dev::device_name(d);
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989e12;
   return std::nullopt;
@@ -129,16 +131,15 @@ class Reporter {
   std::string mode_;
 };
 
-// PRIMECFG_PROFILE=trace.json records the last two steps of a run with the
-// Kineto profiler (CPU ops and CUDA kernels, as torch.profiler does; only the
-// latter with PRIMECFG_PROFILE_CPU=0) and writes
-// a Chrome trace: what bench/trainer/profile_gpu.sh compares with the PyTorch peer.
+// --profile.trace=trace.json records the last two steps of a run with the Kineto
+// profiler (CPU ops and CUDA kernels, as torch.profiler does; only the latter with
+// --no-profile.cpu-ops) and writes a Chrome trace: what bench/trainer/profile_gpu.sh
+// compares with the PyTorch peer.
 class StepProfiler {
  public:
-  explicit StepProfiler(std::int64_t last_step) {
-    const char* path = std::getenv("PRIMECFG_PROFILE");
-    if (!path || !*path) return;
-    path_ = path;
+  StepProfiler(std::int64_t last_step, const ProfileOptions& options) : cpu_ops_(options.cpu_ops) {
+    if (!options.trace) return;
+    path_ = options.trace->string();
     first_ = std::max<std::int64_t>(1, last_step - 1);
     last_ = last_step;
   }
@@ -146,12 +147,10 @@ class StepProfiler {
     if (path_.empty() || step != first_) return;
     namespace prof = torch::autograd::profiler;
     prof::ProfilerConfig config(prof::ProfilerState::KINETO);
-    // PRIMECFG_PROFILE_CPU=0 records only the GPU's kernels and copies: recording every
+    // Without cpu_ops only the GPU's kernels and copies are recorded: recording every
     // host operator slows the host down enough to change what a host-bound step does.
-    const char* cpu = std::getenv("PRIMECFG_PROFILE_CPU");
     std::set<torch::profiler::impl::ActivityType> activities;
-    if (!cpu || std::string_view(cpu) != "0" || !torch::cuda::is_available())
-      activities.insert(torch::profiler::impl::ActivityType::CPU);
+    if (cpu_ops_ || !torch::cuda::is_available()) activities.insert(torch::profiler::impl::ActivityType::CPU);
     if (torch::cuda::is_available()) activities.insert(torch::profiler::impl::ActivityType::CUDA);
     prof::prepareProfiler(config, activities);
     prof::enableProfiler(config, activities);
@@ -169,6 +168,7 @@ class StepProfiler {
   std::string path_;
   std::int64_t first_ = 0, last_ = 0;
   bool on_ = false;
+  bool cpu_ops_ = true;
 };
 
 }  // namespace primecfg::train

@@ -2,7 +2,7 @@
 // flat struct, the update of one parameter with LibTorch ops (on the GPU, or on the CPU
 // for tests), and the same update through the fused CPU kernels (FullOffload).
 //
-// Internal to primecfg-train (included by offload_state.hpp and trainer.cpp).
+// Internal to primecfg-train (included by the offload pipelines and trainer.cpp).
 #pragma once
 
 #include "cpu_optim/cpu_optim.hpp"

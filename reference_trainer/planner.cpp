@@ -2,6 +2,7 @@
 
 #include "json.hpp"
 #include "loss_chunking.hpp"
+#include "offload/ring_size.hpp"
 #include "optimizer_state.hpp"
 
 #include <fmt/format.h>
@@ -160,19 +161,6 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
     }
   }
   return 0;
-}
-
-// Capacity of a staging ring or moment window (mirrors trainer.cpp's
-// PipelineKnobs::ring_for): room for two of the largest tensors, at least kRingFloor
-// when there is that much, never less than the largest; PRIMECFG_OFFLOAD_RING_MB
-// overrides.
-constexpr i64 kRingFloor = i64{2} << 30;
-
-i64 ring_capacity(i64 largest, i64 total, std::optional<i64> ring_bytes) {
-  const i64 slack = 4096;
-  if (ring_bytes && *ring_bytes > 0) return std::max(*ring_bytes, largest + slack);
-  const i64 want = std::max<i64>(2 * largest, kRingFloor);
-  return std::max(largest, std::min(want, total)) + slack;
 }
 
 struct Builder {
@@ -969,17 +957,6 @@ std::optional<HostMemory> host_memory() {
   if (!total) return std::nullopt;
   if (!avail) h.available = h.total;
   return h;
-}
-
-std::optional<i64> parse_gib(std::string_view text) {
-  if (text.empty() || text.size() > 32) return std::nullopt;
-  std::string s(text);
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v) || v <= 0 || v > 1e6)
-    return std::nullopt;
-  return static_cast<i64>(v * static_cast<double>(i64{1} << 30));
 }
 
 }  // namespace primecfg::train::plan

@@ -6,6 +6,7 @@
 // really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
 #pragma once
 
+#include "loss_chunking.hpp"
 #include "model_config.hpp"
 
 #include <primecfg/offload.hpp>
@@ -31,35 +32,6 @@ struct plan_error : std::runtime_error {
 // and one presets table for both).
 using ModelShape = ModelArgs;
 
-// Tokens per chunk of the fused LM head + cross-entropy when
-// model.fused_lm_head_token_chunk_size is unset: 2^28 / vocab tokens (1 GiB of
-// FP32 logits), at least 256. Larger chunks keep the head's GEMMs efficient;
-// the trainer and the planner both use this.
-inline std::int64_t default_ce_chunk_tokens(std::int64_t vocab_size) {
-  return std::max<std::int64_t>(256, (std::int64_t{1} << 28) / std::max<std::int64_t>(1, vocab_size));
-}
-// The chunk the trainer uses for model.fused_lm_head_token_chunk_size: the number given,
-// the default above for "None", and all tokens of a micro-batch for "disabled" (prime-rl's
-// plain LM head: the whole logits at once, the same loss).
-inline std::int64_t ce_chunk_tokens(const std::optional<int_or<LmHeadChunking>>& setting, std::int64_t vocab_size,
-                                    std::int64_t micro_batch_tokens) {
-  if (!setting) return default_ce_chunk_tokens(vocab_size);
-  if (setting->is(LmHeadChunking::disabled)) return std::max<std::int64_t>(1, micro_batch_tokens);
-  return setting->number();
-}
-
-// Whether FullOffload with a tied embedding walks the loss in vocabulary chunks
-// (Transformer::LossChunks::vocabulary) for micro-batches of `tokens` tokens. That
-// costs the GPU one more GEMM and more passes over the logits, which grow with the
-// tokens, to let the CPU update start during the loss instead of after it: worth it
-// while the CPU update sets the step time. On the H200 machine with Qwen3-0.6B,
-// 8192 tokens gained 3% and 32768 lost 13% (docs/performance.md); the line lies
-// between. PRIMECFG_OFFLOAD_EARLY_HEAD=1 / 0 forces it either way (the trainer).
-inline constexpr std::int64_t kVocabChunkedLossMaxTokens = 16384;
-inline bool vocab_chunked_loss(bool tied_embeddings, std::int64_t tokens) {
-  return tied_embeddings && tokens <= kVocabChunkedLossMaxTokens;
-}
-
 // The trainer's presets by model.name (model_config.hpp's preset()).
 std::optional<ModelShape> preset_shape(std::string_view name);
 // An HF config.json, read by the trainer's reader; its errors become plan_error.
@@ -81,7 +53,7 @@ struct Assumptions {
   std::int64_t cuda_context = 768ll << 20;     // CUDA context + loaded kernels, outside the allocator
   double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
   std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
-  std::optional<std::int64_t> ring_bytes;      // PRIMECFG_OFFLOAD_RING_MB (staging rings, moment window)
+  std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
@@ -173,9 +145,6 @@ struct HostMemory {
   std::int64_t total = 0, available = 0;
 };
 std::optional<HostMemory> host_memory();
-
-// Parses a size in GiB ("139", "80.5"); nullopt on anything else.
-std::optional<std::int64_t> parse_gib(std::string_view text);
 
 std::string_view mode_name(Offload m);
 

@@ -1,23 +1,25 @@
 // The training loop of primecfg-train.
 //
 // Read top to bottom:
-//   1. Trainer<Strategy>::run(): the loop.
+//   1. Trainer<Strategy>: run() is the loop; setup(), train_step() and finish() its parts.
 //   2. run_sft(): device/dtype choice and the visit_offload dispatch.
 // Checkpoint tensors are checkpoint.hpp's (the folder's layout checkpoint_dir.hpp's),
 // metrics and the progress line metrics.hpp's.
 // The optimizers' arithmetic is in optimizer_math.hpp; where the FP32 state lives and
-// when the update runs, per offload strategy, in offload_state.hpp.
+// when the update runs, per offload strategy, in offload/ (offload/pipeline.hpp).
 #include "trainer.hpp"
 
 #include "checkpoint.hpp"
 #include "checkpoint_dir.hpp"
+#include "cpu_optim/cpu_optim.hpp"
 #include "data.hpp"
 #include "device_streams.hpp"
+#include "loss_chunking.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
-#include "offload_state.hpp"
+#include "offload/copies.hpp"
+#include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"
-#include "planner.hpp"
 #include "safetensors.hpp"
 
 #include <primecfg/offload.hpp>
@@ -119,6 +121,10 @@ struct Setup {
   torch::ScalarType dtype = torch::kFloat32;
 };
 
+// One run: setup() (the run's folder, the model, the data, the offload pipeline, a
+// resumed position), then train_step() until the last step, then finish(). The offload
+// strategy decides nothing here: its pipeline (offload/pipeline.hpp) is called at fixed
+// points of the step.
 template <offload_strategy Strategy>
 class Trainer {
  public:
@@ -126,48 +132,83 @@ class Trainer {
       : cfg_(cfg), opts_(opts), setup_(setup) {}
 
   RunResult run() {
-    // --- The run's folder: one writer, never two runs mixed ----------------
-    // Before anything is loaded, so that a mistake costs seconds, not a model load.
-    const CheckpointConfig ckpt = cfg_.ckpt.value_or(CheckpointConfig{});
-    const fs::path ckpt_root = ckpt.output_dir.value_or(cfg_.output_dir / "checkpoints");
-    std::optional<OutputDirLock> lock;
-    std::optional<std::int64_t> resume_step;
-    if (!opts_.dump_logits) {
-      try {
-        lock.emplace(cfg_.output_dir);
-        remove_stale_temporaries(ckpt_root);
-        if (cfg_.resume) {
-          resume_step = cfg_.resume->step;
-          if (!resume_step) {
-            const auto steps = complete_checkpoints(ckpt_root);
-            if (steps.empty())
-              throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root.string()));
-            resume_step = steps.back();
-          }
-          // Checked before anything moves: a mistyped step must not set later checkpoints aside.
-          if (const auto steps = complete_checkpoints(ckpt_root);
-              std::find(steps.begin(), steps.end(), *resume_step) == steps.end())
-            throw run_error(
-                fmt::format("resume: {} is not a complete checkpoint (complete ones: {})",
-                            step_dir(ckpt_root, *resume_step).string(),
-                            steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", "))));
-          if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root, *resume_step);
-              !note.empty() && opts_.print)
-            std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
-        } else {
-          prepare_fresh_run(cfg_.output_dir, ckpt_root, cfg_.clean);
-        }
-      } catch (const checkpoint_error& e) {
-        throw run_error(e.what());
-      }
+    setup();
+    if (opts_.dump_logits) {
+      write_logits(*model_, loader_->next().micro.front(), *opts_.dump_logits);
+      return {};
     }
+    RunResult result;
+    result.first_step = pos_.step;
+    StepProfiler profiler(max_steps_, opts_.profile);
+    while (pos_.step < max_steps_ && !(loader_->epoch_done() && !endless_ && !cfg_.max_steps)) {
+      profiler.before_step(pos_.step + 1);
+      const StepMetrics met = train_step();
+      result.losses.push_back(met.loss);
+      profiler.after_step(pos_.step);
+      reporter_->log(met);
+      // A NaN or infinite loss or gradient norm has reached (or will reach) the weights:
+      // stop before a checkpoint of this step could be written.
+      if (!std::isfinite(met.loss) || !std::isfinite(met.grad_norm))
+        throw run_error(fmt::format(
+            "step {}: the loss is {} and the gradient norm {}; stopping (no checkpoint of this step is "
+            "written; resume from the last one with a lower optim.lr or with optim.max_norm)",
+            pos_.step, met.loss, met.grad_norm));
+      if (cfg_.ckpt && checkpoint_due()) save();
+    }
+    if (cfg_.ckpt && !checkpoint_due() && pos_.step > result.first_step) save();
+    return finish(std::move(result));
+  }
 
-    // --- Model -----------------------------------------------------------
+ private:
+  // --- setup ------------------------------------------------------------------
+
+  void setup() {
+    claim_output_dir();  // before anything is loaded: a mistake costs seconds, not a model load
+    load_model();
+    load_data();
+    if (!opts_.dump_logits) start();
+  }
+
+  // The run's folder: one writer, never two runs mixed; a resume names a complete
+  // checkpoint, and later ones are set aside.
+  void claim_output_dir() {
+    ckpt_ = cfg_.ckpt.value_or(CheckpointConfig{});
+    ckpt_root_ = ckpt_.output_dir.value_or(cfg_.output_dir / "checkpoints");
+    if (opts_.dump_logits) return;
+    try {
+      lock_.emplace(cfg_.output_dir);
+      remove_stale_temporaries(ckpt_root_);
+      if (!cfg_.resume) {
+        prepare_fresh_run(cfg_.output_dir, ckpt_root_, cfg_.clean);
+        return;
+      }
+      const auto steps = complete_checkpoints(ckpt_root_);
+      resume_step_ = cfg_.resume->step;
+      if (!resume_step_) {
+        if (steps.empty()) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root_.string()));
+        resume_step_ = steps.back();
+      }
+      // Checked before anything moves: a mistyped step must not set later checkpoints aside.
+      if (std::find(steps.begin(), steps.end(), *resume_step_) == steps.end())
+        throw run_error(
+            fmt::format("resume: {} is not a complete checkpoint (complete ones: {})",
+                        step_dir(ckpt_root_, *resume_step_).string(),
+                        steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", "))));
+      if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root_, *resume_step_);
+          !note.empty() && opts_.print)
+        std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
+    } catch (const checkpoint_error& e) {
+      throw run_error(e.what());
+    }
+  }
+
+  // A preset or a local HF directory (its config.json and weights); nothing is downloaded.
+  void load_model() {
     const auto& name = cfg_.model.name;
     std::optional<ModelArgs> args = preset(name);
     const bool hf_dir = !args && fs::exists(fs::path(name) / "config.json");
     if (hf_dir) args = read_hf_config(fs::path(name) / "config.json");
-    const std::optional<fs::path> source_dir = hf_dir ? std::optional<fs::path>(name) : std::nullopt;
+    if (hf_dir) source_dir_ = fs::path(name);
     if (!args)
       throw run_error(
           fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with "
@@ -182,138 +223,134 @@ class Trainer {
         },
         cfg_.data);
     torch::manual_seed(static_cast<std::uint64_t>(seed));
-    Transformer model(*args, setup_.device, setup_.dtype, static_cast<std::uint64_t>(seed));
-    if (hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init)) model.load_hf_weights(name);
+    model_ =
+        std::make_unique<Transformer>(*args, setup_.device, setup_.dtype, static_cast<std::uint64_t>(seed));
+    if (hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init)) model_->load_hf_weights(name);
+  }
 
-    // --- Data, optimizer, strategy ------------------------------------------
-    data::Loader loader = data::make_loader(cfg_.data, args->vocab_size);
-    if (const std::string note = loader.source_report(); !note.empty() && opts_.print)
+  void load_data() {
+    loader_.emplace(data::make_loader(cfg_.data, model_->args().vocab_size));
+    if (const std::string note = loader_->source_report(); !note.empty() && opts_.print)
       std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
-    if (opts_.dump_logits) {
-      write_logits(model, loader.next().micro.front(), *opts_.dump_logits);
-      return {};
-    }
-    const std::int64_t seq_len = loader.options().seq_len;
-    const auto opt = OptSettings::from(cfg_.optim);
-    OffloadState<Strategy> state(model, opt, opts_);
-    const bool ac = cfg_.model.ac.has_value();
-    const std::int64_t ac_freq = ac ? cfg_.model.ac->freq : 1;
-    const std::int64_t ce_chunk =
-        plan::ce_chunk_tokens(cfg_.model.fused_lm_head_token_chunk_size, args->vocab_size,
-                              loader.options().micro_batch_size * loader.options().seq_len);
+  }
 
-    // --- Resume --------------------------------------------------------------
-    TrainPosition pos;
-    if (resume_step) {
-      pos = load_checkpoint(step_dir(ckpt_root, *resume_step), *resume_step, model, state, opt, ckpt);
-      loader.set_position(pos.data_position);
+  // The optimizer and its FP32 state in the strategy's pipeline, a resumed position,
+  // the step budget, and the run's reporting.
+  void start() {
+    const ModelArgs& args = model_->args();
+    opt_ = OptSettings::from(cfg_.optim);
+    state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_);
+    ac_ = cfg_.model.ac.has_value();
+    ac_freq_ = ac_ ? cfg_.model.ac->freq : 1;
+    const std::int64_t seq_len = loader_->options().seq_len;
+    ce_chunk_ = ce_chunk_tokens(cfg_.model.fused_lm_head_token_chunk_size, args.vocab_size,
+                                loader_->options().micro_batch_size * seq_len);
+    if (resume_step_) {
+      pos_ =
+          load_checkpoint(step_dir(ckpt_root_, *resume_step_), *resume_step_, *model_, *state_, opt_, ckpt_);
+      loader_->set_position(pos_.data_position);
     }
-    const bool endless = std::holds_alternative<FakeDataConfig>(cfg_.data) ||
-                         (std::get<SFTDataConfig>(cfg_.data).path == std::nullopt && !cfg_.max_steps);
+    endless_ = std::holds_alternative<FakeDataConfig>(cfg_.data) ||
+               (std::get<SFTDataConfig>(cfg_.data).path == std::nullopt && !cfg_.max_steps);
     if (!cfg_.max_steps && std::holds_alternative<FakeDataConfig>(cfg_.data))
       throw run_error("max_steps: fake data is endless; set max_steps");
-    const std::int64_t max_steps =
-        cfg_.max_steps.value_or(endless ? 1000 : std::numeric_limits<std::int64_t>::max());
+    max_steps_ = cfg_.max_steps.value_or(endless_ ? 1000 : std::numeric_limits<std::int64_t>::max());
 
-    // --- Reporting -----------------------------------------------------------
     fs::create_directories(cfg_.output_dir);
     if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
-    Reporter reporter(cfg_.output_dir, opts_.print, Strategy::name);
-    const double flops_per_token =
-        6.0 * static_cast<double>(args->matmul_params()) +
-        12.0 * args->layers * args->heads * args->head_dim * static_cast<double>(seq_len);
-    const auto peak = peak_flops(setup_.device);
+    if (!opts_.resolved_options.empty()) write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
+    reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
+    flops_per_token_ = 6.0 * static_cast<double>(args.matmul_params()) +
+                       12.0 * args.layers * args.heads * args.head_dim * static_cast<double>(seq_len);
+    peak_ = peak_flops(setup_.device, opts_.peak_tflops);
     if (opts_.print)
       std::fprintf(stderr,
                    "primecfg-train: %s, %.2fM params, offload = %.*s, optim = %.*s, %s %s, seq_len %lld\n",
-                   name.c_str(), static_cast<double>(args->total_params()) / 1e6,
+                   cfg_.model.name.c_str(), static_cast<double>(args.total_params()) / 1e6,
                    static_cast<int>(Strategy::name.size()), Strategy::name.data(),
-                   static_cast<int>(opt.name().size()), opt.name().data(), setup_.device.str().c_str(),
+                   static_cast<int>(opt_.name().size()), opt_.name().data(), setup_.device.str().c_str(),
                    setup_.dtype == torch::kBFloat16 ? "bf16" : "fp32", static_cast<long long>(seq_len));
+  }
 
-    // --- Loop ------------------------------------------------------------------
-    RunResult result;
-    result.first_step = pos.step;
-    StepProfiler profiler(max_steps);
-    while (pos.step < max_steps && !(loader.epoch_done() && !endless && !cfg_.max_steps)) {
-      profiler.before_step(pos.step + 1);
-      const auto t0 = std::chrono::steady_clock::now();
-      data::Batch batch = loader.next();
-      const double lr = scheduled_lr(cfg_.scheduler, opt.lr, pos.scheduler_step, max_steps);
-      state.begin_step(lr, pos.step + 1, batch.micro.size() == 1);
-      const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, batch.loss_tokens));
-      // Summed on the device, read once per step: the host runs ahead of the GPU
-      // across micro-batches.
-      Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
-      for (std::size_t m = 0; m < batch.micro.size(); ++m) {
-        const auto& mb = batch.micro[m];
-        const bool last = m + 1 == batch.micro.size();
-        // The inputs are queued before the offload prefetch below: copies share the
-        // copy engine in queue order, and the forward pass waits for its inputs.
-        const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
-        Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
-                               to_device(mb.positions, shape, setup_.device), std::nullopt};
-        if (!mb.one_doc_per_row) {
-          Tensor doc = to_device(mb.doc_ids, shape, setup_.device);
-          Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));
-          in.mask =
-              same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
-        }
-        const std::array<std::int64_t, 1> flat{static_cast<std::int64_t>(mb.targets.size())};
-        Tensor targets = to_device(mb.targets, flat, setup_.device);
-        if (last) state.begin_last_micro_batch(mb.input_ids);
-        Tensor loss = model.loss(model.hidden(in, ac, ac_freq, state.block_hook()), targets, scale, ce_chunk,
-                                 state.loss_hooks(last), state.loss_chunks(targets.numel()));
-        if (last) state.before_backward();
-        loss.backward();
-        loss_acc += loss.detach().to(torch::kFloat64);
-      }
-      const double grad_norm = state.finish_step();
-      const double loss_sum = loss_acc.item<double>();
-      state.end_step();
-      ++pos.step;
-      ++pos.scheduler_step;
-      pos.data_position = loader.position();
-      // The step ends when the compute stream is done (for OptimizerOffload the
-      // last moment write-backs may still run beside the next forward).
-      dev::synchronize(dev::current_stream(setup_.device));
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      result.losses.push_back(loss_sum);
-      profiler.after_step(pos.step);
+  // --- one optimizer step ---------------------------------------------------------
 
-      StepMetrics met;
-      met.step = pos.step;
-      met.max_steps = max_steps;
-      met.loss = loss_sum;
-      met.lr = lr;
-      met.grad_norm = grad_norm;
-      met.step_time = dt;
-      met.tokens = batch.tokens;
-      met.tokens_per_s = static_cast<double>(batch.tokens) / dt;
-      if (peak) met.mfu = met.tokens_per_s * flops_per_token / *peak;
-      met.peak_device = peak_device_bytes(setup_.device);
-      met.host_rss = rss_bytes("VmRSS:");
-      met.host_state = state.host_bytes();
-      met.pipeline = state.pipeline_stats();
-      reporter.log(met);
-      // A NaN or infinite loss or gradient norm has reached (or will reach) the weights:
-      // stop before a checkpoint of this step could be written.
-      if (!std::isfinite(loss_sum) || !std::isfinite(grad_norm))
-        throw run_error(fmt::format(
-            "step {}: the loss is {} and the gradient norm {}; stopping (no checkpoint of this step is "
-            "written; resume from the last one with a lower optim.lr or with optim.max_norm)",
-            pos.step, loss_sum, grad_norm));
-
-      if (cfg_.ckpt && ckpt.interval && pos.step % *ckpt.interval == 0)
-        save_checkpoint(ckpt_root, model, state, opt, pos, ckpt, source_dir);
+  StepMetrics train_step() {
+    Pipeline<Strategy>& state = *state_;
+    Transformer& model = *model_;
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch batch = loader_->next();
+    const double lr = scheduled_lr(cfg_.scheduler, opt_.lr, pos_.scheduler_step, max_steps_);
+    state.begin_step(lr, pos_.step + 1, batch.micro.size() == 1);
+    const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, batch.loss_tokens));
+    // Summed on the device, read once per step: the host runs ahead of the GPU
+    // across micro-batches.
+    Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
+    for (std::size_t m = 0; m < batch.micro.size(); ++m) {
+      const data::MicroBatch& mb = batch.micro[m];
+      const bool last = m + 1 == batch.micro.size();
+      // The inputs are queued before the offload prefetch below: copies share the
+      // copy engine in queue order, and the forward pass waits for its inputs.
+      const auto [in, targets] = inputs(mb);
+      if (last) state.begin_last_micro_batch(mb.input_ids);
+      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, state.block_hook()), targets, scale, ce_chunk_,
+                               state.loss_hooks(last), state.loss_chunks(targets.numel()));
+      if (last) state.before_backward();
+      loss.backward();
+      loss_acc += loss.detach().to(torch::kFloat64);
     }
-    if (cfg_.ckpt && !(ckpt.interval && pos.step % *ckpt.interval == 0) && pos.step > result.first_step)
-      save_checkpoint(ckpt_root, model, state, opt, pos, ckpt, source_dir);
-    result.last_step = pos.step;
-    state.sync_host();  // the last step's deferred updates
+    const double grad_norm = state.finish_step();
+    const double loss_sum = loss_acc.item<double>();
+    state.end_step();
+    ++pos_.step;
+    ++pos_.scheduler_step;
+    pos_.data_position = loader_->position();
+    // The step ends when the compute stream is done (for OptimizerOffload the
+    // last moment write-backs may still run beside the next forward).
+    dev::synchronize(dev::current_stream(setup_.device));
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+    StepMetrics met;
+    met.step = pos_.step;
+    met.max_steps = max_steps_;
+    met.loss = loss_sum;
+    met.lr = lr;
+    met.grad_norm = grad_norm;
+    met.step_time = dt;
+    met.tokens = batch.tokens;
+    met.tokens_per_s = static_cast<double>(batch.tokens) / dt;
+    if (peak_) met.mfu = met.tokens_per_s * flops_per_token_ / *peak_;
+    met.peak_device = peak_device_bytes(setup_.device);
+    met.host_rss = rss_bytes("VmRSS:");
+    met.host_state = state.host_bytes();
+    met.pipeline = state.pipeline_stats();
+    return met;
+  }
+
+  // A micro-batch's token ids, positions and (for packed rows) document mask, and its
+  // targets, on the device.
+  std::pair<Transformer::Inputs, Tensor> inputs(const data::MicroBatch& mb) const {
+    const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
+    Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
+                           to_device(mb.positions, shape, setup_.device), std::nullopt};
+    if (!mb.one_doc_per_row) {
+      Tensor doc = to_device(mb.doc_ids, shape, setup_.device);
+      Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));
+      in.mask = same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
+    }
+    const std::array<std::int64_t, 1> flat{static_cast<std::int64_t>(mb.targets.size())};
+    return {std::move(in), to_device(mb.targets, flat, setup_.device)};
+  }
+
+  // --- checkpoints and the end --------------------------------------------------
+
+  bool checkpoint_due() const { return ckpt_.interval && pos_.step % *ckpt_.interval == 0; }
+  void save() { save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_); }
+
+  RunResult finish(RunResult result) {
+    result.last_step = pos_.step;
+    state_->sync_host();  // the last step's deferred updates
     if (opts_.collect_weights) {
-      for (auto& s : state.states()) {
+      for (auto& s : state_->states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
         result.weights.emplace_back(s.p->name,
                                     std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + m.numel()));
@@ -322,11 +359,10 @@ class Trainer {
             s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
-    if (opts_.demo) demo(model);
+    if (opts_.demo) demo(*model_);
     return result;
   }
 
- private:
   // A few held-out reversals, greedy-decoded.
   void demo(Transformer& model) {
     const auto* d = std::get_if<SFTDataConfig>(&cfg_.data);
@@ -350,6 +386,26 @@ class Trainer {
   const SFTConfig& cfg_;
   RunOptions opts_;
   Setup setup_;
+  // The run's folder and checkpoints.
+  std::optional<OutputDirLock> lock_;
+  CheckpointConfig ckpt_;
+  fs::path ckpt_root_;
+  std::optional<std::int64_t> resume_step_;
+  std::optional<fs::path> source_dir_;  // the HF directory the model came from
+  // What trains.
+  std::unique_ptr<Transformer> model_;
+  std::optional<data::Loader> loader_;
+  OptSettings opt_;
+  std::unique_ptr<Pipeline<Strategy>> state_;
+  bool ac_ = false;
+  std::int64_t ac_freq_ = 1, ce_chunk_ = 0;
+  // Where it stands.
+  TrainPosition pos_;
+  bool endless_ = false;
+  std::int64_t max_steps_ = 0;
+  std::unique_ptr<Reporter> reporter_;
+  double flops_per_token_ = 0;
+  std::optional<double> peak_;
 };
 
 }  // namespace
@@ -368,6 +424,14 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   }
   if (setup.device.is_cuda() && !torch::cuda::is_available())
     throw run_error("device cuda requested but this LibTorch has no usable CUDA device");
+  if (opts.offload.cpu_isa) {
+    const cpu::Isa isa = *opts.offload.cpu_isa == CpuIsa::avx512 ? cpu::Isa::avx512
+                         : *opts.offload.cpu_isa == CpuIsa::avx2 ? cpu::Isa::avx2
+                                                                 : cpu::Isa::scalar;
+    if (!cpu::set_active_isa(isa))
+      throw run_error(fmt::format("offload.cpu_isa = \"{}\": this CPU cannot run it (it has {})",
+                                  cpu::to_string(isa), cpu::to_string(cpu::best_isa())));
+  }
   // bf16 where the hardware has it (GPUs); FP32 on CPUs, where bf16 matmuls are emulated.
   setup.dtype = opts.bf16.value_or(setup.device.is_cuda()) ? torch::kBFloat16 : torch::kFloat32;
   return primecfg::visit_offload(

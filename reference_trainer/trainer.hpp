@@ -2,6 +2,8 @@
 // plain-C++ tests include only this).
 #pragma once
 
+#include "options.hpp"
+
 #include <primecfg/sft.hpp>
 
 #include <cstddef>
@@ -23,25 +25,16 @@ struct RunOptions {
   bool demo = false;                  // print a few generated reversals at the end
   bool collect_weights = false;       // return the final FP32 masters in RunResult
   std::string resolved_config;        // written to <output_dir>/config.toml when not empty
+  std::string resolved_options;       // written to <output_dir>/options.toml when not empty
   // Instead of training: the logits of the first micro-batch of the data, written to this
   // safetensors file with its input_ids, positions and targets (a check against
   // transformers; tests/trainer/hf_parity_test.py).
   std::optional<std::filesystem::path> dump_logits;
-  // Offload pipelines (0 = automatic or the PRIMECFG_OFFLOAD_* environment variables):
-  // bytes of each staging ring / GPU moment window, and CPU optimizer threads.
-  std::size_t offload_ring_bytes = 0;
-  int offload_threads = 0;
-  // FullOffload with tied embeddings: start the update of the embedding rows the batch
-  // does not touch as soon as backward begins (default; PRIMECFG_OFFLOAD_SPLIT_TIED=0
-  // turns it off). Results are bit-identical either way.
-  std::optional<bool> offload_split_tied;
-  // FullOffload: CPU updates still running when backward ends finish beside the next
-  // forward, which waits block by block for its weights (default: on a GPU, or
-  // PRIMECFG_OFFLOAD_DEFER). Results are bit-identical either way.
-  std::optional<bool> offload_defer;
-  // Tests: FullOffload's worker holds the tied embedding's head share back until the
-  // next forward asks for the rows its lookup reads, so that that path runs each step.
-  bool offload_hold_head_share = false;
+  // The offload pipelines (ring sizes, CPU threads, timeouts), profiling, and the
+  // device's peak FLOP/s for MFU: primecfg-train's options (options.hpp).
+  OffloadOptions offload;
+  ProfileOptions profile;
+  std::optional<double> peak_tflops;
 };
 
 struct RunResult {

@@ -2,17 +2,17 @@
 # Side-by-side runs of primecfg-train variants on the GPU machine, from the repository root:
 #
 #   bash bench/trainer/offload_ab.sh "none" "optimizer" "full" \
-#        "full PRIMECFG_OFFLOAD_SPLIT_TIED=0" "full --data.input-ids=random"
+#        "full --offload.cpu-threads=8" "full --data.input-ids=random"
 #
-# Each argument is a mode followed by environment assignments (NAME=value) and
-# extra primecfg-train flags. Every variant trains STEPS steps (10) of
+# Each argument is a mode followed by extra primecfg-train flags (config fields or
+# options, e.g. --offload.ring-mib=512). Every variant trains STEPS steps (10) of
 # bench/trainer/fake.toml (Qwen3-0.6B at 8192 tokens unless MODEL / SEQ say
 # otherwise); printed per variant: the median step time over the steps after the
 # third, peak GPU memory, host RSS and the offload pipeline's figures of the last
 # step. PROFILE=1 also records the last two steps with the Kineto profiler and
 # prints bench/trainer/trace_gaps.py for them (PROFILE=gpu: only the GPU's kernels and
 # copies, which leaves the host's timing alone); PROFILE or TIMELINE=1 record the
-# host threads of the offload pipeline (PRIMECFG_HOST_TRACE) and print
+# host threads of the offload pipeline (--profile.host-trace) and print
 # bench/trainer/pipeline_timeline.py (with the GPU rows when PROFILE is set).
 #
 # Environment: MODEL, SEQ, STEPS, PROFILE, TIMELINE, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
@@ -30,19 +30,17 @@ n=0
 for spec in "$@"; do
   n=$((n + 1))
   read -r mode rest <<<"$spec"
-  envs=() flags=()
-  for word in $rest; do
-    if [[ $word == *=* && $word != --* ]]; then envs+=("$word"); else flags+=("$word"); fi
-  done
+  flags=()
+  for word in $rest; do flags+=("$word"); done
   out="$RES/v$n"
   rm -rf "$out" "$out.host.json" "$out.trace.json"
   prof=()
-  [ -n "${PROFILE:-}" ] && prof=("PRIMECFG_PROFILE=$out.trace.json")
-  [ "${PROFILE:-}" = gpu ] && prof+=("PRIMECFG_PROFILE_CPU=0")
-  [ -n "${PROFILE:-}${TIMELINE:-}" ] && prof+=("PRIMECFG_HOST_TRACE=$out.host.json")
-  env "${envs[@]}" "${prof[@]}" timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
-    --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${flags[@]}" \
-    >"$out.log" 2>&1
+  [ -n "${PROFILE:-}" ] && prof=("--profile.trace=$out.trace.json")
+  [ "${PROFILE:-}" = gpu ] && prof+=("--no-profile.cpu-ops")
+  [ -n "${PROFILE:-}${TIMELINE:-}" ] && prof+=("--profile.host-trace=$out.host.json")
+  timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
+    --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${prof[@]}" \
+    "${flags[@]}" >"$out.log" 2>&1
   rc=$?
   "$PY" - "$out/metrics.jsonl" "$spec" "$rc" <<'EOF'
 import json, statistics, sys

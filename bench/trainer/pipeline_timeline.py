@@ -3,9 +3,9 @@
 
     python3 bench/trainer/pipeline_timeline.py host.json [kineto.json] [--bin-ms 2]
 
-host.json is what primecfg-train writes under PRIMECFG_HOST_TRACE (the CPU
+host.json is what primecfg-train writes under --profile.host-trace (the CPU
 worker's jobs and copy waits, the hooks, the main thread's phases); kineto.json,
-optional, is the PRIMECFG_PROFILE trace of the same run (its last two steps),
+optional, is the --profile.trace trace of the same run (its last two steps),
 whose GPU kernels and copies this lays beside the host rows. Both carry Unix time
 in microseconds (Kineto's relative to its baseTimeNanoseconds).
 

@@ -4,7 +4,7 @@
 #
 #   bash bench/trainer/profile_gpu.sh
 #
-# Records the last two steps of primecfg-train in each offload mode (PRIMECFG_PROFILE,
+# Records the last two steps of primecfg-train in each offload mode (--profile.trace,
 # the Kineto profiler) and of the eager PyTorch peer (torch.profiler), all on
 # Qwen3-0.6B at 8192 tokens, and prints bench/trainer/trace_summary.py for
 # none vs eager, optimizer vs none and full vs none. The traces (gzipped Chrome
@@ -23,7 +23,7 @@ mkdir -p "$RES"
 source bench/trainer/gpu_env.sh
 
 for mode in $MODES; do
-  PRIMECFG_PROFILE="$RES/ours-$mode.json" timeout 200 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
+  timeout 200 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" --profile.trace="$RES/ours-$mode.json" \
     --model.offload="$mode" --data.seq-len="$SEQ" --max-steps=8 --output-dir="$RES/ours-$mode" \
     >"$RES/ours-$mode.log" 2>&1
   echo "ours $mode: rc=$? $(grep -E '^step 8/' "$RES/ours-$mode.log")"

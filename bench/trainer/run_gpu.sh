@@ -32,7 +32,7 @@ left() { echo $((BUDGET - ($(date +%s) - START))); }
 TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 NV=$(dirname "$TD")/nvidia
 export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
-export PRIMECFG_OFFLOAD_TIMEOUT_S=${PRIMECFG_OFFLOAD_TIMEOUT_S:-120}
+TIMEOUT_S=${TIMEOUT_S:-120}  # --offload.timeout-s: a stuck pipeline fails fast
 
 BIN=${PRIMECFG_BIN:-}
 if [ -z "$BIN" ] || ! "$BIN/primecfg-train" --help >/dev/null 2>&1; then
@@ -90,7 +90,7 @@ for row in $ROWS; do
     for mode in none optimizer full; do
       step "$shape-$mode" "${LIMIT[$shape]}" "$TRAIN" @ bench/trainer/fake.toml --model.name="${MODEL[$shape]}" \
         --model.offload=$mode --data.seq-len="${SEQ[$shape]}" --max-steps="${STEPS[$shape]}" \
-        --output-dir="$RES/$shape-$mode"
+        --output-dir="$RES/$shape-$mode" --offload.timeout-s="$TIMEOUT_S"
       grep -E "^step ${STEPS[$shape]}/|warning|error" "$RES/$shape-$mode.log" | tail -2
     done
   else

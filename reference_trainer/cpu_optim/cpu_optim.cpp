@@ -32,13 +32,7 @@ void sign_sgd_scalar(const SignArgs& a) {
 
 namespace {
 std::atomic<std::int64_t>& stream_slot() noexcept {
-  static std::atomic<std::int64_t> slot{[] {
-    std::int64_t v = std::int64_t{1} << 15;
-    if (const char* env = std::getenv("PRIMECFG_CPU_STREAM_MIN"); env != nullptr && *env != '\0') {
-      v = std::strtoll(env, nullptr, 10);
-    }
-    return v;
-  }()};
+  static std::atomic<std::int64_t> slot{std::int64_t{1} << 15};
   return slot;
 }
 }  // namespace
@@ -47,16 +41,10 @@ std::int64_t stream_min_elements() noexcept { return stream_slot().load(std::mem
 
 namespace {
 std::atomic<std::int64_t>& prefetch_slot() noexcept {
-  static std::atomic<std::int64_t> slot{[] {
-    // 1024 elements (4 KiB of an fp32 stream) ahead: on the H200 machine's CPU this took SignSGD
-    // from 66-76% to 88-92% of the streaming bandwidth and AdamW from 78% to 84-88%
-    // (docs/cpu-optimizer.md); 512 to 2048 were within a few percent of each other.
-    std::int64_t v = 1024;
-    if (const char* env = std::getenv("PRIMECFG_CPU_PREFETCH"); env != nullptr && *env != '\0') {
-      v = std::max<std::int64_t>(0, std::strtoll(env, nullptr, 10));
-    }
-    return v;
-  }()};
+  // 1024 elements (4 KiB of an fp32 stream) ahead: on the H200 machine's CPU this took SignSGD
+  // from 66-76% to 88-92% of the streaming bandwidth and AdamW from 78% to 84-88%
+  // (docs/cpu-optimizer.md); 512 to 2048 were within a few percent of each other.
+  static std::atomic<std::int64_t> slot{1024};
   return slot;
 }
 }  // namespace
@@ -105,17 +93,8 @@ Isa detect_best() noexcept {
   return Isa::scalar;
 }
 
-Isa initial_active() noexcept {
-  Isa isa = detect_best();
-  if (const char* env = std::getenv("PRIMECFG_CPU_ISA"); env != nullptr) {
-    Isa wanted;
-    if (parse_isa(env, wanted) && static_cast<int>(wanted) < static_cast<int>(isa)) isa = wanted;
-  }
-  return isa;
-}
-
 std::atomic<int>& active_slot() noexcept {
-  static std::atomic<int> slot{static_cast<int>(initial_active())};
+  static std::atomic<int> slot{static_cast<int>(detect_best())};
   return slot;
 }
 

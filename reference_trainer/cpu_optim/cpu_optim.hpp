@@ -55,22 +55,22 @@ bool parse_isa(std::string_view text, Isa& out) noexcept;
 bool isa_supported(Isa isa) noexcept;
 // The best path this CPU supports.
 Isa best_isa() noexcept;
-// The path the overloads without an Isa argument use: best_isa(), lowered by the environment variable
-// PRIMECFG_CPU_ISA (scalar|avx2|avx512) when set, or by set_active_isa().
+// The path the overloads without an Isa argument use: best_isa(), or what set_active_isa() chose
+// (primecfg-train's --offload.cpu-isa).
 Isa active_isa() noexcept;
 // Selects the default path; returns false (and changes nothing) when the CPU cannot run `isa`.
 bool set_active_isa(Isa isa) noexcept;
 
 // Ranges of at least this many elements write the bf16 output with streaming (non-temporal) stores,
-// which skip reading the destination into the cache. Default 32768, or the environment variable
-// PRIMECFG_CPU_STREAM_MIN; 0 = always, a negative value = never.
+// which skip reading the destination into the cache. Default 32768 (the benchmark's --stream-min
+// sets it); 0 = always, a negative value = never.
 void set_streaming_store_threshold(std::int64_t elements) noexcept;
 std::int64_t streaming_store_threshold() noexcept;
 
 // How far ahead (in elements) the AVX-512 kernels prefetch their input streams with software
 // prefetches, on top of what the hardware prefetcher does (which alone left SignSGD at three
-// quarters of the machine's bandwidth). Default 1024, or the environment variable
-// PRIMECFG_CPU_PREFETCH; 0 = none, negative values count as 0. Results do not depend on it.
+// quarters of the machine's bandwidth). Default 1024 (the benchmark's --prefetch sets it); 0 = none,
+// negative values count as 0. Results do not depend on it.
 void set_prefetch_distance(std::int64_t elements) noexcept;
 std::int64_t prefetch_distance() noexcept;
 

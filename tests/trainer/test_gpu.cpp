@@ -115,7 +115,7 @@ TEST_CASE(
   a.max_norm = 0.05;
   auto none = train::run_sft(config(Offload::none, "clip-none", a, 2), gpu(false));
   auto tight = gpu(false);
-  tight.offload_ring_bytes = 1;
+  tight.offload.ring_mib = 1e-6;  // one byte, clamped up to the largest tensor
   auto opt = train::run_sft(config(Offload::optimizer, "clip-opt", a, 2), tight);
   Diff d = compare(opt, none);
   MESSAGE("clipped: optimizer vs none: loss " << d.loss_rel << ", weights " << d.weight_abs);
@@ -130,7 +130,7 @@ TEST_CASE("GPU: bf16 full offload with staging rings that hold one tensor learns
   a.max_norm = std::nullopt;
   auto none = train::run_sft(config(Offload::none, "bf16-none", a, 4), gpu(true));
   auto tight = gpu(true);
-  tight.offload_ring_bytes = 1;  // clamped up to the largest tensor
+  tight.offload.ring_mib = 1e-6;  // one byte, clamped up to the largest tensor
   auto full = train::run_sft(config(Offload::full, "bf16-full", a, 4), tight);
   auto opt = train::run_sft(config(Offload::optimizer, "bf16-opt", a, 4), tight);
   Diff d1 = compare(full, none), d2 = compare(opt, none);

@@ -4,6 +4,7 @@
 // almost every parameter. The result must not change, bit for bit.
 #include "staging_ring.hpp"
 #include "task_thread.hpp"
+#include "test_seams.hpp"
 #include "trainer.hpp"
 #include "update_groups.hpp"
 
@@ -189,8 +190,8 @@ TEST_CASE("full offload: a staging ring that holds one gradient gives the same r
     CAPTURE(micro);
     auto roomy = train::run_sft(config("roomy", micro), o);
     auto t = o;
-    t.offload_ring_bytes = 1;  // clamped up to the largest gradient
-    t.offload_threads = 2;
+    t.offload.ring_mib = 1e-6;  // one byte, clamped up to the largest gradient
+    t.offload.cpu_threads = 2;
     auto tight = train::run_sft(config("tight", micro), t);
     CHECK(roomy.losses == tight.losses);
     REQUIRE(roomy.weights.size() == tight.weights.size());
@@ -272,32 +273,39 @@ TEST_CASE(
       o.collect_weights = true;
       o.device = "cpu";
       o.bf16 = bf16;
-      o.offload_threads = 3;
+      o.offload.cpu_threads = 3;
       fs::remove_all(dir);
       c.output_dir = dir / "split";
-      o.offload_defer = false;
-      auto split = train::run_sft(c, o);
+      train::RunResult split, deferred, held, whole;
+      {
+        train::TestSeams seams({.defer = false});
+        split = train::run_sft(c, o);
+      }
       // Deferred: what the CPU has not updated when backward ends is updated beside
       // the next forward, in reverse order, which waits block by block. With a
       // staging ring of one gradient the hooks also wait for the worker all the time.
       c.output_dir = dir / "deferred";
-      auto d = o;
-      d.offload_defer = true;
-      d.offload_ring_bytes = 1;
-      auto deferred = train::run_sft(c, d);
+      {
+        train::TestSeams seams({.defer = true});
+        auto d = o;
+        d.offload.ring_mib = 1e-6;
+        deferred = train::run_sft(c, d);
+      }
       // Held: the head share (the embedding rows outside the batch) waits each step
       // until the next forward names the rows its lookup reads; those are updated
       // first, the forward's lookup waits only for them, and the rest waits until the
       // loss asks for its rows, chunk by chunk (a loss that did not wait would read
       // them before their update).
       c.output_dir = dir / "held";
-      auto h = d;
-      h.offload_ring_bytes = 0;
-      h.offload_hold_head_share = true;
-      auto held = train::run_sft(c, h);
-      o.offload_split_tied = false;
+      {
+        train::TestSeams seams({.defer = true, .hold_head_share = true});
+        held = train::run_sft(c, o);
+      }
       c.output_dir = dir / "whole";
-      auto whole = train::run_sft(c, o);
+      {
+        train::TestSeams seams({.defer = false, .split_tied = false});
+        whole = train::run_sft(c, o);
+      }
       REQUIRE(split.losses.size() == 5);
       CHECK(split.losses == whole.losses);
       CHECK(deferred.losses == whole.losses);
@@ -347,7 +355,7 @@ TEST_CASE("full offload: deferred updates finish before a checkpoint, and a resu
   o.print = false;
   o.device = "cpu";
   o.bf16 = true;
-  o.offload_defer = true;
+  train::TestSeams seams({.defer = true});
   auto whole = train::run_sft(c, o);
   REQUIRE(whole.losses.size() == 10);
 

@@ -1,0 +1,21 @@
+// primecfg-train's command line holds two things: its own options (options.hpp:
+// `--device=cuda`, `--plan`, `--offload.cpu-threads=8`, `--options=FILE`) and the
+// training config (`@ cfg.toml`, `--model.offload=full`). A flag belongs to the
+// options when its first name is one of TrainerOptions' fields; the two sets of
+// names are disjoint (tests/trainer/test_command_line.cpp checks it). Each part is
+// then read by primecfg on its own.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace primecfg::train {
+
+struct CommandLine {
+  std::vector<std::string> options;  // for load_command_line<TrainerOptions> (`--options=F` as `@ F`)
+  std::vector<std::string> config;   // for load_command_line<SFTConfig>
+};
+
+CommandLine split_command_line(const std::vector<std::string>& args);
+
+}  // namespace primecfg::train

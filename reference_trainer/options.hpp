@@ -1,0 +1,134 @@
+// primecfg-train's own options: how to run, beyond what to train. They are read
+// through primecfg like the training config (so they get did-you-mean, ranges,
+// --help, provenance and a dump), from flags such as `--device=cuda` or
+// `--offload.cpu-threads=8`, and from a TOML file given with `--options=FILE`.
+// Nothing of the trainer is read from environment variables.
+#pragma once
+
+#include <primecfg/describe.hpp>
+#include <primecfg/validate.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace primecfg::train {
+
+enum class CpuIsa { avx512, avx2, scalar };
+
+// The copy pipelines of OptimizerOffload and FullOffload. None of these changes a
+// result, only memory and speed.
+struct OffloadOptions {
+  std::optional<double> ring_mib = std::nullopt;
+  std::optional<std::int64_t> cpu_threads = std::nullopt;
+  double timeout_s = 600;
+  std::optional<CpuIsa> cpu_isa = std::nullopt;
+
+  // Bytes of each staging ring / moment window asked for (nullopt: automatic).
+  std::optional<std::int64_t> ring_bytes() const {
+    if (!ring_mib) return std::nullopt;
+    return static_cast<std::int64_t>(*ring_mib * 1024 * 1024);
+  }
+
+  static constexpr auto fields() {
+    using O = OffloadOptions;
+    return describe(
+        field(&O::ring_mib,
+              "Size of each staging ring and of the GPU moment window, MiB (None: automatic; never less "
+              "than the largest tensor it holds).",
+              gt(0)),
+        field(&O::cpu_threads,
+              "CPU optimizer threads of offload = \"full\" (None: the usable cores less one).", ge(1)),
+        field(&O::timeout_s, "How long one wait of a copy pipeline may take before the run fails, seconds.",
+              gt(0)),
+        field(&O::cpu_isa,
+              "The widest instruction set the CPU optimizer kernels may use (None: the best this CPU has; "
+              "all give the same bits)."));
+  }
+};
+
+// Traces of where the time goes (bench/trainer/profile_gpu.sh, pipeline_timeline.py).
+struct ProfileOptions {
+  std::optional<std::filesystem::path> trace = std::nullopt;
+  bool cpu_ops = true;
+  std::optional<std::filesystem::path> host_trace = std::nullopt;
+
+  static constexpr auto fields() {
+    using P = ProfileOptions;
+    return describe(field(&P::trace, "Write a Kineto (Chrome) trace of the run's last two steps here."),
+                    field(&P::cpu_ops,
+                          "Record host operators in the trace too (off: only GPU kernels and copies, "
+                          "which leaves a host-bound step as it is)."),
+                    field(&P::host_trace,
+                          "Write the offload pipeline's host threads (hooks, worker, uploads) as a Chrome "
+                          "trace here."));
+  }
+};
+
+enum class ComputeDtype { bf16, fp32 };
+enum class PlanFormat { text, json };
+
+struct TrainerOptions {
+  std::optional<std::string> device = std::nullopt;
+  std::optional<ComputeDtype> compute_dtype = std::nullopt;
+  std::optional<std::filesystem::path> dump_logits = std::nullopt;
+  bool plan = false;
+  PlanFormat plan_format = PlanFormat::text;
+  std::optional<double> plan_gpu_memory = std::nullopt;
+  std::optional<double> plan_host_memory = std::nullopt;
+  bool memory_check = true;
+  std::optional<double> peak_tflops = std::nullopt;
+  OffloadOptions offload = {};
+  ProfileOptions profile = {};
+
+  static constexpr auto fields() {
+    using T = TrainerOptions;
+    return describe(
+        field(&T::device, "Where to run: cpu, cuda or cuda:N (None: cuda when there is one)."),
+        field(&T::compute_dtype, "Compute dtype (None: bf16 on CUDA, fp32 on the CPU)."),
+        field(&T::dump_logits,
+              "Train nothing: write the FP32 logits of the data's first micro-batch, with its input_ids, "
+              "positions and targets, to this safetensors file (to compare with transformers)."),
+        field(&T::plan,
+              "Print the predicted peak GPU and host memory of the config in each offload mode, and which "
+              "modes fit; run nothing."),
+        field(&T::plan_format, "Output of --plan."),
+        field(&T::plan_gpu_memory, "GPU capacity for --plan, GiB (None: the CUDA device's, else 139).",
+              gt(0)),
+        field(&T::plan_host_memory, "Host memory for --plan, GiB (None: MemAvailable of /proc/meminfo).",
+              gt(0)),
+        field(&T::memory_check,
+              "Stop a CUDA run before loading anything when the planner predicts it will not fit."),
+        field(&T::peak_tflops, "Peak dense bf16 TFLOP/s of the device for MFU (None: known GPUs only).",
+              gt(0)),
+        field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."));
+  }
+
+  void validate(validation& v) {
+    if (device && *device != "cpu" && *device != "cuda" && !cuda_index(*device))
+      v.error(device, "must be cpu, cuda or cuda:N");
+    if (plan && device && *device == "cpu")
+      v.error(device, "--plan models a CUDA run; --device=cpu is not supported with it");
+    if (!plan) {
+      if (plan_format != PlanFormat::text) v.error(plan_format, "only applies with --plan");
+      if (plan_gpu_memory) v.error(plan_gpu_memory, "only applies with --plan");
+      if (plan_host_memory) v.error(plan_host_memory, "only applies with --plan");
+    }
+  }
+
+  // The index N of "cuda:N"; nullopt for anything else.
+  static std::optional<int> cuda_index(const std::string& d) {
+    if (d.rfind("cuda:", 0) != 0 || d.size() == 5 || d.size() > 9) return std::nullopt;
+    int n = 0;
+    for (char c : d.substr(5)) {
+      if (c < '0' || c > '9') return std::nullopt;
+      n = n * 10 + (c - '0');
+    }
+    return n;
+  }
+};
+
+}  // namespace primecfg::train
