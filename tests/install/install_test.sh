@@ -41,7 +41,8 @@ for want in -DPRIMECFG_HEADER_ONLY=0 -DTOML_HEADER_ONLY=0; do
 done
 # shellcheck disable=SC2086
 "$cxx" -std=c++20 -O0 -c "$source_root/tests/install/consumer/main.cpp" $cflags -o "$tmp/consumer-compiled.o"
-nm -C "$tmp/consumer-compiled.o" | grep -q " U primecfg::detail::load_sources(" ||
+nm -C "$tmp/consumer-compiled.o" >"$tmp/symbols"  # to a file: `nm | grep -q` fails under pipefail
+grep -q " U primecfg::detail::load_sources(" "$tmp/symbols" ||
   { echo "FAIL: the compiled-mode consumer compiled the loader itself"; exit 1; }
 # shellcheck disable=SC2086
 "$cxx" "$tmp/consumer-compiled.o" $libs -o "$tmp/consumer-compiled"
