@@ -133,10 +133,10 @@ inline void migrate_table(context& ctx, const path_t& table) {
     return;
   }
 
-  const std::size_t errors_before = ctx.diagnostics.size();
+  const std::size_t errors_before = ctx.findings.size();
   auto failed = [&] {
-    for (std::size_t i = errors_before; i < ctx.diagnostics.size(); ++i)
-      if (ctx.diagnostics[i].lvl == level::error) return true;
+    for (std::size_t i = errors_before; i < ctx.findings.size(); ++i)
+      if (ctx.findings[i].lvl == level::error) return true;
     return false;
   };
 

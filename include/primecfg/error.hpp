@@ -1,6 +1,8 @@
 // Diagnostics are values: every problem found while loading a config, with
 // enough context (kind, dotted path, source location, offending input) to be
 // acted on by a person or by a tool.
+//
+// The definitions are in detail/error.inl.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 
 namespace primecfg {
 
+// What is wrong, as a stable name for tools (docs/errors.md lists them).
 enum class error_kind {
   toml_syntax,         // the file is not valid TOML
   file_error,          // the file cannot be read
@@ -34,14 +37,8 @@ enum class error_kind {
   value_error,         // a cross-field rule
 };
 
-constexpr std::string_view to_string(error_kind k) noexcept {
-  constexpr std::string_view names[] = {
-      "toml_syntax", "file_error",      "extra_forbidden",   "missing",      "literal_error",
-      "bool_type",   "int_type",        "float_type",        "string_type",  "table_type",
-      "array_type",  "int_overflow",    "finite_number",     "greater_than", "greater_than_equal",
-      "less_than",   "less_than_equal", "union_tag_invalid", "value_error"};
-  return names[static_cast<int>(k)];
-}
+// The kind's name as in the reports ("extra_forbidden").
+constexpr std::string_view to_string(error_kind k) noexcept;
 
 // Where a value came from: its default, a position in a file, or a CLI flag.
 struct provenance {
@@ -61,26 +58,16 @@ struct provenance {
   bool is_default() const noexcept { return from == origin::default_value; }
 
   // "a.toml:3:11", "a.toml", "command line --model.offload" or "default".
-  std::string to_string() const {
-    switch (from) {
-      case origin::default_value:
-        return "default";
-      case origin::command_line:
-        return "command line " + file;
-      case origin::file:
-        break;
-    }
-    if (line == 0) return file;
-    return fmt::format("{}:{}:{}", file, line, column);
-  }
+  std::string to_string() const;
 };
 
+// How bad a diagnostic is: only errors make a load fail.
 enum class severity { error, warning, note };
 
-constexpr std::string_view to_string(severity s) noexcept {
-  return s == severity::error ? "error" : s == severity::warning ? "warning" : "note";
-}
+// "error", "warning" or "note".
+constexpr std::string_view to_string(severity s) noexcept;
 
+// One problem found while loading a config.
 struct diagnostic {
   severity level = severity::error;
   error_kind kind = error_kind::value_error;
@@ -91,14 +78,8 @@ struct diagnostic {
 };
 
 // Compiler-style: "a.toml:3:11: error: model.offload: Input should be ... [literal_error] (input: "ful")"
-inline std::string format_diagnostic(const diagnostic& d) {
-  std::string where = d.where.is_default() ? std::string("<config>") : d.where.to_string();
-  std::string out = fmt::format("{}: {}: ", where, to_string(d.level));
-  if (!d.path.empty()) out += d.path + ": ";
-  out += d.message;
-  if (d.level == severity::error) out += fmt::format(" [{}]", to_string(d.kind));
-  if (!d.input.empty()) out += fmt::format(" (input: {})", d.input);
-  return out;
-}
+inline std::string format_diagnostic(const diagnostic& d);
 
 }  // namespace primecfg
+
+#include <primecfg/detail/error.inl>

@@ -17,6 +17,8 @@
 // max_steps into [trainer]) does that in `void share(primecfg::validation&)`:
 // every share() runs before any validate(), parents first, so the rules of a
 // section already see the values it was given.
+//
+// The definitions are in detail/validate.inl.
 #pragma once
 
 #include <primecfg/detail/equal.hpp>
@@ -37,150 +39,74 @@
 
 namespace primecfg {
 
+// Dotted path -> where the value there came from (absent: its default).
 using provenance_map = std::map<std::string, provenance, std::less<>>;
 
+// What validate() and share() are handed: paths, sources and diagnostics of the config being loaded.
 class validation {
  public:
   validation(std::vector<diagnostic>& out, provenance_map& sources) : out_(&out), sources_(&sources) {}
 
   // Dotted path of a field of the config being validated.
   template <class F>
-  std::string path_of(const F& field) const {
-    auto it = paths_.find({static_cast<const void*>(&field), std::type_index(typeid(F))});
-    return it == paths_.end() ? std::string("<unknown field>") : it->second;
-  }
+  std::string path_of(const F& field) const;
 
   // Where the field's value came from.
   template <class F>
-  provenance source_of(const F& field) const {
-    auto it = sources_->find(path_of(field));
-    return it == sources_->end() ? provenance{} : it->second;
-  }
+  provenance source_of(const F& field) const;
 
   // True when a file or the command line set the field.
   template <class F>
-  bool is_set(const F& field) const {
-    return !source_of(field).is_default();
-  }
+  bool is_set(const F& field) const;
 
+  // A diagnostic at the field's path and source (with its value as the input).
   template <class F>
-  void error(const F& field, std::string message) {
-    report(severity::error, field, std::move(message));
-  }
+  void error(const F& field, std::string message);
   template <class F>
-  void warning(const F& field, std::string message) {
-    report(severity::warning, field, std::move(message));
-  }
+  void warning(const F& field, std::string message);
   template <class F>
-  void note(const F& field, std::string message) {
-    report(severity::note, field, std::move(message));
-  }
+  void note(const F& field, std::string message);
 
   // A rule that needs `field` to hold `value`: a default is replaced (with a
   // note saying why); a value the user set is never silently overridden, it
   // is an error. Returns true when the field now holds `value`.
   template <class F, class V>
-  bool require_value(F& field, V&& value, std::string why) {
-    F wanted(std::forward<V>(value));
-    if (detail::deep_equal(field, wanted)) return true;
-    if (is_set(field)) {
-      error(field, why);
-      return false;
-    }
-    note(field, fmt::format("default {} changed to {}: {}", detail::value_text(field),
-                            detail::value_text(wanted), why));
-    field = std::move(wanted);
-    return true;
-  }
+  bool require_value(F& field, V&& value, std::string why);
 
   // A value shared from another section (RL's top-level max_steps into
   // [trainer]): taken when `field` was not set, an error when it was set to
   // something else. Provenance follows the value.
   template <class F, class V>
-  void inherit(F& field, const V& value) {
-    F wanted(value);
-    if (is_set(field)) {
-      if (!detail::deep_equal(field, wanted))
-        error(field, fmt::format("conflicts with {} = {} set at {}", path_of(value),
-                                 detail::value_text(wanted), source_of(value).to_string()));
-      return;
-    }
-    field = std::move(wanted);
-    (*sources_)[path_of(field)] = source_of(value);
-  }
+  void inherit(F& field, const V& value);
 
   // inherit() of a value computed from `cause` (RL's output_dir / run.name into
   // trainer.output_dir); `what` names the computation in the conflict message.
   template <class F, class V, class C>
-  void inherit(F& field, const V& value, std::string_view what, const C& cause) {
-    F wanted(value);
-    if (is_set(field)) {
-      if (!detail::deep_equal(field, wanted))
-        error(field, fmt::format("conflicts with {} = {} (from {} set at {})", what,
-                                 detail::value_text(wanted), path_of(cause), source_of(cause).to_string()));
-      return;
-    }
-    field = std::move(wanted);
-    (*sources_)[path_of(field)] = source_of(cause);
-  }
+  void inherit(F& field, const V& value, std::string_view what, const C& cause);
 
   // Turns an optional section on with its defaults because `cause` (a shared
   // section) asks for it; its fields get their paths at once. A section the
   // user switched off ("None") stays off: that is an error naming `cause`.
   // Returns the section, or null when it stays off.
   template <class S, class C>
-  S* engage(std::optional<S>& section, const C& cause) {
-    if (section) return &*section;
-    if (is_set(section)) {
-      error(section, fmt::format("is \"None\", but {} (set at {}) applies to it; remove one of the two",
-                                 path_of(cause), source_of(cause).to_string()));
-      return nullptr;
-    }
-    section.emplace();
-    (*sources_)[path_of(section)] = source_of(cause);
-    if (reindex_) reindex_();
-    return &*section;
-  }
+  S* engage(std::optional<S>& section, const C& cause);
 
   // inherit() for every field of a struct that the shared section set.
   template <class S>
-  void inherit_fields(S& target, const S& shared) {
-    if constexpr (detail::is_struct_v<S>) {
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (inherit_fields(detail::get_field<I>(target), detail::get_field<I>(shared)), ...);
-      }
-      (std::make_index_sequence<detail::field_count_v<S>>{});
-    } else if (is_set(shared)) {
-      inherit(target, shared);
-    }
-  }
+  void inherit_fields(S& target, const S& shared);
 
   // Where the value at a dotted path came from (e.g. a union's "optim.type").
-  provenance source_of_path(std::string_view path) const {
-    auto it = sources_->find(path);
-    return it == sources_->end() ? provenance{} : it->second;
-  }
+  provenance source_of_path(std::string_view path) const;
 
   // Used by the loader: registers the address of every field before rules run.
-  void add_field(const void* address, std::type_index type, std::string path) {
-    paths_.insert_or_assign({address, type}, std::move(path));
-  }
+  void add_field(const void* address, std::type_index type, std::string path);
   // Used by the loader: how to register the fields again after engage().
   void on_reindex(std::function<void()> reindex) { reindex_ = std::move(reindex); }
   void clear_fields() { paths_.clear(); }
 
  private:
   template <class F>
-  void report(severity level, const F& field, std::string message) {
-    diagnostic d;
-    d.level = level;
-    d.kind = error_kind::value_error;
-    d.path = path_of(field);
-    d.where = source_of(field);
-    d.message = std::move(message);
-    d.input = detail::value_text(field);
-    out_->push_back(std::move(d));
-  }
+  void report(severity level, const F& field, std::string message);
 
   // Keyed by address and type: a struct and its first member share an address.
   std::map<std::pair<const void*, std::type_index>, std::string> paths_;
@@ -190,3 +116,5 @@ class validation {
 };
 
 }  // namespace primecfg
+
+#include <primecfg/detail/validate.inl>

@@ -55,13 +55,13 @@ std::optional<toml::table> try_parse(const std::string& text) {
 
 std::string describe(const file_result& r) {
   std::string out = "--- input:\n" + r.original + "\n--- output:\n" + r.migrated + "\n--- diagnostics:\n";
-  for (const auto& d : r.diagnostics) out += format("fuzz.toml", d) + "\n";
+  for (const auto& d : r.findings) out += format("fuzz.toml", d) + "\n";
   return out;
 }
 
 void check_diagnostics(const file_result& r) {
   std::size_t lines = static_cast<std::size_t>(std::count(r.original.begin(), r.original.end(), '\n')) + 1;
-  for (const auto& d : r.diagnostics) {
+  for (const auto& d : r.findings) {
     check(!d.message.empty(), "a diagnostic without a message", describe(r));
     check(d.message.find("internal error") == std::string::npos, "an internal error", describe(r));
     check(d.line <= lines, "a diagnostic names a line past the end of the file", describe(r));
@@ -96,7 +96,7 @@ void run(const std::string& input, const options& opts) {
   check(!again.failed(), "migrating the migrated text reports an error", describe(r) + describe(again));
   check(!again.changed(), "migration is not idempotent", describe(r) + describe(again));
 
-  validation v = validate("fuzz.toml", r.migrated, infer_root_type(*out));
+  check_result v = validate("fuzz.toml", r.migrated, infer_root_type(*out));
   check(v.ok || v.errors > 0, "an invalid result without an error count");
 }
 

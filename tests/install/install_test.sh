@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `meson install` puts the headers and primecfg.pc in place, and a program of
-# another project builds against that installed copy (through pkg-config) and
-# against primecfg used as a meson subproject.
+# `meson install` puts the headers, primecfg.pc, libprimecfg-compiled.a and
+# primecfg-compiled.pc in place, and a program of another project builds
+# against that installed copy (through pkg-config) in both modes, header-only
+# and with the loader compiled once, and against primecfg used as a meson
+# subproject.
 set -euo pipefail
 build=$1
 source_root=$2
@@ -27,6 +29,28 @@ out=$("$tmp/consumer" @ "$tmp/run.toml" --steps 3)
 if "$tmp/consumer" --steps 0 2>"$tmp/err"; then echo "FAIL: invalid config accepted"; exit 1; fi
 grep -q "steps: must be greater than or equal to 1" "$tmp/err" || { echo "FAIL: unexpected error text"; cat "$tmp/err"; exit 1; }
 
+# 1b. The compiled loader through pkg-config: primecfg-compiled.pc gives the
+# defines, the static library and fmt; the consumer's own object file holds no
+# loader (it is undefined there, defined in the library).
+[ -f "$(dirname "$pc")/primecfg-compiled.pc" ] || { echo "FAIL: no primecfg-compiled.pc installed"; exit 1; }
+[ -n "$(find "$tmp/stage" -name libprimecfg-compiled.a)" ] || { echo "FAIL: libprimecfg-compiled.a not installed"; exit 1; }
+cflags=$(pkg-config --cflags primecfg-compiled)
+libs=$(pkg-config --libs primecfg-compiled)
+for want in -DPRIMECFG_HEADER_ONLY=0 -DTOML_HEADER_ONLY=0; do
+  case " $cflags " in *" $want "*) ;; *) echo "FAIL: primecfg-compiled.pc lacks $want: $cflags"; exit 1 ;; esac
+done
+# shellcheck disable=SC2086
+"$cxx" -std=c++20 -O0 -c "$source_root/tests/install/consumer/main.cpp" $cflags -o "$tmp/consumer-compiled.o"
+nm -C "$tmp/consumer-compiled.o" >"$tmp/symbols"  # to a file: `nm | grep -q` fails under pipefail
+grep -q " U primecfg::detail::load_sources(" "$tmp/symbols" ||
+  { echo "FAIL: the compiled-mode consumer compiled the loader itself"; exit 1; }
+# shellcheck disable=SC2086
+"$cxx" "$tmp/consumer-compiled.o" $libs -o "$tmp/consumer-compiled"
+out=$("$tmp/consumer-compiled" @ "$tmp/run.toml" --steps 3)
+[ "$out" = "steps=3 strategy=full" ] || { echo "FAIL: compiled-mode consumer printed '$out'"; exit 1; }
+if "$tmp/consumer-compiled" --steps 0 2>"$tmp/err-compiled"; then echo "FAIL: compiled mode accepted an invalid config"; exit 1; fi
+cmp -s "$tmp/err" "$tmp/err-compiled" || { echo "FAIL: the two modes report differently"; diff "$tmp/err" "$tmp/err-compiled"; exit 1; }
+
 # 2. As a meson subproject (meson.override_dependency).
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 cp -r "$source_root/tests/install/consumer" "$tmp/sub"
@@ -38,4 +62,4 @@ PKG_CONFIG_LIBDIR=/nonexistent meson setup "$tmp/sub/build" "$tmp/sub" >"$tmp/se
 ninja -C "$tmp/sub/build" >"$tmp/ninja.log" 2>&1 || { echo "FAIL: subproject build"; cat "$tmp/ninja.log"; exit 1; }
 out=$("$tmp/sub/build/consumer" --model.offload none)
 [ "$out" = "steps=10 strategy=none" ] || { echo "FAIL: subproject consumer printed '$out'"; exit 1; }
-echo "installed and subproject consumers work"
+echo "installed (header-only and compiled) and subproject consumers work"

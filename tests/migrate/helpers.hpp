@@ -31,25 +31,25 @@ inline file_result run(std::string text, bool fsdp_as_full = false) {
 // The migrated text; the test fails when the migration reported an error.
 inline std::string migrated(std::string text) {
   file_result r = run(std::move(text));
-  for (const auto& d : r.diagnostics) INFO(format("input.toml", d));
+  for (const auto& d : r.findings) INFO(format("input.toml", d));
   REQUIRE_FALSE(r.failed());
   return r.migrated;
 }
 
 inline bool has(const file_result& r, level l, std::string_view needle, std::size_t line = 0) {
-  return std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [&](const diagnostic& d) {
+  return std::any_of(r.findings.begin(), r.findings.end(), [&](const finding& d) {
     return d.lvl == l && d.message.find(needle) != std::string::npos && (line == 0 || d.line == line);
   });
 }
 
 inline std::size_t count(const file_result& r, level l) {
-  return static_cast<std::size_t>(std::count_if(r.diagnostics.begin(), r.diagnostics.end(),
-                                                [&](const diagnostic& d) { return d.lvl == l; }));
+  return static_cast<std::size_t>(
+      std::count_if(r.findings.begin(), r.findings.end(), [&](const finding& d) { return d.lvl == l; }));
 }
 
-inline std::string all_diagnostics(const file_result& r) {
+inline std::string all_findings(const file_result& r) {
   std::string s;
-  for (const auto& d : r.diagnostics) s += format("input.toml", d) + "\n";
+  for (const auto& d : r.findings) s += format("input.toml", d) + "\n";
   return s;
 }
 

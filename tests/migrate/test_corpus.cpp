@@ -61,7 +61,7 @@ TEST_CASE("corpus: every file migrates to its golden text, or stays byte-identic
     CAPTURE(rel);
     std::string in = read(corpus_dir() / rel);
     file_result r = run(in);
-    INFO(all_diagnostics(r));
+    INFO(all_findings(r));
     CHECK_FALSE(r.failed());
     if (legacy_files().count(rel)) {
       CHECK(r.changed());
@@ -69,7 +69,7 @@ TEST_CASE("corpus: every file migrates to its golden text, or stays byte-identic
       // Idempotent: the golden text needs nothing more.
       file_result again = run(r.migrated);
       CHECK_FALSE(again.changed());
-      CHECK(again.diagnostics.empty());
+      CHECK(again.findings.empty());
     } else {
       CHECK_FALSE(r.changed());
       CHECK(r.migrated == in);
@@ -93,7 +93,7 @@ TEST_CASE("corpus: migrated files validate as their config type, or fail only on
     CAPTURE(rel);
     std::string text = read(golden_dir() / rel);
     CHECK(infer_root_type(toml::parse(text)) == type);
-    validation v = validate(rel, text, type);
+    check_result v = validate(rel, text, type);
     INFO(v.report);
     if (v.ok) continue;
     // Known, offload-unrelated failures: a removed field, and the branch-only

@@ -149,7 +149,7 @@ TEST_CASE("a config that already uses offload is left alone") {
   const std::string in = "[model]\noffload = \"none\"\n";
   auto r = run(in);
   CHECK_FALSE(r.changed());
-  CHECK(r.diagnostics.empty());
+  CHECK(r.findings.empty());
 }
 
 TEST_CASE("error: legacy keys with values of the wrong type") {

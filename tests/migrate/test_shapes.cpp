@@ -207,6 +207,6 @@ TEST_CASE("idempotence: migrating a migrated file changes nothing and says nothi
     CHECK(once != in);
     auto twice = run(once);
     CHECK_FALSE(twice.changed());
-    CHECK(twice.diagnostics.empty());
+    CHECK(twice.findings.empty());
   }
 }

@@ -36,7 +36,7 @@ TEST_CASE("a rename step edits every spelling of the key and nothing else") {
       "model.attn = \"sdpa\"\n"
       "other = { model = { attn = 1 } }\n",
       {}, demo_steps());
-  for (const auto& d : r.diagnostics) INFO(format("demo.toml", d));
+  for (const auto& d : r.findings) INFO(format("demo.toml", d));
   CHECK_FALSE(r.failed());
   CHECK(r.migrated ==
         "# attn stays in comments\n"

@@ -111,7 +111,7 @@ cli parse_args(int argc, char** argv) {
   return c;
 }
 
-void print(const std::string& file, const std::vector<diagnostic>& ds) {
+void print(const std::string& file, const std::vector<finding>& ds) {
   for (const auto& d : ds) std::cerr << format(file, d) << "\n";
 }
 
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       continue;
     }
     file_result r = migrate_text(std::move(in.text), c.opts);
-    print(path, r.diagnostics);
+    print(path, r.findings);
     if (r.failed()) {
       std::cerr << path << ": error: not migrated, see the errors above\n";
       any_error = true;
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     bool invalid = false;
     if (c.validate) {
       root_type root = c.as ? *c.as : infer_root_type(toml::parse(r.migrated));
-      validation v = validate(path, r.migrated, root);
+      check_result v = validate(path, r.migrated, root);
       if (!v.ok) {
         std::cerr << path << ": " << (c.force ? "warning" : "error")
                   << ": the migrated config is not a valid " << to_string(root) << " config (" << v.errors

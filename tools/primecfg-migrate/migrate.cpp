@@ -10,11 +10,11 @@
 namespace primecfg::migrate {
 
 bool file_result::failed() const {
-  return std::any_of(diagnostics.begin(), diagnostics.end(),
-                     [](const diagnostic& d) { return d.lvl == level::error; });
+  return std::any_of(findings.begin(), findings.end(),
+                     [](const finding& d) { return d.lvl == level::error; });
 }
 
-std::string format(std::string_view file, const diagnostic& d) {
+std::string format(std::string_view file, const finding& d) {
   std::string out(file);
   if (d.line > 0) out += ":" + std::to_string(d.line);
   out += ": ";
@@ -26,7 +26,7 @@ std::string format(std::string_view file, const diagnostic& d) {
 
 namespace {
 
-std::optional<toml::table> parse(const std::string& text, std::vector<diagnostic>& diags, bool ours) {
+std::optional<toml::table> parse(const std::string& text, std::vector<finding>& diags, bool ours) {
   // Keys nested deeper than this overflow the stack inside toml++.
   if (auto deep = primecfg::detail::find_deep_key(text)) {
     diags.push_back({level::error, ours ? 0 : deep->line,
@@ -46,8 +46,8 @@ std::optional<toml::table> parse(const std::string& text, std::vector<diagnostic
   }
 }
 
-bool has_error(const std::vector<diagnostic>& ds) {
-  return std::any_of(ds.begin(), ds.end(), [](const diagnostic& d) { return d.lvl == level::error; });
+bool has_error(const std::vector<finding>& ds) {
+  return std::any_of(ds.begin(), ds.end(), [](const finding& d) { return d.lvl == level::error; });
 }
 
 }  // namespace
@@ -60,12 +60,12 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
   file_result r;
   r.original = text;
   r.migrated = text;
-  std::optional<toml::table> root = parse(text, r.diagnostics, false);
+  std::optional<toml::table> root = parse(text, r.findings, false);
   if (!root) return r;
 
   std::string current = std::move(text);
   for (const step& s : steps) {
-    std::vector<diagnostic> ds;
+    std::vector<finding> ds;
     std::string next;
     try {
       document doc(current);
@@ -79,15 +79,15 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
                         "; nothing was changed"});
     }
     std::stable_sort(ds.begin(), ds.end(),
-                     [](const diagnostic& a, const diagnostic& b) { return a.line < b.line; });
-    r.diagnostics.insert(r.diagnostics.end(), ds.begin(), ds.end());
+                     [](const finding& a, const finding& b) { return a.line < b.line; });
+    r.findings.insert(r.findings.end(), ds.begin(), ds.end());
     if (has_error(ds)) {
       r.migrated = r.original;
       return r;
     }
     if (next == current) continue;
 
-    std::optional<toml::table> next_root = parse(next, r.diagnostics, true);
+    std::optional<toml::table> next_root = parse(next, r.findings, true);
     if (!next_root) {
       r.migrated = r.original;
       return r;
@@ -95,7 +95,7 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
     // A step must be done after one pass: running it again changes nothing.
     bool settled = false;
     try {
-      std::vector<diagnostic> again;
+      std::vector<finding> again;
       document doc2(next);
       plan edits2(doc2);
       context ctx2{doc2, *next_root, opts, edits2, again};
@@ -105,9 +105,9 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
       settled = false;
     }
     if (!settled) {
-      r.diagnostics.push_back({level::error, 0,
-                               "internal error: migration " + std::string(s.name) +
-                                   " would change its own output again; nothing was changed"});
+      r.findings.push_back({level::error, 0,
+                            "internal error: migration " + std::string(s.name) +
+                                " would change its own output again; nothing was changed"});
       r.migrated = r.original;
       return r;
     }
@@ -117,10 +117,10 @@ file_result migrate_text(std::string text, const options& opts, const std::vecto
   }
   // A rewrite the library would refuse to load is no migration.
   if (current.size() > loader_max_bytes()) {
-    r.diagnostics.push_back({level::error, 0,
-                             "the migrated config would be " + std::to_string(current.size()) +
-                                 " bytes, more than the " + std::to_string(loader_max_bytes() >> 20) +
-                                 " MiB the primecfg loader reads; nothing was changed"});
+    r.findings.push_back({level::error, 0,
+                          "the migrated config would be " + std::to_string(current.size()) +
+                              " bytes, more than the " + std::to_string(loader_max_bytes() >> 20) +
+                              " MiB the primecfg loader reads; nothing was changed"});
     r.migrated = r.original;
     return r;
   }

@@ -15,7 +15,7 @@ namespace primecfg::migrate {
 struct file_result {
   std::string original;
   std::string migrated;  // == original when nothing applies or on error
-  std::vector<diagnostic> diagnostics;
+  std::vector<finding> findings;
   std::vector<std::string_view> applied;  // names of the steps that changed something
 
   bool changed() const { return migrated != original; }
@@ -29,7 +29,7 @@ file_result migrate_text(std::string text, const options& opts);
 file_result migrate_text(std::string text, const options& opts, const std::vector<step>& steps);
 
 // "file:line: level: message" (or "file: level: message" without a line).
-std::string format(std::string_view file, const diagnostic& d);
+std::string format(std::string_view file, const finding& d);
 
 // --- Validation of the result with the primecfg library -------------------
 
@@ -41,14 +41,16 @@ std::optional<root_type> parse_root_type(std::string_view s);
 // with seq_len -> sft; [data.fake] or model.seq_len -> trainer; else sft.
 root_type infer_root_type(const toml::table& root);
 
-struct validation {
+// What the library said of a migrated text (not primecfg::validation, the
+// object a config's rules are handed).
+struct check_result {
   bool ok = true;
   std::size_t errors = 0;
   std::string report;  // the library's compiler-style lines and summary
 };
 
 // Loads `text` as `root` with the library.
-validation validate(std::string_view name, const std::string& text, root_type root);
+check_result validate(std::string_view name, const std::string& text, root_type root);
 
 // The largest config file the library loads (primecfg::max_config_bytes).
 std::uintmax_t loader_max_bytes();

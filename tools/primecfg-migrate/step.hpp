@@ -22,7 +22,9 @@ namespace primecfg::migrate {
 
 enum class level { error, warning, note };
 
-struct diagnostic {
+// What a step (or the driver) found in a file: an error, a warning or a note at
+// a line. (The library's own report is primecfg::diagnostic; this is not that.)
+struct finding {
   level lvl = level::note;
   std::size_t line = 0;  // 1-based; 0 when the message is about the whole file
   std::string message;
@@ -39,17 +41,17 @@ struct context {
   const toml::table& root;
   const options& opts;
   plan& edits;
-  std::vector<diagnostic>& diagnostics;
+  std::vector<finding>& findings;
 
   // `line0` is 0-based, as everywhere in document.
   void error(std::size_t line0, std::string msg) {
-    diagnostics.push_back({level::error, line0 + 1, std::move(msg)});
+    findings.push_back({level::error, line0 + 1, std::move(msg)});
   }
   void warning(std::size_t line0, std::string msg) {
-    diagnostics.push_back({level::warning, line0 + 1, std::move(msg)});
+    findings.push_back({level::warning, line0 + 1, std::move(msg)});
   }
   void note(std::size_t line0, std::string msg) {
-    diagnostics.push_back({level::note, line0 + 1, std::move(msg)});
+    findings.push_back({level::note, line0 + 1, std::move(msg)});
   }
 };
 

@@ -14,11 +14,11 @@ namespace primecfg::migrate {
 namespace {
 
 template <class T>
-validation load_as(std::string_view name, const std::string& text, std::string_view root_name) {
+check_result load_as(std::string_view name, const std::string& text, std::string_view root_name) {
   primecfg::sources src;
   src.add_text(std::string(name), text);
   primecfg::loaded<T> r = primecfg::load<T>(src);
-  validation v;
+  check_result v;
   v.ok = r.ok();
   v.errors = r.error_count();
   if (!v.ok) v.report = primecfg::format_text(r.diagnostics, root_name);
@@ -27,7 +27,7 @@ validation load_as(std::string_view name, const std::string& text, std::string_v
 
 }  // namespace
 
-validation validate(std::string_view name, const std::string& text, root_type root) {
+check_result validate(std::string_view name, const std::string& text, root_type root) {
   switch (root) {
     case root_type::sft:
       return load_as<primecfg::SFTConfig>(name, text, "SFTConfig");
