@@ -608,3 +608,13 @@ TEST_CASE("the default dump carries prime-rl's defaults of the new fields") {
                            "vf_level = \"info\"", "interval = 10.0", "path = \"metrics.jsonl\""})
     CHECK_MESSAGE(dump.find(line) != std::string::npos, line);
 }
+
+TEST_CASE("FP8 quantization keeps prime-rl's high-precision modules and grouped-GEMM default") {
+  auto r = load_text<primecfg::SFTConfig>("[model.quantization]\nignore_patterns = [\"lm_head\"]\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.model.quantization->enable_grouped_gemm);
+  CHECK(r.value.model.quantization->ignore_patterns == std::vector<std::string>{"lm_head"});
+  primecfg::QuantizationConfig defaults;
+  CHECK(defaults.ignore_patterns.size() == 8);
+  CHECK(defaults.ignore_patterns[2] == "mlp\\.gate\\.");
+}
