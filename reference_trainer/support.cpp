@@ -102,7 +102,33 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
         lm.tool != def.tool)
       c.error("data.loss_mask",
               "records are prompt/completion pairs (loss on the completion); role masks " + not_impl);
+    for (const auto& [path, set] :
+         {std::pair{"data.subsets", d->subsets.has_value()}, std::pair{"data.splits", d->splits.has_value()},
+          std::pair{"data.probabilities", d->probabilities.has_value()}})
+      if (set)
+        c.error(path, "dataset subsets, splits and their interleaving " + not_impl +
+                          " (the data is one JSONL file, data.path)");
   }
+  if (const auto* f = std::get_if<FakeDataConfig>(&cfg.data)) {
+    // SFT's [data] type = "fake", or a TrainerConfig's [data.fake].
+    const std::string prefix = c.explicitly_set("data.fake") ? "data.fake." : "data.";
+    if (f->seed != FakeDataConfig{}.seed)
+      c.error(prefix + "seed", "fake tokens come from a fixed generator here; a seed for them " + not_impl);
+    if (f->generate_samples) c.error(prefix + "generate_samples", "generated fake samples " + not_impl);
+  }
+  if (cfg.val) c.error("val", "validation during training " + not_impl + "; remove [val]");
+  if (cfg.run.name || cfg.run.dir)
+    c.error(cfg.run.dir ? "run.dir" : "run.name",
+            "primecfg-train writes into output_dir itself, not into the launcher's output_dir / run.dir; "
+            "set output_dir to the run folder instead");
+  if (cfg.log.json_logging)
+    c.error("log.json_logging", "JSON logs " + not_impl + " (progress is plain text)");
+  if (cfg.log.log_data) c.error("log.log_data", "logging the first data sample " + not_impl);
+  if (!cfg.monitors.file)
+    c.error("monitors.file", "primecfg-train always writes its metrics to <output_dir>/metrics.jsonl");
+  else if (cfg.monitors.file->path != FileMonitorConfig{}.path)
+    c.error("monitors.file.path",
+            "primecfg-train writes its metrics to <output_dir>/metrics.jsonl; another path " + not_impl);
 
   if (cfg.monitors.wandb)
     c.error("monitors.wandb", "W&B logging " + not_impl + "; metrics go to metrics.jsonl");
@@ -153,6 +179,12 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
       {"dist_timeout_seconds", "one process: there are no collectives to time out"},
       {"gc", "Python's garbage collector does not run here"},
       {"log.level", "primecfg-train prints progress and errors only"},
+      {"log.vf_level", "the verifiers package does not run here"},
+      {"log.interval", "primecfg-train prints one line per step"},
+      {"log.ranks_filter", "one process: its output is always shown"},
+      {"data.num_workers", "data is prepared in the training process"},
+      {"data.stopping_strategy", "it applies only to interleaved subsets or splits"},
+      {"weight_broadcast", "weights go to the inference server of online evals, which the launcher runs"},
       {"renderer", "records are tokenized before training (tools/tokenize_jsonl.py)"},
   };
   for (const auto& [path, why] : no_effect)
@@ -177,6 +209,10 @@ std::vector<diagnostic> check_rl_only(const provenance_map& where) {
       c.error(path,
               "an RL-trainer setting; primecfg-train trains a TrainerConfig on its [data.fake] and does "
               "not apply it");
+  // Rollouts never arrive when training on [data.fake], in prime-rl as here.
+  if (c.explicitly_set("rollout_transport"))
+    c.note("rollout_transport",
+           "has no effect in primecfg-train: it trains on [data.fake], no rollouts arrive");
   return out;
 }
 

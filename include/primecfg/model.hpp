@@ -113,11 +113,22 @@ struct LoraConfig {
 
 enum class QuantizationType { fp8 };
 
+// Modules prime-rl keeps in high precision under FP8 (regexes, re.search).
+inline std::vector<std::string> default_fp8_ignore_patterns() {
+  return {"lm_head", "router",       "mlp\\.gate\\.", "shared_expert_gate",
+          "eh_proj", "weights_proj", "in_proj_a",     "in_proj_b"};
+}
+
 struct QuantizationConfig {
   QuantizationType type = QuantizationType::fp8;
+  bool enable_grouped_gemm = true;
+  std::vector<std::string> ignore_patterns = default_fp8_ignore_patterns();
 
   static constexpr auto fields() {
-    return describe(field(&QuantizationConfig::type, "Low-precision format of the matmuls."));
+    using S = QuantizationConfig;
+    return describe(field(&S::type, "Low-precision format of the matmuls."),
+                    field(&S::enable_grouped_gemm, "Quantize the grouped expert matmuls too."),
+                    field(&S::ignore_patterns, "Regexes of module names kept in high precision."));
   }
 };
 

@@ -430,3 +430,191 @@ TEST_CASE("every prime-rl config and example at 559b44772 validates as its targe
   }
   CHECK(count == 61);  // 64 at that commit, less two inference-server files and one evals file
 }
+
+TEST_CASE("SFT data: one split and one probability per subset (prime-rl's validate_subsets_and_splits)") {
+  auto ok = load_text<primecfg::SFTConfig>(
+      "[data]\nsubsets = [\"a\", \"b\"]\nsplits = [\"train\", \"test\"]\nprobabilities = [0.5, 0.5]\n"
+      "stopping_strategy = \"first_exhausted\"\nnum_workers = 4\n");
+  INFO(primecfg::format_text(ok.diagnostics, "SFTConfig"));
+  REQUIRE(ok.ok());
+  const auto& d = std::get<primecfg::SFTDataConfig>(ok.value.data);
+  CHECK(d.stopping_strategy == primecfg::StoppingStrategy::first_exhausted);
+  CHECK(d.num_workers == 4);
+  auto splits = load_text<primecfg::SFTConfig>("[data]\nsubsets = [\"a\", \"b\"]\nsplits = [\"train\"]\n");
+  CHECK(error_at(splits, "data.splits").message ==
+        "has 1 entries but data.subsets has 2; give one split for each");
+  auto probabilities =
+      load_text<primecfg::SFTConfig>("[data]\nsplits = [\"train\", \"test\"]\nprobabilities = [1.0]\n");
+  CHECK(error_at(probabilities, "data.probabilities").message.find("data.splits has 2") != std::string::npos);
+  // Without subsets or splits prime-rl checks nothing (probabilities alone are not interleaved).
+  CHECK(load_text<primecfg::SFTConfig>("[data]\nprobabilities = [1.0, 2.0]\n").ok());
+  auto strategy = load_text<primecfg::SFTConfig>("[data]\nstopping_strategy = \"longest\"\n");
+  CHECK(error_at(strategy, "data.stopping_strategy").kind == error_kind::literal_error);
+  auto workers = load_text<primecfg::SFTConfig>("[data]\nnum_workers = 0\n");
+  CHECK(error_at(workers, "data.num_workers").kind == error_kind::greater_than_equal);
+}
+
+TEST_CASE("SFT [val]: validation every 50 steps on its own data, checked like the training data") {
+  auto r = load_text<primecfg::SFTConfig>("[val.data]\nname = \"held-out\"\n");
+  INFO(primecfg::format_text(r.diagnostics, "SFTConfig"));
+  REQUIRE(r.ok());
+  REQUIRE(r.value.val);
+  CHECK(r.value.val->interval == 50);
+  CHECK_FALSE(r.value.val->eval_on_start);
+  CHECK(r.value.val->data.name == "held-out");
+  CHECK_FALSE(load_text<primecfg::SFTConfig>("").value.val);
+  // prime-rl's val.data has no default.
+  auto bare = load_text<primecfg::SFTConfig>("[val]\ninterval = 10\n");
+  CHECK(error_at(bare, "val.data").kind == error_kind::missing);
+  auto interval = load_text<primecfg::SFTConfig>("[val]\ninterval = 0\n[val.data]\n");
+  CHECK(error_at(interval, "val.interval").kind == error_kind::greater_than_equal);
+  // The rules of the training data hold for the validation data too.
+  auto batch = load_text<primecfg::SFTConfig>("[val.data]\nbatch_size = 5\nmicro_batch_size = 2\n");
+  CHECK(error_at(batch, "val.data.batch_size").message.find("multiple of micro_batch_size") !=
+        std::string::npos);
+  auto cp = load_text<primecfg::SFTConfig>(
+      "[model]\ncp = 2\n[val.data]\nseq_len = 127\nmicro_batch_size = 2\nbatch_size = 2\n");
+  CHECK(error_at(cp, "val.data.seq_len").message.find("model.cp = 2") != std::string::npos);
+  CHECK(error_at(cp, "val.data.micro_batch_size").message.find("context parallelism") != std::string::npos);
+  auto subsets = load_text<primecfg::SFTConfig>("[val.data]\nsubsets = [\"a\"]\nsplits = []\n");
+  CHECK(error_at(subsets, "val.data.splits").kind == error_kind::value_error);
+  auto fake = load_text<primecfg::SFTConfig>("[val.data]\ntype = \"fake\"\n");
+  CHECK_FALSE(fake.ok());
+}
+
+TEST_CASE("[log]: prime-rl's trainer log settings; RL's shared [log] has only level and json_logging") {
+  primecfg::LogConfig defaults;
+  CHECK(defaults.vf_level == primecfg::LogLevel::info);
+  CHECK(defaults.interval == 10.0);
+  CHECK(defaults.ranks_filter == std::vector<std::int64_t>{0});
+  CHECK_FALSE(defaults.json_logging);
+  CHECK_FALSE(defaults.log_data);
+  auto r = load_text<primecfg::SFTConfig>(
+      "[log]\nvf_level = \"debug\"\njson_logging = true\nlog_data = true\nranks_filter = [0, 1]\ninterval = "
+      "2.5\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.log.ranks_filter == std::vector<std::int64_t>{0, 1});
+  CHECK(error_at(load_text<primecfg::SFTConfig>("[log]\ninterval = 0\n"), "log.interval").kind ==
+        error_kind::greater_than);
+
+  auto shared = load_text<primecfg::RLConfig>("[log]\njson_logging = true\n");
+  REQUIRE(shared.ok());
+  CHECK(shared.value.trainer.log.json_logging);
+  CHECK(shared.value.trainer.log.level == primecfg::LogLevel::info);  // no shared level: the trainer's own
+  CHECK(shared.source_of("trainer.log.json_logging").to_string() == "test.toml:2:16");
+  auto conflict =
+      load_text<primecfg::RLConfig>("[log]\njson_logging = true\n[trainer.log]\njson_logging = false\n");
+  CHECK(error_at(conflict, "trainer.log.json_logging").message.find("conflicts with log.json_logging") == 0);
+  auto vf = load_text<primecfg::RLConfig>("[log]\nvf_level = \"debug\"\n");
+  CHECK(error_at(vf, "log.vf_level").kind == error_kind::extra_forbidden);
+}
+
+TEST_CASE("[monitors]: the JSONL file is on by default; RL shares it and W&B's entity, group and tags") {
+  auto plain = load_text<primecfg::SFTConfig>("");
+  REQUIRE(plain.value.monitors.file);
+  CHECK(plain.value.monitors.file->path == std::filesystem::path("metrics.jsonl"));
+  CHECK_FALSE(load_text<primecfg::SFTConfig>("[monitors]\nfile = \"None\"\n").value.monitors.file);
+
+  auto shared = load_text<primecfg::RLConfig>(
+      "[monitors.file]\npath = \"m.jsonl\"\n[monitors.wandb]\nentity = \"team\"\ngroup = \"g\"\ntags = "
+      "[\"a\", "
+      "\"b\"]\n");
+  INFO(primecfg::format_text(shared.diagnostics, "RLConfig"));
+  REQUIRE(shared.ok());
+  CHECK(shared.value.trainer.monitors.file->path == std::filesystem::path("m.jsonl"));
+  const auto& wandb = *shared.value.trainer.monitors.wandb;
+  CHECK(wandb.entity == "team");
+  CHECK(wandb.group == "g");
+  CHECK(wandb.tags == std::vector<std::string>{"a", "b"});
+  // RL's shared file sink is off unless written; "None" turns the trainer's off.
+  CHECK(load_text<primecfg::RLConfig>("").value.trainer.monitors.file);
+  CHECK_FALSE(load_text<primecfg::RLConfig>("[monitors]\nfile = \"None\"\n").value.trainer.monitors.file);
+  auto conflict = load_text<primecfg::RLConfig>(
+      "[monitors.file]\npath = \"m.jsonl\"\n[trainer.monitors.file]\npath = \"other.jsonl\"\n");
+  CHECK(error_at(conflict, "trainer.monitors.file.path").message.find("conflicts") == 0);
+  auto off = load_text<primecfg::RLConfig>("[monitors.file]\n[trainer.monitors]\nfile = \"None\"\n");
+  CHECK(error_at(off, "trainer.monitors.file").message.find("monitors.file") != std::string::npos);
+}
+
+TEST_CASE("weight broadcast over NIXL: its own port and session; each type takes only its fields") {
+  auto nixl = load_text<primecfg::TrainerConfig>("[weight_broadcast]\ntype = \"nixl\"\nsession_id = \"s\"\n");
+  INFO(primecfg::format_text(nixl.diagnostics, "TrainerConfig"));
+  REQUIRE(nixl.ok());
+  CHECK(nixl.value.weight_broadcast.port == 8001);  // prime-rl's NIXL default (NCCL's is 29501)
+  CHECK(nixl.value.weight_broadcast.session_id == "s");
+  auto port = load_text<primecfg::TrainerConfig>("[weight_broadcast]\ntype = \"nixl\"\nport = 9000\n");
+  REQUIRE(port.ok());
+  CHECK(port.value.weight_broadcast.port == 9000);
+  auto session =
+      load_text<primecfg::TrainerConfig>("[weight_broadcast]\ntype = \"nccl\"\nsession_id = \"s\"\n");
+  CHECK(error_at(session, "weight_broadcast.session_id").message ==
+        "belongs to weight_broadcast.type \"nixl\", not \"nccl\"");
+  auto quantized = load_text<primecfg::TrainerConfig>(
+      "[weight_broadcast]\ntype = \"nixl\"\nquantize_in_weight_transfer = true\n");
+  CHECK(error_at(quantized, "weight_broadcast.quantize_in_weight_transfer").message.find("\"nccl\"") !=
+        std::string::npos);
+  auto filesystem = load_text<primecfg::TrainerConfig>("[weight_broadcast]\nport = 29501\n");
+  CHECK(error_at(filesystem, "weight_broadcast.port").message.find("not \"filesystem\"") !=
+        std::string::npos);
+  auto lora = load_text<primecfg::TrainerConfig>("[model.lora]\n[weight_broadcast]\ntype = \"nixl\"\n");
+  CHECK(error_at(lora, "weight_broadcast.type").message.find("LoRA") != std::string::npos);
+  // RL: a shared NIXL table reaches the trainer; the inference world size is the launcher's.
+  auto rl = load_text<primecfg::RLConfig>("[weight_broadcast]\ntype = \"nixl\"\n");
+  REQUIRE(rl.ok());
+  CHECK(rl.value.trainer.weight_broadcast.type == primecfg::WeightBroadcastType::nixl);
+  CHECK(rl.value.trainer.weight_broadcast.port == 8001);
+  auto world =
+      load_text<primecfg::RLConfig>("[weight_broadcast]\ntype = \"nccl\"\ninference_world_size = 2\n");
+  CHECK(error_at(world, "weight_broadcast.inference_world_size").message.find("[inference]") !=
+        std::string::npos);
+  // SFT: the transport of online evals; NIXL is refused there.
+  auto sft = load_text<primecfg::SFTConfig>("[eval]\n[weight_broadcast]\ntype = \"nixl\"\n");
+  CHECK(error_at(sft, "weight_broadcast.type").message.find("online evals") != std::string::npos);
+  CHECK(load_text<primecfg::SFTConfig>("[eval]\n[weight_broadcast]\ntype = \"nccl\"\n").ok());
+}
+
+TEST_CASE("rollout transport: ZMQ by default; RL's shared [rollout_transport] reaches the trainer") {
+  auto plain = load_text<primecfg::TrainerConfig>("");
+  const auto& zmq = std::get<primecfg::ZMQTransportConfig>(plain.value.rollout_transport);
+  CHECK(zmq.host == "localhost");
+  CHECK(zmq.port == 5555);
+  CHECK(zmq.hwm == 10);
+  auto fs = load_text<primecfg::TrainerConfig>("[rollout_transport]\ntype = \"filesystem\"\n");
+  REQUIRE(fs.ok());
+  CHECK(std::holds_alternative<primecfg::FileSystemTransportConfig>(fs.value.rollout_transport));
+  auto extra = load_text<primecfg::TrainerConfig>("[rollout_transport]\ntype = \"filesystem\"\nport = 1\n");
+  CHECK(error_at(extra, "rollout_transport.port").kind == error_kind::extra_forbidden);
+  auto shared = load_text<primecfg::RLConfig>("[rollout_transport]\ntype = \"zmq\"\nport = 6000\n");
+  INFO(primecfg::format_text(shared.diagnostics, "RLConfig"));
+  REQUIRE(shared.ok());
+  CHECK(std::get<primecfg::ZMQTransportConfig>(shared.value.trainer.rollout_transport).port == 6000);
+  auto conflict = load_text<primecfg::RLConfig>(
+      "[rollout_transport]\ntype = \"filesystem\"\n[trainer.rollout_transport]\ntype = \"zmq\"\n");
+  CHECK_FALSE(conflict.ok());
+}
+
+TEST_CASE("SFT [run]: run.name names an unnamed W&B run (prime-rl's auto_setup_run_identity)") {
+  auto r = load_text<primecfg::SFTConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.monitors.wandb->name == "exp");
+  auto named = load_text<primecfg::SFTConfig>("[run]\nname = \"exp\"\n[monitors.wandb]\nname = \"shown\"\n");
+  CHECK(named.value.monitors.wandb->name == "shown");
+}
+
+TEST_CASE("the default dump carries prime-rl's defaults of the new fields") {
+  auto r = load_text<primecfg::SFTConfig>("");
+  std::string dump = primecfg::dump_toml(r.value, r.provenance);
+  for (const char* line : {"num_workers = 1", "stopping_strategy = \"all_exhausted\"", "ranks_filter = [0]",
+                           "vf_level = \"info\"", "interval = 10.0", "path = \"metrics.jsonl\""})
+    CHECK_MESSAGE(dump.find(line) != std::string::npos, line);
+}
+
+TEST_CASE("FP8 quantization keeps prime-rl's high-precision modules and grouped-GEMM default") {
+  auto r = load_text<primecfg::SFTConfig>("[model.quantization]\nignore_patterns = [\"lm_head\"]\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.model.quantization->enable_grouped_gemm);
+  CHECK(r.value.model.quantization->ignore_patterns == std::vector<std::string>{"lm_head"});
+  primecfg::QuantizationConfig defaults;
+  CHECK(defaults.ignore_patterns.size() == 8);
+  CHECK(defaults.ignore_patterns[2] == "mlp\\.gate\\.");
+}

@@ -291,6 +291,49 @@ def _(work):
     expect(p, 0, "dist_timeout_seconds", "has no effect", "model.reshard_after_forward")
 
 
+@case("prime-rl's newer settings are applied, refused by name, or noted")
+def _(work):
+    cfg = toml(work, 1)
+    # Refused where set: each names its key, and nothing trains.
+    for flags, needle in [
+        (["--val.data.name=held-out"], "val: validation during training"),
+        (["--run.name=exp"], "run.name"),
+        (["--log.json-logging"], "log.json_logging"),
+        (["--log.log-data"], "log.log_data"),
+        (["--data.subsets=['a']", "--data.splits=['train']"], "data.subsets"),
+        (["--data.probabilities=[1.0]"], "data.probabilities"),
+        (["--monitors.file.path=elsewhere.jsonl"], "monitors.file.path"),
+        (["--no-monitors.file"], "monitors.file"),
+    ]:
+        expect(train(cfg, *flags), 1, needle)
+    assert not os.path.exists(os.path.join(work, "out", "metrics.jsonl"))
+    # Accepted without effect: a note names each one; the default file sink is what runs.
+    p = train(cfg, "--log.vf-level=debug", "--log.interval=1", "--log.ranks-filter=[0]", "--data.num-workers=2",
+              "--data.stopping-strategy=first_exhausted", "--weight-broadcast.type=nccl",
+              "--monitors.file.path=metrics.jsonl")
+    expect(p, 0, "log.vf_level", "log.interval", "log.ranks_filter", "data.num_workers", "data.stopping_strategy",
+           "weight_broadcast: has no effect")
+    assert os.path.exists(os.path.join(work, "out", "metrics.jsonl"))
+    # A TrainerConfig's fake data: a seed or generated samples are refused; the rollout transport is noted.
+    fake = os.path.join(work, "trainer.toml")
+    with open(fake, "w") as f:
+        f.write(f"""max_steps = 1
+output_dir = {json.dumps(os.path.join(work, "fake"))}
+[model]
+name = "primecfg/tiny"
+attn = "sdpa"
+compile = "None"
+[data.fake]
+seq_len = 16
+batch_size = 2
+[rollout_transport]
+type = "filesystem"
+""")
+    expect(train(fake), 0, "rollout_transport: has no effect")
+    expect(train(fake, "--data.fake.seed=3"), 1, "data.fake.seed")
+    expect(train(fake, "--data.fake.generate-samples"), 1, "data.fake.generate_samples")
+
+
 shutil.rmtree(ROOT, ignore_errors=True)
 print(f"{passed} passed, {len(failed)} failed")
 sys.exit(1 if failed else 0)

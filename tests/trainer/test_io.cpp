@@ -185,6 +185,37 @@ TEST_CASE("support: values the trainer does not implement are errors naming the 
     CHECK_MESSAGE(has(path), path);
   for (const auto& d : diags)
     if (d.path == "model.cp") CHECK(d.where.to_string() == "a.toml:3:1");
+  // prime-rl settings declared later: refused where set to what the trainer does not do.
+  primecfg::SFTConfig later;
+  later.model.compile = std::nullopt;
+  later.val = primecfg::SFTValConfig{};
+  later.run.name = "exp";
+  later.log.json_logging = true;
+  later.log.log_data = true;
+  later.monitors.file->path = "elsewhere.jsonl";
+  std::get<primecfg::SFTDataConfig>(later.data).subsets = std::vector<std::string>{"a"};
+  auto later_diags = check_support(later, {});
+  auto later_has = [&](std::string_view path) {
+    for (const auto& d : later_diags)
+      if (d.path == path && d.level == primecfg::severity::error) return true;
+    return false;
+  };
+  for (const char* path :
+       {"val", "run.name", "log.json_logging", "log.log_data", "monitors.file.path", "data.subsets"})
+    CHECK_MESSAGE(later_has(path), path);
+  later.monitors.file = std::nullopt;
+  later_diags = check_support(later, {});
+  CHECK(later_has("monitors.file"));
+  // A fake-data seed or generated samples are refused too.
+  primecfg::SFTConfig fake;
+  fake.model.compile = std::nullopt;
+  primecfg::FakeDataConfig generated;
+  generated.seed = 3;
+  generated.generate_samples = true;
+  fake.data = generated;
+  later_diags = check_support(fake, {});
+  CHECK(later_has("data.seed"));
+  CHECK(later_has("data.generate_samples"));
   // The defaults themselves are fine.
   primecfg::SFTConfig plain;
   plain.model.compile = std::nullopt;
