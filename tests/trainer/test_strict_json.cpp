@@ -1,16 +1,35 @@
 // strict_json (reference_trainer/strict_json.hpp): nlohmann/json read strictly.
-// Each refusal is checked with its place (line, column).
+// Each refusal is checked with its place (line, column), and again through the
+// readers that use it (config.json, JSONL, safetensors headers, manifest.json),
+// which must name the file and, where there is one, the key.
+#include "checkpoint_dir.hpp"
+#include "data.hpp"
+#include "model_config.hpp"
+#include "safetensors.hpp"
 #include "strict_json.hpp"
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 
+namespace fs = std::filesystem;
+namespace train = primecfg::train;
 namespace json = primecfg::train::strict_json;
 
 namespace {
+
+fs::path temp_dir(const char* name) {
+  auto d = fs::temp_directory_path() / ("primecfg-strict-json-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
 
 // doctest::Contains takes a C string.
 doctest::Contains contains(const std::string& s) { return doctest::Contains(s.c_str()); }
@@ -127,4 +146,140 @@ TEST_CASE("strict_json: dump writes keys in order, non-finite numbers as null, a
   CHECK_THROWS_WITH_AS(json::dump(json::ordered{{"k", "\xff"}}), doctest::Contains("not valid UTF-8"),
                        json::error);
   CHECK_THROWS_AS(json::dump(json::ordered{{"\xff", 1}}), json::error);
+}
+
+TEST_CASE("strict_json in the readers: the file, the place and the key are named") {
+  const std::string good =
+      R"({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48)";
+  auto config = [&](const std::string& extra) {
+    return train::parse_hf_config(good + extra + "}", "m/config.json");
+  };
+  CHECK(config("").vocab_size == 64);
+  CHECK_THROWS_WITH_AS(
+      config(",\n \"hidden_size\": 64"),
+      doctest::Contains("m/config.json: JSON: duplicate key \"hidden_size\" at line 3, column 2"),
+      train::model_config_error);
+  CHECK_THROWS_WITH_AS(config(", \"rms_norm_eps\": 1e400"),
+                       doctest::Contains("m/config.json: JSON: number overflow"), train::model_config_error);
+  CHECK_THROWS_WITH_AS(config(", \"bos_token_id\": 100000000000000000000"),
+                       doctest::Contains("does not fit in 64 bits at line 2"), train::model_config_error);
+  CHECK_THROWS_WITH_AS(config(", \"head_dim\": 9223372036854775808"),
+                       doctest::Contains("m/config.json: \"head_dim\": must be a positive integer (found "
+                                         "9223372036854775808)"),
+                       train::model_config_error);
+  CHECK_THROWS_WITH_AS(config(", \"head_dim\": 8.5"),
+                       doctest::Contains("\"head_dim\": must be a positive integer"),
+                       train::model_config_error);
+  CHECK_THROWS_WITH_AS(config(", \"x\": \"\xff\""), doctest::Contains("m/config.json: JSON: syntax error"),
+                       train::model_config_error);
+  // Token ids are written back as they were read.
+  const auto a = config(", \"eos_token_id\": [3, 4], \"bos_token_id\": 2.0");
+  const auto written = json::parse(train::hf_config_json(a, "float32"));
+  CHECK(json::dump(written["eos_token_id"]) == "[3,4]");
+  CHECK(json::dump(written["bos_token_id"]) == "2.0");
+
+  auto dir = temp_dir("readers");
+  auto jsonl = [&](const std::string& second_line) {
+    std::ofstream(dir / "d.jsonl") << "{\"input_ids\": [1, 2]}\n" << second_line << "\n";
+    train::data::JsonlLimits limits;
+    limits.vocab_size = 300;
+    return train::data::make_jsonl(dir / "d.jsonl", false, 0, limits);
+  };
+  CHECK(jsonl("{\"input_ids\": [3, 4]}")->size() == 2);
+  const std::string d2 = (dir / "d.jsonl").string() + ":2: ";
+  CHECK_THROWS_WITH(jsonl(R"({"input_ids": [3, 4], "input_ids": [5, 6]})"),
+                    contains(d2 + "JSON: duplicate key \"input_ids\" at line 1, column 23"));
+  CHECK_THROWS_WITH(jsonl(R"({"input_ids": [3, 4.5]})"),
+                    contains(d2 + "input_ids[1] = 4.5 is not an integer"));
+  CHECK_THROWS_WITH(jsonl(R"({"input_ids": [3, 18446744073709551617]})"),
+                    contains(d2 + "JSON: integer 18446744073709551617 does not fit in 64 bits"));
+  CHECK_THROWS_WITH(jsonl(R"({"input_ids": [3, 4]} {})"), contains(d2 + "JSON: syntax error"));
+  CHECK_THROWS_WITH(jsonl(R"({"prompt": [{"role": "user"}], "completion": "x"})"),
+                    contains(d2 + "\"prompt\" and \"completion\" must be strings"));
+
+  // A safetensors header: the same checks, named with the file.
+  auto header_file = [&](const std::string& header) {
+    std::ofstream out(dir / "h.safetensors", std::ios::binary);
+    std::uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header << std::string(8, '\0');
+    out.close();
+    return train::safetensors::file::open(dir / "h.safetensors");
+  };
+  CHECK(header_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})").tensors().size() == 1);
+  CHECK_THROWS_WITH_AS(
+      header_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+      doctest::Contains("h.safetensors: bad header: JSON: duplicate key \"a\" at line 1, column 55"),
+      train::safetensors::error);
+  CHECK_THROWS_WITH_AS(header_file(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})"),
+                       doctest::Contains("tensor a: shape must be an array of integers"),
+                       train::safetensors::error);
+  CHECK_THROWS_WITH_AS(header_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8.5]}})"),
+                       doctest::Contains("tensor a: data_offsets needs two integers"),
+                       train::safetensors::error);
+  CHECK_THROWS_WITH_AS(header_file(R"({"__metadata__":{"step":3}})"),
+                       doctest::Contains("__metadata__ value \"step\" must be a string"),
+                       train::safetensors::error);
+
+  // manifest.json, as resume reads it.
+  auto ckpt = dir / "step_3";
+  fs::create_directories(ckpt);
+  for (const char* f : {"model.safetensors", "config.json", "trainer_state.safetensors"})
+    std::ofstream(ckpt / f) << f;
+  train::write_manifest(ckpt, 3, false);
+  CHECK(train::verify_checkpoint(ckpt, 3).files.size() == 3);
+  std::string manifest;
+  {
+    std::ifstream in(ckpt / "manifest.json");
+    manifest.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  CHECK(manifest.rfind("{\n  \"format\": \"primecfg-checkpoint/1\",\n  \"step\": 3,\n  \"optimizer\": false,",
+                       0) == 0);
+  std::ofstream(ckpt / "manifest.json") << "{\"step\": 3,\n" << manifest.substr(1);
+  CHECK_THROWS_WITH_AS(train::verify_checkpoint(ckpt, 3),
+                       doctest::Contains("manifest.json: JSON: duplicate key \"step\" at line 4, column 3"),
+                       train::checkpoint_error);
+  std::ofstream(ckpt / "manifest.json") << manifest.substr(0, manifest.find("\"step\": 3")) << "\"step\": 3.5"
+                                        << manifest.substr(manifest.find("\"step\": 3") + 9);
+  CHECK_THROWS_WITH_AS(train::verify_checkpoint(ckpt, 3), doctest::Contains("\"step\" must be an integer"),
+                       train::checkpoint_error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the files the trainer writes: one JSON writer, keys in a fixed order") {
+  auto dir = temp_dir("written");
+  std::vector<float> a(2, 1.0f);
+  train::safetensors::write(dir / "x.safetensors",
+                            {{"w.z", train::safetensors::dtype::F32, {2}, a.data(), 8},
+                             {"w.a", train::safetensors::dtype::F32, {2}, a.data(), 8}},
+                            {{"format", "pt"}, {"note", "\"quoted\" \xc3\xa9"}});
+  std::ifstream in(dir / "x.safetensors", std::ios::binary);
+  std::uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  CHECK(
+      header.find(R"({"__metadata__":{"format":"pt","note":"\"quoted\" é"},"w.a":{"dtype":"F32","shape":[2],)"
+                  R"("data_offsets":[0,8]},"w.z":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})") == 0);
+  CHECK(header.size() % 8 == 0);
+  // A name twice, or one that is not UTF-8, is an error naming the file; nothing half-written is read back.
+  CHECK_THROWS_WITH_AS(train::safetensors::write(dir / "y.safetensors",
+                                                 {{"w", train::safetensors::dtype::F32, {2}, a.data(), 8},
+                                                  {"w", train::safetensors::dtype::F32, {2}, a.data(), 8}}),
+                       doctest::Contains("y.safetensors: tensor w given twice"), train::safetensors::error);
+  CHECK_THROWS_WITH_AS(
+      train::safetensors::write(dir / "z.safetensors",
+                                {{"\xff", train::safetensors::dtype::F32, {2}, a.data(), 8}}),
+      doctest::Contains("z.safetensors: JSON: cannot write a string that is not valid UTF-8"),
+      train::safetensors::error);
+
+  const std::string cfg = train::hf_config_json(*train::preset("meta-llama/Llama-3.2-1B"), "bfloat16");
+  CHECK(cfg.rfind("{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n  \"model_type\": \"llama\",",
+                  0) == 0);
+  CHECK(cfg.find("\"rope_theta\": 500000.0,") != std::string::npos);
+  CHECK(cfg.find("\"rope_type\": \"llama3\"") < cfg.find("\"factor\": 32.0"));
+  CHECK(cfg.ends_with(",\n  \"torch_dtype\": \"bfloat16\"\n}\n"));
+  fs::remove_all(dir);
 }
