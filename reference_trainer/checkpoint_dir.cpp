@@ -1,6 +1,6 @@
 #include "checkpoint_dir.hpp"
 
-#include "json.hpp"
+#include "strict_json.hpp"
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -22,6 +22,8 @@ namespace fs = std::filesystem;
 using i64 = std::int64_t;
 
 namespace {
+
+namespace json = strict_json;
 
 [[noreturn]] void fail_errno(const fs::path& path, const char* what) {
   throw checkpoint_error(fmt::format("{}: {}: {}", path.string(), what, std::strerror(errno)));
@@ -237,7 +239,7 @@ std::string prepare_resume(const fs::path& output_dir, const fs::path& ckpt_root
     i64 s = step + 1;  // a line cut by a kill goes with the abandoned part
     try {
       const json::value v = json::parse(line);
-      if (const auto* st = v.find("step"); st && st->is_number()) s = st->as_int();
+      if (const auto* st = json::find(v, "step"); st && json::integer(*st)) s = *json::integer(*st);
     } catch (const json::error&) {
     }
     (s > step ? moved : keep) += line + "\n";
@@ -270,18 +272,22 @@ void write_manifest(const fs::path& dir, i64 step, bool optimizer) {
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_regular_file() && e.path().filename() != "manifest.json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  std::string entries;
+  json::ordered manifest = {{"format", "primecfg-checkpoint/1"},
+                            {"step", step},
+                            {"optimizer", optimizer},
+                            {"files", json::ordered::object()}};
   for (const auto& f : files) {
     fsync_path(f);
     auto [hash, bytes] = hash_file(f);
-    entries += fmt::format("{}    {}: {{\"bytes\": {}, \"xxh64\": \"{}\"}}", entries.empty() ? "" : ",\n",
-                           json::quote(f.filename().string()), bytes, hash);
+    manifest["files"][f.filename().string()] = {{"bytes", bytes}, {"xxh64", hash}};
   }
-  write_text(
-      dir / "manifest.json",
-      fmt::format("{{\n  \"format\": \"primecfg-checkpoint/1\",\n  \"step\": {},\n  \"optimizer\": {},\n"
-                  "  \"files\": {{\n{}\n  }}\n}}\n",
-                  step, optimizer ? "true" : "false", entries));
+  std::string text;
+  try {
+    text = json::dump(manifest, 2) + "\n";
+  } catch (const json::error& e) {
+    throw checkpoint_error(fmt::format("{}: {}", (dir / "manifest.json").string(), e.what()));
+  }
+  write_text(dir / "manifest.json", text);
   fsync_path(dir);
 }
 
@@ -296,22 +302,28 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step) {
   Manifest m;
   try {
     const json::value root = json::parse(read_all(mpath));
-    const auto* format = root.find("format");
-    if (!format || !format->is_string() || format->as_string() != "primecfg-checkpoint/1")
+    const auto* format = json::find(root, "format");
+    if (!format || !format->is_string() || *format != "primecfg-checkpoint/1")
       throw checkpoint_error(mpath.string() + ": \"format\" must be \"primecfg-checkpoint/1\"");
-    const auto* step = root.find("step");
-    const auto* opt = root.find("optimizer");
-    const auto* files = root.find("files");
+    const auto* step = json::find(root, "step");
+    const auto* opt = json::find(root, "optimizer");
+    const auto* files = json::find(root, "files");
     if (!step || !opt || !files || !files->is_object())
       throw checkpoint_error(mpath.string() + ": needs \"step\", \"optimizer\" and \"files\"");
-    m.step = step->as_int();
-    m.optimizer = opt->as_bool();
-    for (const auto& [name, f] : files->as_object()) {
-      const auto* bytes = f.find("bytes");
-      const auto* hash = f.find("xxh64");
-      if (!bytes || !hash || name.find('/') != std::string::npos)
-        throw checkpoint_error(fmt::format("{}: entry \"{}\" is malformed", mpath.string(), name));
-      m.files[name] = {static_cast<std::uint64_t>(bytes->as_int()), hash->as_string()};
+    if (!json::integer(*step)) throw checkpoint_error(mpath.string() + ": \"step\" must be an integer");
+    if (!opt->is_boolean()) throw checkpoint_error(mpath.string() + ": \"optimizer\" must be true or false");
+    m.step = *json::integer(*step);
+    m.optimizer = opt->get<bool>();
+    for (const auto& [name, f] : files->items()) {
+      const auto* bytes = json::find(f, "bytes");
+      const auto* hash = json::find(f, "xxh64");
+      const auto size = bytes ? json::integer(*bytes) : std::nullopt;
+      if (!size || *size < 0 || !hash || !hash->is_string() || name.find('/') != std::string::npos)
+        throw checkpoint_error(
+            fmt::format("{}: entry \"{}\" is malformed (needs \"bytes\", an integer >= 0, "
+                        "and \"xxh64\", a string)",
+                        mpath.string(), name));
+      m.files[name] = {static_cast<std::uint64_t>(*size), hash->get<std::string>()};
     }
   } catch (const json::error& e) {
     throw checkpoint_error(mpath.string() + ": " + e.what());

@@ -1,6 +1,6 @@
 #include "data.hpp"
 
-#include "json.hpp"
+#include "strict_json.hpp"
 
 #include <fmt/format.h>
 
@@ -12,6 +12,8 @@
 namespace primecfg::train::data {
 
 namespace {
+
+namespace json = strict_json;
 
 // A counter-based generator: the same (seed, stream) always gives the same numbers,
 // whatever was drawn before, which is what makes resume exact.
@@ -125,18 +127,18 @@ class Jsonl final : public ExampleSource {
   // One record, either form; errors say what is wrong (the caller adds file:line).
   static Example record(const json::value& v, const JsonlLimits& limits, const std::string& where) {
     if (!v.is_object()) throw std::runtime_error("a record must be a JSON object");
-    for (const auto& [key, val] : v.as_object())
+    for (const auto& [key, val] : v.items())
       if (key != "prompt" && key != "completion" && key != "input_ids" && key != "loss_mask")
         throw std::runtime_error(fmt::format(
             "unknown key \"{}\" (records hold prompt and completion, or input_ids and loss_mask{})", key,
             key == "messages" || key == "text"
                 ? "; tokenize chat or text records with tools/tokenize_jsonl.py"
                 : ""));
-    const auto* ids = v.find("input_ids");
+    const auto* ids = json::find(v, "input_ids");
     if (!ids) {
-      const auto* p = v.find("prompt");
-      const auto* c = v.find("completion");
-      if (!p || !c || v.find("loss_mask"))
+      const auto* p = json::find(v, "prompt");
+      const auto* c = json::find(v, "completion");
+      if (!p || !c || json::find(v, "loss_mask"))
         throw std::runtime_error(
             "a record needs \"prompt\" and \"completion\" strings, or \"input_ids\" (and optional "
             "\"loss_mask\")");
@@ -145,37 +147,44 @@ class Jsonl final : public ExampleSource {
             "prompt/completion records are byte-tokenized (ids up to {}), but the model's vocabulary has {} "
             "tokens; give input_ids made with the model's tokenizer (tools/tokenize_jsonl.py)",
             ByteTokenizer::vocab_size - 1, limits.vocab_size));
-      Example ex = prompt_completion(p->as_string(), c->as_string());
+      if (!p->is_string() || !c->is_string())
+        throw std::runtime_error(
+            "\"prompt\" and \"completion\" must be strings (tokenize chat records with "
+            "tools/tokenize_jsonl.py)");
+      Example ex = prompt_completion(p->get<std::string>(), c->get<std::string>());
       (void)where;
       return ex;
     }
-    if (v.find("prompt") || v.find("completion"))
+    if (json::find(v, "prompt") || json::find(v, "completion"))
       throw std::runtime_error("a record has either input_ids or prompt and completion, not both");
     Example ex;
-    const auto& list = ids->as_array();
+    if (!ids->is_array()) throw std::runtime_error("input_ids must be an array of integers");
+    const auto& list = *ids;
     if (list.size() < 2) throw std::runtime_error("input_ids needs at least two tokens (one to predict)");
     for (std::size_t i = 0; i < list.size(); ++i) {
       const auto& t = list[i];
-      if (!t.is_number() || !std::get<json::number>(t.v).integral)
-        throw std::runtime_error(fmt::format("input_ids[{}] is not an integer", i));
-      const std::int64_t id = t.as_int();
+      const std::optional<std::int64_t> id_or = json::integer(t);
+      if (!id_or)
+        throw std::runtime_error(fmt::format("input_ids[{}] = {} is not an integer", i, json::dump(t)));
+      const std::int64_t id = *id_or;
       if (id < 0 || id >= limits.vocab_size)
         throw std::runtime_error(fmt::format("input_ids[{}] = {} is outside the vocabulary (0 .. {})", i, id,
                                              limits.vocab_size - 1));
       ex.tokens.push_back(id);
     }
     ex.loss.assign(ex.tokens.size(), 1);
-    if (const auto* mask = v.find("loss_mask")) {
-      const auto& m = mask->as_array();
+    if (const auto* mask = json::find(v, "loss_mask")) {
+      if (!mask->is_array()) throw std::runtime_error("loss_mask must be an array of 0, 1, true or false");
+      const auto& m = *mask;
       if (m.size() != list.size())
         throw std::runtime_error(
             fmt::format("loss_mask has {} entries, input_ids {}; they must match", m.size(), list.size()));
       for (std::size_t i = 0; i < m.size(); ++i) {
-        if (m[i].is_bool())
-          ex.loss[i] = m[i].as_bool();
-        else if (m[i].is_number() && std::get<json::number>(m[i].v).integral &&
-                 (m[i].as_int() == 0 || m[i].as_int() == 1))
-          ex.loss[i] = static_cast<std::uint8_t>(m[i].as_int());
+        const std::optional<std::int64_t> bit = json::integer(m[i]);
+        if (m[i].is_boolean())
+          ex.loss[i] = m[i].get<bool>();
+        else if (bit == 0 || bit == 1)
+          ex.loss[i] = static_cast<std::uint8_t>(*bit);
         else
           throw std::runtime_error(fmt::format("loss_mask[{}] must be 0, 1, true or false", i));
       }

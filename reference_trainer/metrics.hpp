@@ -5,6 +5,7 @@
 
 #include "device_streams.hpp"
 #include "options.hpp"
+#include "strict_json.hpp"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
@@ -71,9 +72,10 @@ struct StepMetrics {
   std::int64_t tokens = 0;
 };
 
-// A number for metrics.jsonl: JSON has no NaN or infinity, so those are null.
-inline std::string json_number(double v, std::string_view f) {
-  return std::isfinite(v) ? fmt::vformat(f, fmt::make_format_args(v)) : "null";
+// A figure for metrics.jsonl, rounded to the digits of format f. NaN and infinity
+// stay: JSON has none, and strict_json::dump writes them as null.
+inline double rounded(double v, std::string_view f) {
+  return std::isfinite(v) ? std::strtod(fmt::vformat(f, fmt::make_format_args(v)).c_str(), nullptr) : v;
 }
 
 class Reporter {
@@ -90,19 +92,26 @@ class Reporter {
   }
 
   void log(const StepMetrics& m) {
-    std::string host, pipe;
-    for (const auto& [k, v] : m.host_state) host += fmt::format(",\"{}\":{:.6f}", k, v / GiB);
-    for (const auto& [k, v] : m.pipeline)
-      pipe += fmt::format("{}\"{}\":{:.6g}", pipe.empty() ? "" : ",", k, v);
-    jsonl_ << fmt::format(
-        "{{\"step\":{},\"loss\":{},\"lr\":{:.6g},\"grad_norm\":{},\"tokens\":{},\"tokens_per_s\":{:."
-        "2f},"
-        "\"mfu\":{},\"step_time_s\":{:.4f},\"peak_device_mem_gib\":{:.4f},\"host_mem_gib\":{{\"rss\":{:.4f}{}"
-        "}},"
-        "\"offload\":\"{}\"{}}}\n",
-        m.step, json_number(m.loss, "{:.6f}"), m.lr, json_number(m.grad_norm, "{:.6g}"), m.tokens,
-        m.tokens_per_s, m.mfu ? fmt::format("{:.4f}", *m.mfu) : "null", m.step_time, m.peak_device / GiB,
-        m.host_rss / GiB, host, mode_, pipe.empty() ? std::string() : ",\"pipeline\":{" + pipe + "}");
+    strict_json::ordered host = {{"rss", rounded(m.host_rss / GiB, "{:.4f}")}};
+    for (const auto& [k, v] : m.host_state) host[k] = rounded(v / GiB, "{:.6f}");
+    strict_json::ordered line = {
+        {"step", m.step},
+        {"loss", rounded(m.loss, "{:.6f}")},
+        {"lr", rounded(m.lr, "{:.6g}")},
+        {"grad_norm", rounded(m.grad_norm, "{:.6g}")},
+        {"tokens", m.tokens},
+        {"tokens_per_s", rounded(m.tokens_per_s, "{:.2f}")},
+        {"mfu", m.mfu ? strict_json::ordered(rounded(*m.mfu, "{:.4f}")) : strict_json::ordered(nullptr)},
+        {"step_time_s", rounded(m.step_time, "{:.4f}")},
+        {"peak_device_mem_gib", rounded(m.peak_device / GiB, "{:.4f}")},
+        {"host_mem_gib", host},
+        {"offload", mode_},
+    };
+    if (!m.pipeline.empty()) {
+      strict_json::ordered& pipe = line["pipeline"] = strict_json::ordered::object();
+      for (const auto& [k, v] : m.pipeline) pipe[k] = rounded(v, "{:.6g}");
+    }
+    jsonl_ << strict_json::dump(line) << '\n';
     jsonl_.flush();
     if (!jsonl_) throw run_error(path_.string() + ": write failed (disk full?)");
     if (!print_) return;

@@ -1,8 +1,8 @@
 #include "model.hpp"
 
-#include "json.hpp"
 #include "loss_chunking.hpp"
 #include "safetensors.hpp"
+#include "strict_json.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -144,14 +144,17 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
     std::stringstream text;
     text << in.rdbuf();
     try {
-      const json::value root = json::parse(text.str());
-      const json::value* map = root.find("weight_map");
+      const strict_json::value root = strict_json::parse(text.str());
+      const strict_json::value* map = strict_json::find(root, "weight_map");
       if (!map || !map->is_object())
         throw std::runtime_error(index_path.string() +
                                  ": \"weight_map\" must be an object of tensor -> file");
       std::set<std::string> shards;
-      for (const auto& [tensor, file] : map->as_object()) {
-        const std::string& f = file.as_string();
+      for (const auto& [tensor, file] : map->items()) {
+        if (!file.is_string())
+          throw std::runtime_error(fmt::format("{}: weight_map[\"{}\"] = {} is not a file name",
+                                               index_path.string(), tensor, strict_json::dump(file)));
+        const std::string& f = file.get_ref<const std::string&>();
         if (f.find('/') != std::string::npos || f == ".." || f == ".")
           throw std::runtime_error(fmt::format("{}: weight_map[\"{}\"] = \"{}\" is not a file in this folder",
                                                index_path.string(), tensor, f));
@@ -159,7 +162,7 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
         shards.insert(f);
       }
       for (const auto& f : shards) paths.push_back(dir / f);
-    } catch (const json::error& e) {
+    } catch (const strict_json::error& e) {
       throw std::runtime_error(index_path.string() + ": " + e.what());
     }
   } else if (std::filesystem::exists(dir / "model.safetensors", ec)) {

@@ -1,6 +1,6 @@
 #include "model_config.hpp"
 
-#include "json.hpp"
+#include "strict_json.hpp"
 
 #include <fmt/format.h>
 
@@ -238,32 +238,10 @@ std::vector<std::string> preset_names() {
 
 namespace {
 
-// A JSON value as text, for messages and for the token ids written back.
-std::string to_text(const json::value& v) {
-  if (v.is_null()) return "null";
-  if (v.is_bool()) return v.as_bool() ? "true" : "false";
-  if (v.is_number()) {
-    const auto& n = std::get<json::number>(v.v);
-    return n.integral ? std::to_string(n.i) : fmt::format("{}", n.d);
-  }
-  if (v.is_string()) return json::quote(v.as_string());
-  std::string out;
-  if (v.is_array()) {
-    for (const auto& e : v.as_array()) out += (out.empty() ? "" : ", ") + to_text(e);
-    return "[" + out + "]";
-  }
-  for (const auto& [k, e] : v.as_object())
-    out += (out.empty() ? "" : ", ") + json::quote(k) + ": " + to_text(e);
-  return "{" + out + "}";
-}
+namespace json = strict_json;
 
-// A double as JSON text that reads back as the same double and stays a float
-// ("10000.0", not "10000": transformers' config classes type-check some fields).
-std::string json_double(double d) {
-  std::string s = fmt::format("{}", d);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
+// A JSON value as text, for messages and for the token ids written back.
+std::string to_text(const json::value& v) { return json::dump(v); }
 
 // Keys of config.json that say nothing about what the model computes.
 const std::set<std::string, std::less<>>& metadata_keys() {
@@ -290,10 +268,10 @@ class ConfigReader {
   // The value of a key, or nullptr when absent or null; marks the key as read.
   const json::value* get(std::string_view key) {
     seen_.emplace(key);
-    const json::value* v = root_.find(key);
+    const json::value* v = json::find(root_, key);
     return v && !v->is_null() ? v : nullptr;
   }
-  bool has(std::string_view key) const { return root_.find(key) != nullptr; }
+  bool has(std::string_view key) const { return json::find(root_, key) != nullptr; }
 
   i64 size(std::string_view key, std::optional<i64> fallback = std::nullopt) {
     const json::value* v = get(key);
@@ -301,30 +279,29 @@ class ConfigReader {
       if (fallback) return *fallback;
       fail(key, "missing (a positive integer is required)");
     }
-    if (!v->is_number() || !std::get<json::number>(v->v).integral)
-      fail_value(key, *v, "must be a positive integer");
-    const i64 n = v->as_int();
-    if (n <= 0 || n > (i64{1} << 31)) fail_value(key, *v, "must be a positive integer below 2^31");
-    return n;
+    const std::optional<i64> n = json::integer(*v);
+    if (!n) fail_value(key, *v, "must be a positive integer");
+    if (*n <= 0 || *n > (i64{1} << 31)) fail_value(key, *v, "must be a positive integer below 2^31");
+    return *n;
   }
   double positive(std::string_view key, double fallback) {
     const json::value* v = get(key);
     if (!v) return fallback;
-    if (!v->is_number() || !(v->as_double() > 0) || !std::isfinite(v->as_double()))
+    if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
       fail_value(key, *v, "must be a positive number");
-    return v->as_double();
+    return v->get<double>();
   }
   bool boolean(std::string_view key, bool fallback) {
     const json::value* v = get(key);
     if (!v) return fallback;
-    if (!v->is_bool()) fail_value(key, *v, "must be true or false");
-    return v->as_bool();
+    if (!v->is_boolean()) fail_value(key, *v, "must be true or false");
+    return v->get<bool>();
   }
   std::string string(std::string_view key, std::string fallback) {
     const json::value* v = get(key);
     if (!v) return fallback;
     if (!v->is_string()) fail_value(key, *v, "must be a string");
-    return v->as_string();
+    return v->get<std::string>();
   }
   std::string raw(std::string_view key) {
     const json::value* v = get(key);
@@ -333,7 +310,7 @@ class ConfigReader {
 
   // Every key not read yet is an error, unless it is metadata.
   void reject_unread() const {
-    for (const auto& [key, v] : root_.as_object())
+    for (const auto& [key, v] : root_.items())
       if (!seen_.count(key) && !metadata_keys().count(key))
         fail_value(key, v,
                    "primecfg-train does not know this key, so it cannot promise to compute what transformers "
@@ -359,16 +336,17 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
   const json::value* dict = params ? params : scaling;
   std::optional<double> top_theta;
   if (r.get("rope_theta")) top_theta = r.positive("rope_theta", 0);
-  if (const json::value* p = r.get("partial_rotary_factor"); p && !(p->is_number() && p->as_double() == 1.0))
+  if (const json::value* p = r.get("partial_rotary_factor");
+      p && !(p->is_number() && p->get<double>() == 1.0))
     r.fail_value("partial_rotary_factor", *p, "only 1.0 (RoPE over the whole head) is implemented");
   a.rope_theta = top_theta.value_or(10000.0);
   if (!dict) return;
   if (!dict->is_object()) r.fail_value(dict_key, *dict, "must be an object or null");
-  const auto& d = dict->as_object();
+  const json::value& d = *dict;
   auto key = [&](std::string_view k) { return fmt::format("{}.{}", dict_key, k); };
   auto find = [&](std::string_view k) -> const json::value* {
-    auto it = d.find(k);
-    return it == d.end() || it->second.is_null() ? nullptr : &it->second;
+    const json::value* v = json::find(d, k);
+    return v && !v->is_null() ? v : nullptr;
   };
   auto number = [&](std::string_view k, std::optional<double> fallback) -> double {
     const json::value* v = find(k);
@@ -376,9 +354,9 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
       if (fallback) return *fallback;
       r.fail(key(k), "missing: this rope type needs it");
     }
-    if (!v->is_number() || !std::isfinite(v->as_double()) || !(v->as_double() > 0))
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || !(v->get<double>() > 0))
       r.fail_value(key(k), *v, "must be a positive number");
-    return v->as_double();
+    return v->get<double>();
   };
   std::string type = "default";
   const json::value* rope_type = find("rope_type");
@@ -388,7 +366,7 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
            fmt::format("{} disagrees with rope_type = {}", to_text(*legacy_type), to_text(*rope_type)));
   if (const json::value* t = rope_type ? rope_type : legacy_type) {
     if (!t->is_string()) r.fail_value(key("rope_type"), *t, "must be a string");
-    type = t->as_string();
+    type = t->get<std::string>();
   }
   if (const json::value* t = find("rope_theta")) {
     const double theta = number("rope_theta", std::nullopt);
@@ -396,7 +374,7 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
       r.fail(key("rope_theta"), fmt::format("{} disagrees with rope_theta = {}", to_text(*t), *top_theta));
     a.rope_theta = theta;
   }
-  if (const json::value* p = find("partial_rotary_factor"); p && !(p->is_number() && p->as_double() == 1.0))
+  if (const json::value* p = find("partial_rotary_factor"); p && !(p->is_number() && p->get<double>() == 1.0))
     r.fail_value(key("partial_rotary_factor"), *p, "only 1.0 (RoPE over the whole head) is implemented");
 
   std::set<std::string, std::less<>> allowed = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
@@ -404,9 +382,10 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
   auto original = [&] {
     const json::value* v = find("original_max_position_embeddings");
     if (!v) return a.max_positions;  // transformers falls back to max_position_embeddings
-    if (!v->is_number() || !std::get<json::number>(v->v).integral || v->as_int() <= 0)
+    const std::optional<i64> n = json::integer(*v);
+    if (!n || *n <= 0)
       r.fail_value(key("original_max_position_embeddings"), *v, "must be a positive integer");
-    return v->as_int();
+    return *n;
   };
   if (type == "default") {
     s.type = RopeScaling::Type::none;
@@ -436,8 +415,8 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
     s.beta_fast = number("beta_fast", 32.0);
     s.beta_slow = number("beta_slow", 1.0);
     if (const json::value* t = find("truncate")) {
-      if (!t->is_bool()) r.fail_value(key("truncate"), *t, "must be true or false");
-      s.truncate = t->as_bool();
+      if (!t->is_boolean()) r.fail_value(key("truncate"), *t, "must be true or false");
+      s.truncate = t->get<bool>();
     }
     allowed.insert({"factor", "original_max_position_embeddings", "attention_factor", "mscale",
                     "mscale_all_dim", "beta_fast", "beta_slow", "truncate"});
@@ -445,7 +424,7 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
     r.fail(key("rope_type"),
            fmt::format("\"{}\" is not implemented (default, linear, llama3, yarn are)", type));
   }
-  for (const auto& [k, v] : d)
+  for (const auto& [k, v] : d.items())
     if (!allowed.count(k))
       r.fail_value(key(k), v,
                    fmt::format("is not a setting of rope type \"{}\" that primecfg-train implements", type));
@@ -498,7 +477,7 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
 
   if (const std::string act = r.string("hidden_act", "silu"); act != "silu")
     r.fail("hidden_act", fmt::format("\"{}\" is not implemented (the MLP is SwiGLU: silu)", act));
-  if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->as_double() == 0.0))
+  if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->get<double>() == 0.0))
     r.fail_value("attention_dropout", *v, "only 0.0 is implemented");
   if (a.arch == Arch::qwen2) {
     a.qkv_bias = true;  // Qwen2's q, k and v projections always have biases, o has none
@@ -519,11 +498,11 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
     if (const json::value* m = r.get("max_window_layers"); m && !m->is_number())
       r.fail_value("max_window_layers", *m, "must be an integer");
     if (const json::value* lt = r.get("layer_types")) {
-      if (!lt->is_array() || static_cast<i64>(lt->as_array().size()) != a.layers)
+      if (!lt->is_array() || static_cast<i64>(lt->size()) != a.layers)
         r.fail_value("layer_types", *lt,
                      fmt::format("must list num_hidden_layers = {} layer types", a.layers));
-      for (const auto& t : lt->as_array())
-        if (!t.is_string() || t.as_string() != "full_attention")
+      for (const auto& t : *lt)
+        if (!t.is_string() || t.get<std::string>() != "full_attention")
           r.fail_value("layer_types", t, "only \"full_attention\" layers are implemented");
     }
   }
@@ -569,60 +548,68 @@ ModelArgs read_hf_config(const fs::path& path) {
 }
 
 std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
-  std::string arch_class = a.arch == Arch::llama   ? "LlamaForCausalLM"
-                           : a.arch == Arch::qwen2 ? "Qwen2ForCausalLM"
-                                                   : "Qwen3ForCausalLM";
-  std::string rope = "null";
+  using json::ordered;
+  // Doubles stay doubles ("10000.0", not "10000": transformers' config classes
+  // type-check some fields); nlohmann writes the shortest text that reads back as
+  // the same double.
+  ordered rope = nullptr;
   const auto& s = a.rope_scaling;
   switch (s.type) {
     case RopeScaling::Type::none:
       break;
     case RopeScaling::Type::linear:
-      rope = fmt::format("{{\"rope_type\": \"linear\", \"factor\": {}}}", json_double(s.factor));
+      rope = {{"rope_type", "linear"}, {"factor", s.factor}};
       break;
     case RopeScaling::Type::llama3:
-      rope = fmt::format(
-          "{{\"rope_type\": \"llama3\", \"factor\": {}, \"low_freq_factor\": {}, \"high_freq_factor\": {}, "
-          "\"original_max_position_embeddings\": {}}}",
-          json_double(s.factor), json_double(s.low_freq_factor), json_double(s.high_freq_factor),
-          s.original_max_positions);
+      rope = {{"rope_type", "llama3"},
+              {"factor", s.factor},
+              {"low_freq_factor", s.low_freq_factor},
+              {"high_freq_factor", s.high_freq_factor},
+              {"original_max_position_embeddings", s.original_max_positions}};
       break;
-    case RopeScaling::Type::yarn: {
-      rope = fmt::format(
-          "{{\"rope_type\": \"yarn\", \"factor\": {}, \"original_max_position_embeddings\": {}, "
-          "\"beta_fast\": {}, "
-          "\"beta_slow\": {}, \"truncate\": {}",
-          json_double(s.factor), s.original_max_positions, json_double(s.beta_fast), json_double(s.beta_slow),
-          s.truncate ? "true" : "false");
-      if (s.attention_factor)
-        rope += fmt::format(", \"attention_factor\": {}", json_double(*s.attention_factor));
-      if (s.mscale) rope += fmt::format(", \"mscale\": {}", json_double(*s.mscale));
-      if (s.mscale_all_dim) rope += fmt::format(", \"mscale_all_dim\": {}", json_double(*s.mscale_all_dim));
-      rope += "}";
+    case RopeScaling::Type::yarn:
+      rope = {{"rope_type", "yarn"},
+              {"factor", s.factor},
+              {"original_max_position_embeddings", s.original_max_positions},
+              {"beta_fast", s.beta_fast},
+              {"beta_slow", s.beta_slow},
+              {"truncate", s.truncate}};
+      if (s.attention_factor) rope["attention_factor"] = *s.attention_factor;
+      if (s.mscale) rope["mscale"] = *s.mscale;
+      if (s.mscale_all_dim) rope["mscale_all_dim"] = *s.mscale_all_dim;
       break;
-    }
   }
-  // {} prints the shortest text that reads back as the same double.
-  std::string out = fmt::format(
-      "{{\n  \"architectures\": [\"{}\"],\n  \"model_type\": \"{}\",\n  \"vocab_size\": {},\n  "
-      "\"hidden_size\": {},\n"
-      "  \"num_hidden_layers\": {},\n  \"num_attention_heads\": {},\n  \"num_key_value_heads\": {},\n"
-      "  \"head_dim\": {},\n  \"intermediate_size\": {},\n  \"hidden_act\": \"silu\",\n"
-      "  \"max_position_embeddings\": {},\n  \"rope_theta\": {},\n  \"rope_scaling\": {},\n"
-      "  \"rms_norm_eps\": {},\n  \"tie_word_embeddings\": {},\n  \"attention_dropout\": 0.0,\n",
-      arch_class, arch_name(a.arch), a.vocab_size, a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim,
-      a.intermediate, a.max_positions, json_double(a.rope_theta), rope, json_double(a.rms_eps),
-      a.tie_embeddings ? "true" : "false");
-  if (a.arch == Arch::llama)
-    out += fmt::format("  \"attention_bias\": {},\n  \"mlp_bias\": {},\n",
-                       a.attention_bias ? "true" : "false", a.mlp_bias ? "true" : "false");
-  if (a.arch == Arch::qwen3)
-    out += fmt::format("  \"attention_bias\": {},\n", a.attention_bias ? "true" : "false");
-  if (a.arch != Arch::llama) out += "  \"use_sliding_window\": false,\n";
-  out += fmt::format("  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"pad_token_id\": {},\n",
-                     a.bos_token_id, a.eos_token_id, a.pad_token_id);
-  out += fmt::format("  \"torch_dtype\": \"{}\"\n}}\n", torch_dtype);
-  return out;
+  ordered out = {
+      {"architectures",
+       {a.arch == Arch::llama   ? "LlamaForCausalLM"
+        : a.arch == Arch::qwen2 ? "Qwen2ForCausalLM"
+                                : "Qwen3ForCausalLM"}},
+      {"model_type", arch_name(a.arch)},
+      {"vocab_size", a.vocab_size},
+      {"hidden_size", a.hidden},
+      {"num_hidden_layers", a.layers},
+      {"num_attention_heads", a.heads},
+      {"num_key_value_heads", a.kv_heads},
+      {"head_dim", a.head_dim},
+      {"intermediate_size", a.intermediate},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", a.max_positions},
+      {"rope_theta", a.rope_theta},
+      {"rope_scaling", rope},
+      {"rms_norm_eps", a.rms_eps},
+      {"tie_word_embeddings", a.tie_embeddings},
+      {"attention_dropout", 0.0},
+  };
+  if (a.arch != Arch::qwen2) out["attention_bias"] = a.attention_bias;
+  if (a.arch == Arch::llama) out["mlp_bias"] = a.mlp_bias;
+  if (a.arch != Arch::llama) out["use_sliding_window"] = false;
+  // Token ids as config.json wrote them (JSON text), read again so that only JSON is written.
+  for (const auto& [key, text] :
+       {std::pair{"bos_token_id", &a.bos_token_id}, std::pair{"eos_token_id", &a.eos_token_id},
+        std::pair{"pad_token_id", &a.pad_token_id}})
+    out[key] = ordered(json::parse(*text));
+  out["torch_dtype"] = torch_dtype;
+  return json::dump(out, 2) + "\n";
 }
 
 }  // namespace primecfg::train

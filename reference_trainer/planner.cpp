@@ -1,9 +1,9 @@
 #include "planner.hpp"
 
-#include "json.hpp"
 #include "loss_chunking.hpp"
 #include "offload/ring_size.hpp"
 #include "optimizer_state.hpp"
+#include "strict_json.hpp"
 
 #include <fmt/format.h>
 
@@ -786,35 +786,37 @@ std::string format_text(const Plan& p) {
 
 namespace {
 
-std::string json_mem(const MemoryPlan& m) {
-  std::string terms, phases;
-  for (const auto& t : m.terms)
-    terms += fmt::format("{}{}:{}", terms.empty() ? "" : ",", json::quote(t.name), t.bytes);
-  for (const auto& p : m.phases) {
-    std::string names;
-    for (const auto& n : p.terms) names += (names.empty() ? "" : ",") + json::quote(n);
-    phases += fmt::format("{}{{\"name\":{},\"bytes\":{},\"terms\":[{}]}}", phases.empty() ? "" : ",",
-                          json::quote(p.name), p.bytes, names);
-  }
-  return fmt::format("\"peak_bytes\":{},\"peak_gib\":{},\"peak_phase\":{},\"terms\":{{{}}},\"phases\":[{}]",
-                     m.peak, gib(m.peak), json::quote(m.peak_phase), terms, phases);
+using strict_json::ordered;
+
+template <class T>
+ordered or_null(const std::optional<T>& v) {
+  return v ? ordered(*v) : ordered(nullptr);
 }
 
-std::string json_opt_bool(std::optional<bool> v) { return v ? (*v ? "true" : "false") : "null"; }
+// A memory plan (the GPU's gets total_bytes and fits after these members).
+ordered json_mem(const MemoryPlan& m) {
+  ordered terms = ordered::object(), phases = ordered::array();
+  for (const auto& t : m.terms) terms[t.name] = t.bytes;
+  for (const auto& p : m.phases) phases.push_back({{"name", p.name}, {"bytes", p.bytes}, {"terms", p.terms}});
+  return {{"peak_bytes", m.peak},
+          {"peak_gib", gib(m.peak)},
+          {"peak_phase", m.peak_phase},
+          {"terms", terms},
+          {"phases", phases}};
+}
 
-std::string json_modes(const std::vector<ModePlan>& modes) {
-  std::string out;
+ordered json_modes(const std::vector<ModePlan>& modes) {
+  ordered out = ordered::array();
   for (const auto& m : modes) {
-    out += fmt::format(
-        "{}{{\"offload\":\"{}\",\"ac\":{},\"gpu\":{{{},\"total_bytes\":{},\"fits\":{}}},"
-        "\"host\":{{{},\"fits\":{}}},\"fits\":{}}}",
-        out.empty() ? "" : ",", mode_name(m.mode), m.ac ? "true" : "false", json_mem(m.gpu), m.gpu_total,
-        json_opt_bool(m.gpu_fits), json_mem(m.host), json_opt_bool(m.host_fits), m.fits() ? "true" : "false");
+    ordered gpu = json_mem(m.gpu), host = json_mem(m.host);
+    gpu["total_bytes"] = m.gpu_total;
+    gpu["fits"] = or_null(m.gpu_fits);
+    host["fits"] = or_null(m.host_fits);
+    out.push_back(
+        {{"offload", mode_name(m.mode)}, {"ac", m.ac}, {"gpu", gpu}, {"host", host}, {"fits", m.fits()}});
   }
   return out;
 }
-
-std::string json_opt_int(const std::optional<i64>& v) { return v ? std::to_string(*v) : "null"; }
 
 }  // namespace
 
@@ -822,30 +824,55 @@ std::string format_json(const Plan& p) {
   const auto& s = p.shape;
   const auto& a = p.assumptions;
   const auto& act = p.activations;
-  std::string fits, notes;
+  ordered fits = ordered::array();
   for (const auto& m : p.modes)
-    if (m.fits()) fits += fmt::format("{}\"{}\"", fits.empty() ? "" : ",", mode_name(m.mode));
-  for (const auto& n : p.notes) notes += (notes.empty() ? "" : ",") + json::quote(n);
-  return fmt::format(
-      "{{\"model\":{{\"name\":{},\"params\":{},\"vocab_size\":{},\"hidden\":{},\"layers\":{},\"heads\":{},"
-      "\"kv_heads\":{},\"head_dim\":{},\"intermediate\":{},\"qk_norm\":{},\"tie_embeddings\":{}}},"
-      "\"micro_batch_size\":{},\"seq_len\":{},\"batch_size\":{},\"compute_dtype\":\"{}\",\"optimizer\":\"{}"
-      "\","
-      "\"ac\":{},\"ac_freq\":{},\"attention_mask\":{},"
-      "\"capacity\":{{\"gpu_bytes\":{},\"gpu_source\":{},\"host_bytes\":{},\"host_source\":{}}},"
-      "\"assumptions\":{{\"device_block\":{},\"pinned_pow2\":{},\"cublas_workspace\":{},\"cuda_context\":{},"
-      "\"allocator_slack\":{},\"host_runtime\":{}}},"
-      "\"activations\":{{\"tokens\":{},\"per_block_full\":{},\"per_block_checkpointed\":{},"
-      "\"saved_without_ac\":{},\"saved_with_ac\":{},\"ce_chunk_tokens\":{}}},"
-      "\"modes\":[{}],\"modes_ac_toggled\":[{}],\"fits\":[{}],\"notes\":[{}]}}\n",
-      json::quote(p.model_name), p.params, s.vocab_size, s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim,
-      s.intermediate, s.qk_norm() ? "true" : "false", s.tie_embeddings ? "true" : "false", p.micro_batch,
-      p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer, p.ac ? "true" : "false",
-      p.ac_freq, p.attention_mask ? "true" : "false", json_opt_int(a.gpu_capacity),
-      json::quote(a.gpu_capacity_source), json_opt_int(a.host_capacity), json::quote(a.host_capacity_source),
-      a.device_block, a.pinned_pow2 ? "true" : "false", a.cublas_workspace, a.cuda_context, a.allocator_slack,
-      a.host_runtime, act.tokens, act.per_block_full, act.per_block_checkpointed, act.saved_without_ac,
-      act.saved_with_ac, act.ce_chunk_tokens, json_modes(p.modes), json_modes(p.modes_other), fits, notes);
+    if (m.fits()) fits.push_back(mode_name(m.mode));
+  const ordered out = {
+      {"model",
+       {{"name", p.model_name},
+        {"params", p.params},
+        {"vocab_size", s.vocab_size},
+        {"hidden", s.hidden},
+        {"layers", s.layers},
+        {"heads", s.heads},
+        {"kv_heads", s.kv_heads},
+        {"head_dim", s.head_dim},
+        {"intermediate", s.intermediate},
+        {"qk_norm", s.qk_norm()},
+        {"tie_embeddings", s.tie_embeddings}}},
+      {"micro_batch_size", p.micro_batch},
+      {"seq_len", p.seq_len},
+      {"batch_size", p.batch},
+      {"compute_dtype", a.compute_bytes == 2 ? "bf16" : "fp32"},
+      {"optimizer", p.optimizer},
+      {"ac", p.ac},
+      {"ac_freq", p.ac_freq},
+      {"attention_mask", p.attention_mask},
+      {"capacity",
+       {{"gpu_bytes", or_null(a.gpu_capacity)},
+        {"gpu_source", a.gpu_capacity_source},
+        {"host_bytes", or_null(a.host_capacity)},
+        {"host_source", a.host_capacity_source}}},
+      {"assumptions",
+       {{"device_block", a.device_block},
+        {"pinned_pow2", a.pinned_pow2},
+        {"cublas_workspace", a.cublas_workspace},
+        {"cuda_context", a.cuda_context},
+        {"allocator_slack", a.allocator_slack},
+        {"host_runtime", a.host_runtime}}},
+      {"activations",
+       {{"tokens", act.tokens},
+        {"per_block_full", act.per_block_full},
+        {"per_block_checkpointed", act.per_block_checkpointed},
+        {"saved_without_ac", act.saved_without_ac},
+        {"saved_with_ac", act.saved_with_ac},
+        {"ce_chunk_tokens", act.ce_chunk_tokens}}},
+      {"modes", json_modes(p.modes)},
+      {"modes_ac_toggled", json_modes(p.modes_other)},
+      {"fits", fits},
+      {"notes", p.notes},
+  };
+  return strict_json::dump(out) + "\n";
 }
 
 std::string fit_refusal(const Plan& p, Offload mode) {

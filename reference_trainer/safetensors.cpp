@@ -1,6 +1,6 @@
 #include "safetensors.hpp"
 
-#include "json.hpp"
+#include "strict_json.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,6 +16,8 @@
 namespace primecfg::train::safetensors {
 
 namespace {
+
+namespace json = strict_json;
 
 struct dtype_row {
   dtype d;
@@ -92,51 +94,58 @@ file file::open(const std::filesystem::path& path) {
   if (!root.is_object()) fail(path, "header is not a JSON object");
   const std::byte* data_begin = bytes + 8 + header_len;
   const std::size_t data_size = f.map_size_ - 8 - header_len;
-  try {
-    for (const auto& [name, desc] : root.as_object()) {
-      if (name == "__metadata__") {
-        for (const auto& [k, v] : desc.as_object()) f.metadata_[k] = v.as_string();
-        continue;
+  for (const auto& [name, desc] : root.items()) {
+    if (name == "__metadata__") {
+      if (!desc.is_object()) fail(path, "__metadata__ must be an object of strings");
+      for (const auto& [k, v] : desc.items()) {
+        if (!v.is_string()) fail(path, "__metadata__ value \"" + k + "\" must be a string");
+        f.metadata_[k] = v.get<std::string>();
       }
-      tensor_info t;
-      t.name = name;
-      const auto* dt = desc.find("dtype");
-      const auto* shape = desc.find("shape");
-      const auto* offs = desc.find("data_offsets");
-      if (!dt || !shape || !offs) fail(path, "tensor " + name + " lacks dtype, shape or data_offsets");
-      auto row = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                              [&](const dtype_row& r) { return r.name == dt->as_string(); });
-      if (row == std::end(kDtypes))
-        fail(path, "tensor " + name + " has unsupported dtype " + dt->as_string());
-      t.type = row->d;
-      // The element count and byte size are checked for overflow: a shape like
-      // [2^62] of F32 would otherwise wrap to 0 bytes and match data_offsets [0, 0].
-      std::uint64_t numel = 1;
-      for (const auto& s : shape->as_array()) {
-        if (s.as_int() < 0) fail(path, "tensor " + name + " has a negative dimension");
-        t.shape.push_back(s.as_int());
-        if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(s.as_int()), &numel) ||
-            numel > static_cast<std::uint64_t>(INT64_MAX))
-          fail(path, "tensor " + name + ": the shape has more elements than fit in 64 bits");
-      }
-      std::uint64_t need = 0;
-      if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(row->size), &need))
-        fail(path, "tensor " + name + ": the shape needs more bytes than fit in 64 bits");
-      const auto& o = offs->as_array();
-      if (o.size() != 2) fail(path, "tensor " + name + ": data_offsets needs two numbers");
-      std::int64_t b = o[0].as_int(), e = o[1].as_int();
-      if (b < 0 || e < b || static_cast<std::uint64_t>(e) > data_size)
-        fail(path, "truncated or corrupt: tensor " + name + " data_offsets [" + std::to_string(b) + ", " +
-                       std::to_string(e) + "] outside the " + std::to_string(data_size) + " data bytes");
-      t.nbytes = static_cast<std::size_t>(e - b);
-      if (need != t.nbytes)
-        fail(path, "tensor " + name + ": shape and dtype need " + std::to_string(need) +
-                       " bytes but data_offsets span " + std::to_string(t.nbytes));
-      t.data = data_begin + b;
-      f.tensors_.push_back(std::move(t));
+      continue;
     }
-  } catch (const json::error& e) {
-    fail(path, std::string("bad header: ") + e.what());
+    tensor_info t;
+    t.name = name;
+    const auto* dt = json::find(desc, "dtype");
+    const auto* shape = json::find(desc, "shape");
+    const auto* offs = json::find(desc, "data_offsets");
+    if (!dt || !shape || !offs) fail(path, "tensor " + name + " lacks dtype, shape or data_offsets");
+    if (!dt->is_string()) fail(path, "tensor " + name + ": dtype must be a string");
+    auto row = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                            [&](const dtype_row& r) { return r.name == dt->get_ref<const std::string&>(); });
+    if (row == std::end(kDtypes))
+      fail(path, "tensor " + name + " has unsupported dtype " + dt->get<std::string>());
+    t.type = row->d;
+    // The element count and byte size are checked for overflow: a shape like
+    // [2^62] of F32 would otherwise wrap to 0 bytes and match data_offsets [0, 0].
+    if (!shape->is_array()) fail(path, "tensor " + name + ": shape must be an array of integers");
+    std::uint64_t numel = 1;
+    for (const auto& s : *shape) {
+      const auto dim = json::integer(s);
+      if (!dim) fail(path, "tensor " + name + ": shape must be an array of integers");
+      if (*dim < 0) fail(path, "tensor " + name + " has a negative dimension");
+      t.shape.push_back(*dim);
+      if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(*dim), &numel) ||
+          numel > static_cast<std::uint64_t>(INT64_MAX))
+        fail(path, "tensor " + name + ": the shape has more elements than fit in 64 bits");
+    }
+    std::uint64_t need = 0;
+    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(row->size), &need))
+      fail(path, "tensor " + name + ": the shape needs more bytes than fit in 64 bits");
+    std::int64_t b = -1, e = -1;
+    if (offs->is_array() && offs->size() == 2) {
+      b = json::integer((*offs)[0]).value_or(-1);
+      e = json::integer((*offs)[1]).value_or(-1);
+    }
+    if (b < 0 || e < 0) fail(path, "tensor " + name + ": data_offsets needs two integers >= 0");
+    if (e < b || static_cast<std::uint64_t>(e) > data_size)
+      fail(path, "truncated or corrupt: tensor " + name + " data_offsets [" + std::to_string(b) + ", " +
+                     std::to_string(e) + "] outside the " + std::to_string(data_size) + " data bytes");
+    t.nbytes = static_cast<std::size_t>(e - b);
+    if (need != t.nbytes)
+      fail(path, "tensor " + name + ": shape and dtype need " + std::to_string(need) +
+                     " bytes but data_offsets span " + std::to_string(t.nbytes));
+    t.data = data_begin + b;
+    f.tensors_.push_back(std::move(t));
   }
   return f;
 }
@@ -171,33 +180,28 @@ void write(const std::filesystem::path& path, const std::vector<entry>& entries,
   for (const auto& e : entries) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const entry* a, const entry* b) { return a->name < b->name; });
 
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      first = false;
-      header += json::quote(k) + ":" + json::quote(v);
-    }
-    header += "}";
-    if (!order.empty()) header += ',';
-  }
+  // Keys in order: __metadata__, then the tensors sorted by name, as they lie in the file.
+  json::ordered root = json::ordered::object();
+  if (!metadata.empty()) root["__metadata__"] = metadata;
   std::size_t offset = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const entry& e = *order[i];
+    const entry* e = order[i];
     std::int64_t numel = 1;
-    for (auto s : e.shape) numel *= s;
-    if (static_cast<std::size_t>(numel) * dtype_size(e.type) != e.nbytes)
-      throw error(path.string() + ": tensor " + e.name + " byte size does not match its shape");
-    if (i) header += ',';
-    header += json::quote(e.name) + ":{\"dtype\":\"" + std::string(dtype_name(e.type)) + "\",\"shape\":[";
-    for (std::size_t d = 0; d < e.shape.size(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
-    header +=
-        "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.nbytes) + "]}";
-    offset += e.nbytes;
+    for (auto s : e->shape) numel *= s;
+    if (static_cast<std::size_t>(numel) * dtype_size(e->type) != e->nbytes)
+      throw error(path.string() + ": tensor " + e->name + " byte size does not match its shape");
+    if (i > 0 && order[i - 1]->name == e->name)
+      throw error(path.string() + ": tensor " + e->name + " given twice");
+    root[e->name] = {
+        {"dtype", dtype_name(e->type)}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->nbytes}}};
+    offset += e->nbytes;
   }
-  header += "}";
+  std::string header;
+  try {
+    header = json::dump(root);
+  } catch (const json::error& e) {
+    throw error(path.string() + ": " + e.what());
+  }
   while (header.size() % 8) header += ' ';  // keep the data 8-byte aligned
 
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

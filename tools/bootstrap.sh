@@ -6,8 +6,9 @@ set -euo pipefail
 need_apt=()
 # clang + libclang-rt-14-dev: the libFuzzer targets and tools/sanitize.sh.
 # libxxhash-dev: the checksums of checkpoint manifests.
+# nlohmann-json3-dev: every JSON file primecfg-train reads or writes.
 for pkg in g++ meson ninja-build pkg-config libfmt-dev libtomlplusplus-dev doctest-dev \
-           libboost1.81-dev libhwloc-dev libxxhash-dev clang-format clang libclang-rt-14-dev; do
+           libboost1.81-dev libhwloc-dev libxxhash-dev nlohmann-json3-dev clang-format clang libclang-rt-14-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -7,6 +7,10 @@ TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 NV=$(dirname "$TD")/nvidia
 export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
 
+# nlohmann/json, when it comes unpacked under .deps/ (docs/trainer.md, GPU smoke).
+[ -d .deps/nlohmann/usr/share/pkgconfig ] &&
+  export PKG_CONFIG_PATH="$PWD/.deps/nlohmann/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+
 BIN=${PRIMECFG_BIN:-}
 if [ -z "$BIN" ]; then
   TOML=()

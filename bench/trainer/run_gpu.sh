@@ -40,6 +40,9 @@ if [ -z "$BIN" ] || ! "$BIN/primecfg-train" --help >/dev/null 2>&1; then
   echo "== building with meson"
   TOML=()
   [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$ROOT/.deps/tomlpp/usr/include")
+  # nlohmann/json unpacked under .deps/ (docs/trainer.md, GPU smoke).
+  [ -d .deps/nlohmann/usr/share/pkgconfig ] &&
+    export PKG_CONFIG_PATH="$ROOT/.deps/nlohmann/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 || { cat "$RES/build.log"; exit 1; }
   ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train tests/trainer/trainer_gpu_tests \
     >>"$RES/build.log" 2>&1 || { tail -50 "$RES/build.log"; exit 1; }

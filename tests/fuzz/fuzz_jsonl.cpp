@@ -18,8 +18,8 @@
 //    targets inside the vocabulary or -100, and loss_tokens that count them.
 #include "data.hpp"
 #include "fuzz_check.hpp"
-#include "json.hpp"
 #include "memfile.hpp"
+#include "strict_json.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -32,7 +32,7 @@
 namespace {
 
 namespace data = primecfg::train::data;
-namespace json = primecfg::train::json;
+namespace json = primecfg::train::strict_json;
 using primecfg::fuzz::check;
 using primecfg::fuzz::memfile;
 
@@ -78,9 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
                          : ex.loss.end();
     check(std::find(ex.loss.begin(), end, 1) != end, "some loss within the first seq_len + 1 tokens", text);
     const json::value& r = records[static_cast<std::size_t>(i)];
-    if (const json::value* p = r.find("prompt")) {
-      const std::string& prompt = p->as_string();
-      const std::string& completion = r.find("completion")->as_string();
+    if (const json::value* p = json::find(r, "prompt")) {
+      const std::string& prompt = p->get_ref<const std::string&>();
+      const std::string& completion = json::find(r, "completion")->get_ref<const std::string&>();
       std::vector<std::int64_t> want{data::ByteTokenizer::bos};
       for (unsigned char c : prompt) want.push_back(c);
       want.push_back(data::ByteTokenizer::sep);

@@ -1,6 +1,5 @@
-// safetensors, JSON and data packing: the trainer's plain C++ parts.
+// safetensors and data packing: the trainer's plain C++ parts (JSON: test_strict_json.cpp).
 #include "data.hpp"
-#include "json.hpp"
 #include "safetensors.hpp"
 #include "support.hpp"
 
@@ -70,19 +69,6 @@ TEST_CASE("safetensors: truncated and corrupt files fail with the file name") {
   junk.close();
   CHECK_THROWS_AS(safetensors::file::open(dir / "junk.safetensors"), safetensors::error);
   CHECK_THROWS_AS(safetensors::file::open(dir / "missing.safetensors"), safetensors::error);
-}
-
-TEST_CASE("json: values, escapes and errors") {
-  auto v = json::parse(R"({"a": [1, 2.5, -3e2], "s": "x\"\u00e9", "t": true, "n": null})");
-  CHECK(v.find("a")->as_array()[0].as_int() == 1);
-  CHECK(v.find("a")->as_array()[1].as_double() == 2.5);
-  CHECK(v.find("a")->as_array()[2].as_int() == -300);
-  CHECK(v.find("s")->as_string() == "x\"\xc3\xa9");
-  CHECK(v.find("t")->as_bool());
-  CHECK(v.find("n")->is_null());
-  CHECK_THROWS_AS(json::parse("{\"a\": }"), json::error);
-  CHECK_THROWS_AS(json::parse("[1, 2"), json::error);
-  CHECK_THROWS_AS(v.find("s")->as_int(), json::error);
 }
 
 TEST_CASE("data: reverse-text packing, loss on completions only, positions restart per document") {

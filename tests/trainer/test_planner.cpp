@@ -2,8 +2,8 @@
 // shape, the ordering of the modes, activation checkpointing, allocator rounding,
 // the model shapes against the trainer's real model, the JSON output and the
 // out-of-memory advice.
-#include "json.hpp"
 #include "planner.hpp"
+#include "strict_json.hpp"
 #include "trainer.hpp"
 
 #include <doctest/doctest.h>
@@ -405,17 +405,17 @@ TEST_CASE("planner: JSON output carries the per-term breakdown") {
   a.gpu_capacity = std::int64_t{139} << 30;
   a.host_capacity = std::int64_t{120} << 30;
   auto p = plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a);
-  auto doc = train::json::parse(plan::format_json(p));
-  CHECK(doc.find("model")->find("params")->as_int() == 596049920);
-  const auto& modes = doc.find("modes")->as_array();
+  auto doc = train::strict_json::parse(plan::format_json(p));
+  CHECK(doc.at("model").at("params") == 596049920);
+  const auto& modes = doc.at("modes");
   REQUIRE(modes.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
-    CHECK(modes[i].find("gpu")->find("peak_bytes")->as_int() == p.modes[i].gpu.peak);
-    CHECK(modes[i].find("gpu")->find("terms")->find("weights")->as_int() == p.modes[i].gpu.term("weights"));
-    CHECK(modes[i].find("host")->find("peak_bytes")->as_int() == p.modes[i].host.peak);
+    CHECK(modes[i].at("gpu").at("peak_bytes") == p.modes[i].gpu.peak);
+    CHECK(modes[i].at("gpu").at("terms").at("weights") == p.modes[i].gpu.term("weights"));
+    CHECK(modes[i].at("host").at("peak_bytes") == p.modes[i].host.peak);
   }
-  CHECK(modes[0].find("offload")->as_string() == "none");
-  CHECK(doc.find("modes_ac_toggled")->as_array().size() == 3);
+  CHECK(modes[0].at("offload") == "none");
+  CHECK(doc.at("modes_ac_toggled").size() == 3);
   auto text = plan::format_text(p);
   CHECK(text.find("PEAK ALLOCATED") != std::string::npos);
   CHECK(text.find("Fits this machine") != std::string::npos);
