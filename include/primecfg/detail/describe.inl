@@ -71,7 +71,7 @@ constexpr auto describe(Entries... entries) {
   static_assert(
       ((std::is_same_v<Entries, retired_key> || std::is_same_v<Entries, detail::description_entry<S>>)&&...),
       "primecfg::describe takes primecfg::field(...) entries of one struct and primecfg::retired(...)");
-  auto as_entry = [](auto e) {
+  [[maybe_unused]] auto as_entry = [](auto e) {
     if constexpr (std::is_same_v<decltype(e), retired_key>) {
       detail::description_entry<S> r;
       r.is_retired = true;

@@ -101,7 +101,7 @@ constexpr bool all_named(const std::array<std::string_view, N>& names) noexcept 
 
 template <class T, std::size_t... I>
 constexpr std::array<std::string_view, sizeof...(I)> fallback_names(std::index_sequence<I...>) noexcept {
-  constexpr auto members = fake_tie<T>();
+  [[maybe_unused]] constexpr auto members = fake_tie<T>();
   constexpr std::array<std::string_view, sizeof...(I)> names = member_names_from_signature<sizeof...(I)>(
 #if defined(__clang__)
       signature_of<hold_pointer(&boost::pfr::detail::sequence_tuple::get<I>(members))...>()
