@@ -4,7 +4,7 @@
 #pragma once
 
 #include "checkpoint_dir.hpp"
-#include "model.hpp"
+#include "transformer.hpp"
 #include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"
 #include "safetensors.hpp"

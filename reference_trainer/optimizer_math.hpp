@@ -6,7 +6,7 @@
 #pragma once
 
 #include "cpu_optim/cpu_optim.hpp"
-#include "model.hpp"
+#include "transformer.hpp"
 #include "optimizer_state.hpp"
 #include "trainer.hpp"
 

@@ -206,7 +206,7 @@ struct Workload {
   i64 jsonl_bytes = 0;      // size of data.path
 };
 
-// Bytes one block keeps for backward, per token (model.cpp's block_forward under
+// Bytes one block keeps for backward, per token (transformer.cpp's block_forward under
 // autograd, with the CUDA kernels: fused RMSNorm saves its input and an FP32 rstd per
 // row; SDPA saves q, k, v, its output and an FP32 logsumexp per head; RoPE saves only
 // the shared cos/sin tables; the matmuls save their activation input).
@@ -312,7 +312,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
     b.add("mask_top", w.B * TT * dt, "the last block's additive mask");
   }
 
-  // --- LM head + cross-entropy (model.cpp's LinearCrossEntropy) ---------------
+  // --- LM head + cross-entropy (transformer.cpp's LinearCrossEntropy) ---------------
   const i64 c = w.ce_chunk;
   b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");

@@ -2,12 +2,12 @@
 // memory and the host memory of a config in each offload mode, from the model
 // shape and the config alone (no LibTorch, nothing allocated).
 //
-// The model of memory follows what reference_trainer/model.cpp and trainer.cpp
+// The model of memory follows what reference_trainer/transformer.cpp and the offload pipelines
 // really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
 #pragma once
 
 #include "loss_chunking.hpp"
-#include "model_config.hpp"
+#include "model/config.hpp"
 
 #include <primecfg/offload.hpp>
 #include <primecfg/sft.hpp>
@@ -28,11 +28,11 @@ struct plan_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The model as the trainer builds it (model_config.hpp: one reader of config.json
+// The model as the trainer builds it (model/config.hpp: one reader of config.json
 // and one presets table for both).
 using ModelShape = ModelArgs;
 
-// The trainer's presets by model.name (model_config.hpp's preset()).
+// The trainer's presets by model.name (model/config.hpp's preset()).
 std::optional<ModelShape> preset_shape(std::string_view name);
 // An HF config.json, read by the trainer's reader; its errors become plan_error.
 ModelShape shape_from_hf_config(const std::filesystem::path& config_json);

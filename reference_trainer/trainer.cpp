@@ -16,7 +16,7 @@
 #include "device_streams.hpp"
 #include "loss_chunking.hpp"
 #include "metrics.hpp"
-#include "model.hpp"
+#include "transformer.hpp"
 #include "offload/copies.hpp"
 #include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"

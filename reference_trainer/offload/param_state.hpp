@@ -6,7 +6,7 @@
 #pragma once
 
 #include "host_trace.hpp"
-#include "model.hpp"
+#include "transformer.hpp"
 #include "optimizer_math.hpp"
 
 #include <torch/torch.h>

@@ -10,7 +10,7 @@
 // Internal to primecfg-train.
 #pragma once
 
-#include "model.hpp"
+#include "transformer.hpp"
 #include "offload/full_offload.hpp"
 #include "offload/no_offload.hpp"
 #include "offload/optimizer_offload.hpp"

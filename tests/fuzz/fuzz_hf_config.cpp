@@ -1,5 +1,5 @@
 // Fuzz target: the trainer's reader of HF config.json (parse_hf_config,
-// reference_trainer/model_config.hpp) on arbitrary text.
+// reference_trainer/model/config.hpp) on arbitrary text.
 //
 // Properties checked, beyond "no crash, no sanitizer report":
 //  - it either returns a model or throws model_config_error (nothing else);
@@ -11,7 +11,7 @@
 //  - its parameter list and RoPE frequencies can be computed (finite), with
 //    counts that agree with each other.
 #include "fuzz_check.hpp"
-#include "model_config.hpp"
+#include "model/config.hpp"
 
 #include <cmath>
 #include <cstddef>

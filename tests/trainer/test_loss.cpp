@@ -3,7 +3,7 @@
 // over chunk by chunk during the loss). Both must give the same loss and gradients
 // as far as FP32 summation order allows, and the rows handed over must be the final
 // head gradient, in order, covering the vocabulary once.
-#include "model.hpp"
+#include "transformer.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
 // config.json as the trainer reads it (model_config.hpp, no LibTorch): the cases
 // that tests/trainer/hf_parity_test.py does not reach with transformers' own files.
-#include "model_config.hpp"
+#include "model/config.hpp"
 
 #include <doctest/doctest.h>
 

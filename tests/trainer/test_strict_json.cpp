@@ -4,7 +4,7 @@
 // which must name the file and, where there is one, the key.
 #include "checkpoint_dir.hpp"
 #include "data.hpp"
-#include "model_config.hpp"
+#include "model/config.hpp"
 #include "safetensors.hpp"
 #include "strict_json.hpp"
 

@@ -8,7 +8,7 @@
 //   loss = cross_entropy(rmsnorm(h) @ lm_head^T)   computed in chunks, logits never whole
 #pragma once
 
-#include "model_config.hpp"
+#include "model/config.hpp"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "model.hpp"
+#include "transformer.hpp"
 
 #include "loss_chunking.hpp"
 #include "safetensors.hpp"
@@ -512,7 +512,7 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   };
   const auto& a = args_;
   // RoPE tables for the given positions: [B, T, 1, head_dim]. The frequencies come
-  // from model_config (the rope type's formula), rounded to FP32 as transformers
+  // from model/args.cpp (the rope type's formula), rounded to FP32 as transformers
   // keeps them; yarn also scales cos and sin.
   Tensor freqs = in.positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // [B, T, hd/2]
   Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);
