@@ -3,6 +3,7 @@
 // the model shapes against the trainer's real model, the JSON output and the
 // out-of-memory advice.
 #include "json.hpp"
+#include "machine_memory.hpp"
 #include "planner.hpp"
 #include "trainer.hpp"
 
