@@ -137,15 +137,6 @@ std::string fit_refusal(const Plan& p, Offload mode);
 // prediction for that mode and which mode (or setting) is predicted to fit.
 std::string oom_advice(const Plan& p, Offload mode);
 
-// Machine facts. Total memory of CUDA device `index` through the driver API
-// (dlopen of libcuda; nullopt without a driver or device), and host memory from
-// /proc/meminfo (MemTotal, MemAvailable).
-std::optional<std::int64_t> cuda_device_memory(int index);
-struct HostMemory {
-  std::int64_t total = 0, available = 0;
-};
-std::optional<HostMemory> host_memory();
-
 std::string_view mode_name(Offload m);
 
 }  // namespace primecfg::train::plan

@@ -96,15 +96,16 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs the tool in `dir` with `args` (already quoted where needed) through the
-// shell; `env_prefix` goes before the tool's name (VAR=value, or a command
-// such as `timeout 20`).
-inline outcome tool(const fs::path& dir, const std::string& args, const std::string& env_prefix = "") {
+// Runs the executable `exe` in `dir` with `args` (already quoted where needed)
+// through the shell; `env_prefix` goes before the executable's name (VAR=value,
+// or a command such as `timeout 20`).
+inline outcome run_exe(const std::string& exe, const fs::path& dir, const std::string& args,
+                       const std::string& env_prefix) {
   static int n = 0;
   fs::path out =
       fs::temp_directory_path() / ("pcm-out-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
-  std::string cmd = "cd " + quote(dir.string()) + " && " + env_prefix + " " + quote(env("PRIMECFG_MIGRATE")) +
-                    " " + args + " >" + quote(out.string() + ".1") + " 2>" + quote(out.string() + ".2");
+  std::string cmd = "cd " + quote(dir.string()) + " && " + env_prefix + " " + quote(exe) + " " + args + " >" +
+                    quote(out.string() + ".1") + " 2>" + quote(out.string() + ".2");
   int raw = std::system(cmd.c_str());
   outcome o;
   o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -113,6 +114,18 @@ inline outcome tool(const fs::path& dir, const std::string& args, const std::str
   fs::remove(out.string() + ".1");
   fs::remove(out.string() + ".2");
   return o;
+}
+
+// Runs the tool ($PRIMECFG_MIGRATE) as run_exe does.
+inline outcome tool(const fs::path& dir, const std::string& args, const std::string& env_prefix = "") {
+  return run_exe(env("PRIMECFG_MIGRATE"), dir, args, env_prefix);
+}
+
+// Runs the tests' build of the tool ($PRIMECFG_MIGRATE_FAULTY, faulty_seams.cpp)
+// with its in-place write made to fail at `where` (tools/primecfg-migrate/test_seams.hpp).
+inline outcome faulty_tool(const fs::path& dir, const std::string& args, const std::string& where) {
+  return run_exe(env("PRIMECFG_MIGRATE_FAULTY"), dir, args,
+                 "PRIMECFG_MIGRATE_INJECT_FAILURE=" + quote(where));
 }
 
 inline std::size_t entries(const fs::path& dir) {

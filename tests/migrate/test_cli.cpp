@@ -103,7 +103,7 @@ TEST_CASE("cli: a failing write leaves the original intact and no temporary file
   write(d / "a.toml", legacy);
   for (const char* where : {"write", "rename"}) {
     CAPTURE(where);
-    auto o = tool(d, "-i --no-validate a.toml", std::string("PRIMECFG_MIGRATE_INJECT_FAILURE=") + where);
+    auto o = faulty_tool(d, "-i --no-validate a.toml", where);
     CHECK(o.status == 2);
     CHECK(o.err.find("a.toml: error: not written (the original is unchanged)") != std::string::npos);
     CHECK(read(d / "a.toml") == legacy);

@@ -350,7 +350,7 @@ TEST_CASE("in-place: past the file size limit (ulimit -f) is an error, not a sil
 TEST_CASE("in-place: a file that changes while it is migrated is left alone") {
   fs::path d = scratch("changed");
   write(d / "a.toml", legacy);
-  auto o = tool(d, "-i --no-validate a.toml", "PRIMECFG_MIGRATE_INJECT_FAILURE=change-original");
+  auto o = faulty_tool(d, "-i --no-validate a.toml", "change-original");
   CHECK(o.status == 2);
   CHECK(o.err.find(
             "a.toml: error: not written (the original is unchanged): the file changed since it was read") !=

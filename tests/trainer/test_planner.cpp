@@ -2,6 +2,7 @@
 // shape, the ordering of the modes, activation checkpointing, allocator rounding,
 // the model shapes against the trainer's real model, the JSON output and the
 // out-of-memory advice.
+#include "machine_memory.hpp"
 #include "planner.hpp"
 #include "strict_json.hpp"
 #include "trainer.hpp"

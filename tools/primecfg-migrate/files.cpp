@@ -1,6 +1,8 @@
 // Reading a config file and rewriting it in place (files.hpp).
 #include "files.hpp"
 
+#include "test_seams.hpp"
+
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -12,7 +14,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -191,11 +192,6 @@ bool read_config(const std::string& path, std::uintmax_t max_bytes, read_result&
 
 bool write_in_place(const std::string& path, const struct stat& was, const std::string& data,
                     std::string& err) {
-  const char* inject = std::getenv("PRIMECFG_MIGRATE_INJECT_FAILURE");  // tests only, see test_cli.cpp
-  auto injected = [&](std::string_view where) {
-    return inject != nullptr && std::string_view(inject) == where;
-  };
-
   // A symbolic link stays a link: the file it points to is rewritten.
   std::error_code ec;
   fs::path target = path;
@@ -270,7 +266,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
 
   std::size_t done = 0;
   while (done < data.size()) {
-    if (injected("write")) return fail("cannot write " + tmp, EIO);
+    if (test_seams::inject_failure("write")) return fail("cannot write " + tmp, EIO);
     ssize_t n = ::write(fd.fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -354,7 +350,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
     return fail("cannot close " + tmp, e);
   }
 
-  if (injected("change-original")) {  // another program writes the file meanwhile
+  if (test_seams::inject_failure("change-original")) {  // another program writes the file meanwhile
     int w = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (w >= 0) {
       if (::write(w, "#\n", 2) != 2) { /* the check below then passes; the test says so */
@@ -367,7 +363,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
   if (::fstat(old.fd, &last) != 0 || !unchanged(last, was) || ::stat(target.c_str(), &at_path) != 0 ||
       !same_file(at_path, was))
     return fail("the file changed since it was read (another program wrote it?); run the tool again", 0);
-  if (injected("rename")) return fail("cannot rename " + tmp, EIO);
+  if (test_seams::inject_failure("rename")) return fail("cannot rename " + tmp, EIO);
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int e = errno;
     return fail("cannot replace the file", e);
