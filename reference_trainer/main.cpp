@@ -23,6 +23,8 @@
 #define PRIMECFG_TRAIN_HAVE_DUMP 1
 #endif
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -176,6 +178,19 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   return 1;
 }
 
+// A launcher (torchrun, Slurm + torchrun) that starts several ranks sets WORLD_SIZE:
+// that is the launch protocol, not a knob. The trainer runs one process only so far, so
+// several ranks would be several independent runs into one folder: refused, by name.
+std::string several_ranks() {
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!world || std::string_view(world).empty() || std::string_view(world) == "1") return {};
+  return fmt::format(
+      "WORLD_SIZE={} (set by torchrun or another launcher): primecfg-train runs one process only; "
+      "sharded data parallel over several ranks is not implemented yet. Launch one process "
+      "(--nproc-per-node 1).",
+      world);
+}
+
 bool looks_like_oom(std::string_view what) {
   return what.find("out of memory") != std::string_view::npos ||
          what.find("CUBLAS_STATUS_ALLOC_FAILED") != std::string_view::npos ||
@@ -194,6 +209,10 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h")
       return print_out(std::string(kUsage) + help_text<train::TrainerOptions>());
     if (a == "--print-default") return print_out(kDefaultConfig + 1);
+  }
+  if (const std::string why = several_ranks(); !why.empty()) {
+    std::fprintf(stderr, "primecfg-train: error: %s\n", why.c_str());
+    return 2;
   }
   const train::CommandLine line = train::split_command_line(argv_list);
   // primecfg-train's own options: a mistake in them is a usage error (exit 2).

@@ -257,6 +257,17 @@ def _(work):
         expect(p, 2, "cannot write to standard output")
 
 
+@case("several ranks from a launcher are refused by name, not run as independent copies")
+def _(work):
+    env = dict(os.environ, WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    plan = [TRAIN, "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]
+    p = subprocess.run(plan, capture_output=True, text=True, env=env)
+    expect(p, 2, "WORLD_SIZE=2", "one process only")
+    env["WORLD_SIZE"] = "1"  # one rank is a plain run
+    p = subprocess.run(plan, capture_output=True, text=True, env=env)
+    expect(p, 0)
+
+
 @case("a TrainerConfig's settings are all applied or refused by name")
 def _(work):
     cfg = os.path.join(work, "trainer.toml")
