@@ -6,6 +6,8 @@
 // them side by side. Off (and free) without a path.
 #pragma once
 
+#include "strict_json.hpp"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -55,30 +57,29 @@ class HostTrace {
     return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
   }
 
-  // Names are parameter names and fixed words: nothing to escape but quotes.
-  static std::string escaped(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    return out;
-  }
-
   void write() {
     if (!on()) return;
     std::lock_guard lk(mu_);
-    std::ofstream f(path_);
-    f << "{\"traceEvents\":[\n";
-    for (std::size_t k = 0; k < events_.size(); ++k) {
-      const Event& e = events_[k];
-      f << fmt::format(
-          "{{\"ph\":\"X\",\"cat\":\"host_pipeline\",\"pid\":\"primecfg host\",\"tid\":\"{}\",\"name\":\"{}\","
-          "\"ts\":{},\"dur\":{},\"args\":{{\"step\":{}}}}}{}\n",
-          e.thread, escaped(e.name), e.ts_us, e.dur_us, e.step, k + 1 < events_.size() ? "," : "");
+    // One JSON writer for the whole trainer (strict_json.hpp): names are escaped and
+    // checked as UTF-8 there.
+    strict_json::ordered events = strict_json::ordered::array();
+    for (const Event& e : events_)
+      events.push_back({{"ph", "X"},
+                        {"cat", "host_pipeline"},
+                        {"pid", "primecfg host"},
+                        {"tid", e.thread},
+                        {"name", e.name},
+                        {"ts", e.ts_us},
+                        {"dur", e.dur_us},
+                        {"args", {{"step", e.step}}}});
+    try {  // from the destructor: a failure is reported, never thrown
+      std::ofstream f(path_);
+      f << strict_json::dump(strict_json::ordered{{"traceEvents", events}}) << "\n";
+      if (!f) std::fprintf(stderr, "primecfg-train: could not write the host trace %s\n", path_.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "primecfg-train: could not write the host trace %s: %s\n", path_.c_str(),
+                   e.what());
     }
-    f << "]}\n";
-    if (!f) std::fprintf(stderr, "primecfg-train: could not write the host trace %s\n", path_.c_str());
   }
 
   std::string path_;

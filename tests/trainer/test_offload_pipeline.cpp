@@ -3,6 +3,7 @@
 // gradient at a time, which makes the backward hooks wait for the CPU worker at
 // almost every parameter. The result must not change, bit for bit.
 #include "staging_ring.hpp"
+#include "strict_json.hpp"
 #include "task_thread.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
@@ -201,6 +202,30 @@ TEST_CASE("full offload: a staging ring that holds one gradient gives the same r
     }
     CHECK(roomy.losses.back() < roomy.losses.front());
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("full offload: --profile.host-trace writes a Chrome trace of the pipeline's host threads") {
+  auto dir = fs::temp_directory_path() / ("primecfg-host-trace-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  train::RunOptions o;
+  o.print = false;
+  o.device = "cpu";
+  o.profile.host_trace = dir / "host.json";
+  train::run_sft(tiny_full(4, 3, 2, dir / "run"), o);
+  std::ifstream in(dir / "host.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto trace = train::strict_json::parse(text);
+  const auto& events = trace.at("traceEvents");
+  REQUIRE(events.is_array());
+  bool worker = false, hooks = false;
+  for (const auto& e : events) {
+    worker = worker || e.at("tid") == "worker";
+    hooks = hooks || e.at("tid") == "hooks";
+    CHECK(e.at("dur").get<std::int64_t>() >= 0);
+  }
+  CHECK(worker);
+  CHECK(hooks);
   fs::remove_all(dir);
 }
 
