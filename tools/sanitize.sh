@@ -52,7 +52,7 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
     ninja -C build-asan build.ninja >/dev/null  # regenerate now: the test list below reads it
   fi
   targets=(tests/lib/primecfg-lib-tests tools/primecfg/primecfg tools/primecfg-migrate/primecfg-migrate
-           tests/migrate/test_migrate tests/bad_input/bad-input-tests
+           tests/migrate/test_migrate tests/migrate/primecfg-migrate-faulty tests/bad_input/bad-input-tests
            bench/library/load_sft bench/library/load_sft_compiled)
   tests=(library 'compiled loader' 'primecfg tool' migrate 'bad input')
   # The kernels' tests, when this build has them (they need no LibTorch).
