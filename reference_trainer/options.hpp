@@ -68,6 +68,20 @@ struct ProfileOptions {
   }
 };
 
+// Sharded data parallel over several ranks (launched by torchrun or any launcher that
+// sets RANK, WORLD_SIZE, ...; distributed/launch.hpp). None of these changes a result.
+struct DistOptions {
+  double bucket_mib = 25;
+
+  static constexpr auto fields() {
+    using D = DistOptions;
+    return describe(field(&D::bucket_mib,
+                          "Gradients are reduce-scattered, and updated weights all-gathered, in buckets of "
+                          "about this many MiB (full-size tensors; at least one parameter each).",
+                          gt(0)));
+  }
+};
+
 enum class ComputeDtype { bf16, fp32 };
 enum class PlanFormat { text, json };
 
@@ -79,10 +93,13 @@ struct TrainerOptions {
   PlanFormat plan_format = PlanFormat::text;
   std::optional<double> plan_gpu_memory = std::nullopt;
   std::optional<double> plan_host_memory = std::nullopt;
+  std::optional<std::int64_t> plan_world_size = std::nullopt;
+  std::optional<std::int64_t> plan_ranks_per_node = std::nullopt;
   bool memory_check = true;
   std::optional<double> peak_tflops = std::nullopt;
   OffloadOptions offload = {};
   ProfileOptions profile = {};
+  DistOptions dist = {};
 
   static constexpr auto fields() {
     using T = TrainerOptions;
@@ -100,11 +117,20 @@ struct TrainerOptions {
               gt(0)),
         field(&T::plan_host_memory, "Host memory for --plan, GiB (None: MemAvailable of /proc/meminfo).",
               gt(0)),
+        field(&T::plan_world_size,
+              "Ranks for --plan (None: WORLD_SIZE of the launcher, else 1); the FP32 state is sharded "
+              "over them.",
+              ge(1)),
+        field(&T::plan_ranks_per_node,
+              "Ranks on one node for --plan, whose host memory they share (None: LOCAL_WORLD_SIZE of "
+              "the launcher, else the world size).",
+              ge(1)),
         field(&T::memory_check,
               "Stop a CUDA run before loading anything when the planner predicts it will not fit."),
         field(&T::peak_tflops, "Peak dense bf16 TFLOP/s of the device for MFU (None: known GPUs only).",
               gt(0)),
-        field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."));
+        field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."),
+        field(&T::dist, "Sharded data parallel (several ranks)."));
   }
 
   void validate(validation& v) {
@@ -116,6 +142,8 @@ struct TrainerOptions {
       if (plan_format != PlanFormat::text) v.error(plan_format, "only applies with --plan");
       if (plan_gpu_memory) v.error(plan_gpu_memory, "only applies with --plan");
       if (plan_host_memory) v.error(plan_host_memory, "only applies with --plan");
+      if (plan_world_size) v.error(plan_world_size, "only applies with --plan");
+      if (plan_ranks_per_node) v.error(plan_ranks_per_node, "only applies with --plan");
     }
   }
 
