@@ -4,11 +4,13 @@
 #pragma once
 
 #include "checkpoint_dir.hpp"
-#include "transformer.hpp"
+#include "checkpoint_shards.hpp"
+#include "distributed/data_parallel.hpp"
 #include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"
 #include "safetensors.hpp"
 #include "trainer.hpp"
+#include "transformer.hpp"
 
 #include <primecfg/checkpoint.hpp>
 
@@ -88,18 +90,37 @@ inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, cons
   }
 }
 
+// Writes step pos.step into <root>/step_N (through a temporary folder and one rename).
+// Sharded (`dp`): every rank writes its optimizer file, rank 0 the rest and then,
+// once every rank has written, the manifest; a rank that fails makes all fail, and
+// the temporary folder is removed.
 template <offload_pipeline Pipeline>
 void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, const OptSettings& opt,
                      const TrainPosition& pos, const CheckpointConfig& cfg,
-                     const std::optional<fs::path>& source_dir) {
+                     const std::optional<fs::path>& source_dir, DataParallel* dp) {
   state.sync_host();
-  fs::create_directories(root);
+  const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  auto on_rank0 = [&](std::string_view what, const std::function<void()>& fn) {
+    if (!dp) return fn();
+    dp->group().on_rank0(what, [&] {
+      fn();
+      return std::string();
+    });
+  };
+  auto remove_tmp = [&] {
+    std::error_code ec;
+    if (rank == 0) fs::remove_all(tmp, ec);  // a full disk must not leave half a checkpoint behind
+  };
+  on_rank0("creating the checkpoint folder", [&] {
+    fs::create_directories(root);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  });
+  std::string error;
   try {
-    // model.safetensors + config.json: the folder is also an HF model directory.
-    {
+    if (rank == 0) {
+      // model.safetensors + config.json: the folder is also an HF model directory.
       TensorBundle b;
       for (const auto& p : model.params()) b.add(p.name, p.tensor);
       safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
@@ -108,14 +129,14 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
     }
     if (!cfg.skip_optimizer) {
       TensorBundle b;
-      for (auto& s : state.states()) {
-        b.add("master." + s.p->name, s.master);
-        if (s.m1.defined()) b.add("m1." + s.p->name, s.m1);
-        if (s.m2.defined()) b.add("m2." + s.p->name, s.m2);
-      }
-      safetensors::write(tmp / "optimizer.safetensors", b.entries, {{"optimizer", std::string(opt.name())}});
+      for (auto& s : state.states())
+        for (auto& [name, t] : optimizer_tensors(s)) b.add(name, t);
+      safetensors::write(tmp / optimizer_file_name(rank, world), b.entries,
+                         {{"optimizer", std::string(opt.name())},
+                          {"rank", std::to_string(rank)},
+                          {"world_size", std::to_string(world)}});
     }
-    {
+    if (rank == 0) {
       TensorBundle b;
       b.add("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
       safetensors::write(tmp / "trainer_state.safetensors", b.entries,
@@ -123,17 +144,28 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                           {"data_position", std::to_string(pos.data_position)},
                           {"scheduler_step", std::to_string(pos.scheduler_step)},
                           {"offload", std::string(Pipeline::strategy::name)},
-                          {"optimizer", std::string(opt.name())}});
+                          {"optimizer", std::string(opt.name())},
+                          {"world_size", std::to_string(world)}});
     }
+  } catch (const std::exception& e) {
+    if (!dp) {
+      remove_tmp();
+      throw;
+    }
+    error = e.what();
+  }
+  try {
+    if (dp) dp->group().agree(fmt::format("writing checkpoint step {}", pos.step), error);
     // Last: the manifest, which makes the folder a checkpoint; then one rename.
-    write_manifest(tmp, pos.step, !cfg.skip_optimizer);
-    publish_checkpoint(tmp, step_dir(root, pos.step));
+    on_rank0("publishing the checkpoint", [&] {
+      write_manifest(tmp, pos.step, !cfg.skip_optimizer);
+      publish_checkpoint(tmp, step_dir(root, pos.step));
+      if (cfg.keep_last) prune_checkpoints(root, *cfg.keep_last, pos.step);
+    });
   } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // a full disk must not leave half a checkpoint behind
+    remove_tmp();
     throw;
   }
-  if (cfg.keep_last) prune_checkpoints(root, *cfg.keep_last, pos.step);
 }
 
 // Copies a checkpoint tensor into dst, checking name, shape and dtype (a checkpoint
@@ -183,6 +215,23 @@ inline void all_consumed(const safetensors::file& f, const std::set<std::string>
                                   f.path().string(), t.name));
 }
 
+// How many ranks wrote a checkpoint (trainer_state.safetensors' world_size; 1 when
+// absent: a checkpoint of one process before sharded runs existed).
+inline int saved_world(const fs::path& dir) {
+  auto sf = safetensors::file::open(dir / "trainer_state.safetensors");
+  auto it = sf.metadata().find("world_size");
+  if (it == sf.metadata().end()) return 1;
+  int n = 0;
+  try {
+    n = std::stoi(it->second);
+  } catch (const std::exception&) {
+  }
+  if (n < 1 || std::to_string(n) != it->second)
+    throw run_error(
+        fmt::format("{}: world_size = \"{}\" is not a positive integer", sf.path().string(), it->second));
+  return n;
+}
+
 template <offload_pipeline Pipeline>
 TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model, Pipeline& state,
                               const OptSettings& opt, const CheckpointConfig& cfg) {
@@ -206,20 +255,7 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
             "{}: has no optimizer state (saved with ckpt.skip_optimizer); set ckpt.skip_optimizer = true to "
             "resume from its weights with fresh optimizer moments",
             dir.string()));
-      auto of = safetensors::file::open(dir / "optimizer.safetensors");
-      auto it = of.metadata().find("optimizer");
-      if (it == of.metadata().end() || it->second != opt.name())
-        throw run_error(
-            fmt::format("{}: optimizer state is {}, the config asks for {} (set ckpt.skip_optimizer to "
-                        "load weights only)",
-                        of.path().string(), it == of.metadata().end() ? "unnamed" : it->second, opt.name()));
-      consumed.clear();
-      for (auto& s : state.states()) {
-        load_into(of, "master." + s.p->name, s.master, consumed);
-        if (s.m1.defined()) load_into(of, "m1." + s.p->name, s.m1, consumed);
-        if (s.m2.defined()) load_into(of, "m2." + s.p->name, s.m2, consumed);
-      }
-      all_consumed(of, consumed);
+      read_optimizer_state(dir, saved_world(dir), state.states(), opt.name());
     } else {
       state.masters_from_model();  // asked for: masters are the weights, moments start at zero
     }

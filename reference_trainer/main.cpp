@@ -178,19 +178,6 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   return 1;
 }
 
-// A launcher (torchrun, Slurm + torchrun) that starts several ranks sets WORLD_SIZE:
-// that is the launch protocol, not a knob. The trainer runs one process only so far, so
-// several ranks would be several independent runs into one folder: refused, by name.
-std::string several_ranks() {
-  const char* world = std::getenv("WORLD_SIZE");
-  if (!world || std::string_view(world).empty() || std::string_view(world) == "1") return {};
-  return fmt::format(
-      "WORLD_SIZE={} (set by torchrun or another launcher): primecfg-train runs one process only; "
-      "sharded data parallel over several ranks is not implemented yet. Launch one process "
-      "(--nproc-per-node 1).",
-      world);
-}
-
 bool looks_like_oom(std::string_view what) {
   return what.find("out of memory") != std::string_view::npos ||
          what.find("CUBLAS_STATUS_ALLOC_FAILED") != std::string_view::npos ||
@@ -210,8 +197,13 @@ int main(int argc, char** argv) {
       return print_out(std::string(kUsage) + help_text<train::TrainerOptions>());
     if (a == "--print-default") return print_out(kDefaultConfig + 1);
   }
-  if (const std::string why = several_ranks(); !why.empty()) {
-    std::fprintf(stderr, "primecfg-train: error: %s\n", why.c_str());
+  // Several ranks (torchrun, Slurm + torchrun): the launcher's variables say where this
+  // process stands; without them the trainer runs alone.
+  train::Launch launch;
+  try {
+    launch = train::Launch::from_environment();
+  } catch (const train::launch_error& e) {
+    std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
     return 2;
   }
   const train::CommandLine line = train::split_command_line(argv_list);
@@ -222,6 +214,10 @@ int main(int argc, char** argv) {
   if (!options.ok()) return 2;
   const train::TrainerOptions& opts = options.value;
   train::RunOptions run = run_options(opts);
+  run.launch = launch;
+  run.dist = opts.dist;
+  // One rank reports: the others' progress lines, notes and demo would repeat it.
+  if (launch.rank != 0) run.print = run.demo = false;
   std::vector<std::string> args = line.config;
 
   // The embedded default underlies a run without config files (overrides still apply).
@@ -290,25 +286,28 @@ int main(int argc, char** argv) {
   run.resolved_config = dump_toml(cfg.value, cfg.provenance);
   run.resolved_options = dump_toml(opts, options.provenance);
 #endif
+  // In a sharded run every rank's error says which rank it is.
+  const std::string who =
+      launch.several() ? fmt::format("primecfg-train[rank {}]", launch.rank) : std::string("primecfg-train");
   try {
     auto result = train::run_sft(cfg.value, run);
-    if (!result.losses.empty())
+    if (!result.losses.empty() && launch.rank == 0)
       std::fprintf(stderr, "done: steps %lld..%lld, loss %.4f -> %.4f\n",
                    static_cast<long long>(result.first_step), static_cast<long long>(result.last_step),
                    result.losses.front(), result.losses.back());
   } catch (const c10::OutOfMemoryError& e) {
     return report_oom(cfg.value, opts, e.what_without_backtrace());
   } catch (const train::run_error& e) {
-    std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 1;
   } catch (const c10::Error& e) {
     if (looks_like_oom(e.what_without_backtrace()))
       return report_oom(cfg.value, opts, e.what_without_backtrace());
-    std::fprintf(stderr, "primecfg-train: error: %s\n", e.what_without_backtrace());
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
     if (looks_like_oom(e.what())) return report_oom(cfg.value, opts, e.what());
-    std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 1;
   }
   return 0;

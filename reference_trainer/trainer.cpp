@@ -14,13 +14,15 @@
 #include "cpu_optim/cpu_optim.hpp"
 #include "data.hpp"
 #include "device_streams.hpp"
+#include "distributed/data_parallel.hpp"
+#include "distributed/process_group.hpp"
 #include "loss_chunking.hpp"
 #include "metrics.hpp"
-#include "transformer.hpp"
 #include "offload/copies.hpp"
 #include "offload/pipeline.hpp"
 #include "optimizer_math.hpp"
 #include "safetensors.hpp"
+#include "transformer.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -132,6 +134,16 @@ class Trainer {
       : cfg_(cfg), opts_(opts), setup_(setup) {}
 
   RunResult run() {
+    try {
+      return run_steps();
+    } catch (const std::exception& e) {
+      if (pg_) pg_->note_failure(e.what());  // the other ranks name this one
+      throw;
+    }
+  }
+
+ private:
+  RunResult run_steps() {
     setup();
     if (opts_.dump_logits) {
       write_logits(*model_, loader_->next().micro.front(), *opts_.dump_logits);
@@ -145,7 +157,7 @@ class Trainer {
       const StepMetrics met = train_step();
       result.losses.push_back(met.loss);
       profiler.after_step(pos_.step);
-      reporter_->log(met);
+      if (reporter_) reporter_->log(met);
       // A NaN or infinite loss or gradient norm has reached (or will reach) the weights:
       // stop before a checkpoint of this step could be written.
       if (!std::isfinite(met.loss) || !std::isfinite(met.grad_norm))
@@ -159,22 +171,52 @@ class Trainer {
     return finish(std::move(result));
   }
 
- private:
   // --- setup ------------------------------------------------------------------
 
   void setup() {
+    if (opts_.launch.several()) connect();
     claim_output_dir();  // before anything is loaded: a mistake costs seconds, not a model load
     load_model();
+    if (pg_) {
+      const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
+      dp_ = std::make_unique<DataParallel>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
+      dp_->broadcast_weights();
+    }
     load_data();
     if (!opts_.dump_logits) start();
   }
 
+  // A sharded run: the other ranks, and the same config on every one of them.
+  void connect() {
+    if (opts_.dump_logits) throw run_error("--dump-logits runs in one process; launch it without torchrun");
+    if (OptSettings::from(cfg_.optim).kind == OptKind::muon)
+      throw run_error(fmt::format(
+          "optim.type = \"muon\" with {} ranks: Muon orthogonalizes whole matrices, and each rank holds a "
+          "piece of every parameter; use adamw, sgd or sign_sgd, or run one process",
+          opts_.launch.world));
+    pg_ = std::make_unique<ProcessGroup>(opts_.launch, setup_.device,
+                                         std::chrono::seconds(cfg_.dist_timeout_seconds));
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a of what the run was started with
+    for (const std::string* s : {&opts_.resolved_config, &opts_.resolved_options})
+      for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
+    pg_->check_same("the config (the resolved [config] and primecfg-train's options)", h);
+  }
   // The run's folder: one writer, never two runs mixed; a resume names a complete
   // checkpoint, and later ones are set aside.
   void claim_output_dir() {
     ckpt_ = cfg_.ckpt.value_or(CheckpointConfig{});
     ckpt_root_ = ckpt_.output_dir.value_or(cfg_.output_dir / "checkpoints");
     if (opts_.dump_logits) return;
+    if (!pg_) return claim_output_dir_here();
+    // One rank owns the folder; every rank resumes from the step it chose.
+    const std::string step = pg_->on_rank0("claiming the output folder", [&] {
+      claim_output_dir_here();
+      return resume_step_ ? std::to_string(*resume_step_) : std::string();
+    });
+    if (!step.empty()) resume_step_ = std::stoll(step);
+  }
+
+  void claim_output_dir_here() {
     try {
       lock_.emplace(cfg_.output_dir);
       remove_stale_temporaries(ckpt_root_);
@@ -239,7 +281,16 @@ class Trainer {
   void start() {
     const ModelArgs& args = model_->args();
     opt_ = OptSettings::from(cfg_.optim);
-    state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_);
+    if (dp_) {
+      const auto& lo = loader_->options();
+      const std::int64_t micro = lo.batch_size / lo.micro_batch_size;
+      if (micro % dp_->world() != 0)
+        throw run_error(fmt::format(
+            "data.batch_size = {} with data.micro_batch_size = {} makes {} micro-batches per step, which {} "
+            "ranks cannot share evenly; make batch_size a multiple of micro_batch_size x {}",
+            lo.batch_size, lo.micro_batch_size, micro, dp_->world(), dp_->world()));
+    }
+    state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, dp_.get());
     ac_ = cfg_.model.ac.has_value();
     ac_freq_ = ac_ ? cfg_.model.ac->freq : 1;
     const std::int64_t seq_len = loader_->options().seq_len;
@@ -259,10 +310,19 @@ class Trainer {
     fs::create_directories(cfg_.output_dir);
     if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
     if (!opts_.resolved_options.empty()) write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
-    reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
+    if (!pg_ || pg_->rank() == 0)  // one writer of the metrics
+      reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
     flops_per_token_ = 6.0 * static_cast<double>(args.matmul_params()) +
                        12.0 * args.layers * args.heads * args.head_dim * static_cast<double>(seq_len);
     peak_ = peak_flops(setup_.device, opts_.peak_tflops);
+    if (opts_.print && pg_)
+      std::fprintf(
+          stderr,
+          "primecfg-train: %d ranks (%s), FP32 state sharded over them, %lld of %lld micro-batches each\n",
+          pg_->world(), std::string(pg_->backend_name()).c_str(),
+          static_cast<long long>(loader_->options().batch_size / loader_->options().micro_batch_size /
+                                 pg_->world()),
+          static_cast<long long>(loader_->options().batch_size / loader_->options().micro_batch_size));
     if (opts_.print)
       std::fprintf(stderr,
                    "primecfg-train: %s, %.2fM params, offload = %.*s, optim = %.*s, %s %s, seq_len %lld\n",
@@ -279,6 +339,8 @@ class Trainer {
     Transformer& model = *model_;
     const auto t0 = std::chrono::steady_clock::now();
     data::Batch batch = loader_->next();
+    if (dp_) keep_this_ranks_part(batch);
+    if (pg_) pg_->note_step(pos_.step + 1);
     const double lr = scheduled_lr(cfg_.scheduler, opt_.lr, pos_.scheduler_step, max_steps_);
     state.begin_step(lr, pos_.step + 1, batch.micro.size() == 1);
     const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, batch.loss_tokens));
@@ -296,9 +358,14 @@ class Trainer {
                                state.loss_hooks(last), state.loss_chunks(targets.numel()));
       if (last) state.before_backward();
       loss.backward();
+      if (dp_) dp_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
     }
     const double grad_norm = state.finish_step();
+    if (dp_) {
+      dp_->gather_weights();
+      dp_->sum(loss_acc, "the sum of the step's loss");
+    }
     const double loss_sum = loss_acc.item<double>();
     state.end_step();
     ++pos_.step;
@@ -318,12 +385,25 @@ class Trainer {
     met.step_time = dt;
     met.tokens = batch.tokens;
     met.tokens_per_s = static_cast<double>(batch.tokens) / dt;
-    if (peak_) met.mfu = met.tokens_per_s * flops_per_token_ / *peak_;
+    // Per GPU: each rank computes its share of the tokens.
+    if (peak_) met.mfu = met.tokens_per_s / (dp_ ? dp_->world() : 1) * flops_per_token_ / *peak_;
     met.peak_device = peak_device_bytes(setup_.device);
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
     return met;
+  }
+
+  // A sharded run: this rank's consecutive share of the step's micro-batches. The loss
+  // stays scaled by the whole batch's loss tokens, so the sum over the ranks is the
+  // one-process gradient. (Packing is sequential, so every rank packs the whole batch.)
+  void keep_this_ranks_part(data::Batch& batch) {
+    const auto per_rank = batch.micro.size() / static_cast<std::size_t>(dp_->world());
+    const auto first = per_rank * static_cast<std::size_t>(dp_->rank());
+    std::vector<data::MicroBatch> mine(
+        std::make_move_iterator(batch.micro.begin() + static_cast<std::ptrdiff_t>(first)),
+        std::make_move_iterator(batch.micro.begin() + static_cast<std::ptrdiff_t>(first + per_rank)));
+    batch.micro = std::move(mine);
   }
 
   // A micro-batch's token ids, positions and (for packed rows) document mask, and its
@@ -344,11 +424,13 @@ class Trainer {
   // --- checkpoints and the end --------------------------------------------------
 
   bool checkpoint_due() const { return ckpt_.interval && pos_.step % *ckpt_.interval == 0; }
-  void save() { save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_); }
+  void save() { save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_, dp_.get()); }
 
   RunResult finish(RunResult result) {
     result.last_step = pos_.step;
     state_->sync_host();  // the last step's deferred updates
+    if (opts_.collect_weights && dp_)
+      throw run_error("collect_weights: the masters are sharded over the ranks");
     if (opts_.collect_weights) {
       for (auto& s : state_->states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
@@ -359,7 +441,7 @@ class Trainer {
             s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
-    if (opts_.demo) demo(*model_);
+    if (opts_.demo && (!pg_ || pg_->rank() == 0)) demo(*model_);
     return result;
   }
 
@@ -396,6 +478,8 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::optional<data::Loader> loader_;
   OptSettings opt_;
+  std::unique_ptr<ProcessGroup> pg_;  // a sharded run's ranks (none: one process)
+  std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Pipeline<Strategy>> state_;
   bool ac_ = false;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;
@@ -417,6 +501,15 @@ class Trainer {
 RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   Setup setup;
   std::string dev = opts.device.value_or(torch::cuda::is_available() ? "cuda" : "cpu");
+  // One GPU per rank: LOCAL_RANK's (of those CUDA_VISIBLE_DEVICES leaves).
+  if (opts.launch.several() && dev.rfind("cuda", 0) == 0) {
+    if (dev != "cuda")
+      throw run_error(
+          fmt::format("device = \"{}\" with {} ranks: each rank uses cuda:LOCAL_RANK; set device = "
+                      "\"cuda\" (CUDA_VISIBLE_DEVICES picks the GPUs)",
+                      dev, opts.launch.world));
+    dev = fmt::format("cuda:{}", opts.launch.local_rank);
+  }
   try {
     setup.device = torch::Device(dev);
   } catch (const std::exception&) {

@@ -2,6 +2,7 @@
 // plain-C++ tests include only this).
 #pragma once
 
+#include "distributed/launch.hpp"
 #include "options.hpp"
 
 #include <primecfg/sft.hpp>
@@ -35,6 +36,10 @@ struct RunOptions {
   OffloadOptions offload;
   ProfileOptions profile;
   std::optional<double> peak_tflops;
+  // Where this process stands among the launcher's ranks (one process: world 1), and
+  // how a sharded run moves gradients and weights.
+  Launch launch;
+  DistOptions dist;
 };
 
 struct RunResult {

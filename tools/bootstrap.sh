@@ -7,8 +7,10 @@ need_apt=()
 # clang + libclang-rt-14-dev: the libFuzzer targets and tools/sanitize.sh.
 # libxxhash-dev: the checksums of checkpoint manifests.
 # nlohmann-json3-dev: every JSON file primecfg-train reads or writes.
+# libgloo-dev: the Gloo headers LibTorch's c10d headers include (the torch wheel ships
+#   Gloo's code, not its headers); sharded runs on CPUs use torch's ProcessGroupGloo.
 for pkg in g++ meson ninja-build pkg-config libfmt-dev libtomlplusplus-dev doctest-dev \
-           libboost1.81-dev libhwloc-dev libxxhash-dev nlohmann-json3-dev clang-format clang libclang-rt-14-dev; do
+           libboost1.81-dev libhwloc-dev libxxhash-dev nlohmann-json3-dev libgloo-dev clang-format clang libclang-rt-14-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -23,8 +23,8 @@ int int_var(const char* name, int fallback, int lo, int hi) {
   const std::string_view s(v);
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
   if (ec != std::errc() || end != s.data() + s.size() || n < lo || n > hi)
-    throw launch_error(fmt::format("{}={}: the launcher's variable must be an integer in [{}, {}]", name, v,
-                                   lo, hi));
+    throw launch_error(
+        fmt::format("{}={}: the launcher's variable must be an integer in [{}, {}]", name, v, lo, hi));
   return n;
 }
 
@@ -46,6 +46,8 @@ Launch Launch::from_environment() {
       throw launch_error(fmt::format("TORCHELASTIC_USE_AGENT_STORE={}: must be True or False", a));
     l.agent_store = s == "True" || s == "true" || s == "1";
   }
+  l.attempt = int_var("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
+  if (const char* a = env("GLOO_SOCKET_IFNAME")) l.gloo_interfaces = a;
   return l;
 }
 

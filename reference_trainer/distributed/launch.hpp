@@ -21,6 +21,8 @@ struct Launch {
   // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent hosts the store, every rank
   // is a client of it.
   bool agent_store = false;
+  int attempt = 0;              // TORCHELASTIC_RESTART_COUNT: keys of a restart are its own
+  std::string gloo_interfaces;  // GLOO_SOCKET_IFNAME: comma-separated, empty: the default
 
   bool several() const { return world > 1; }
 

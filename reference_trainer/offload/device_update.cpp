@@ -2,10 +2,13 @@
 
 namespace primecfg::train {
 
-Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm) {
+Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm,
+                      DataParallel* dp) {
   std::vector<Tensor> grads;
   for (auto& s : states) grads.push_back(s.grad);
-  Tensor norm = at::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).square().sum().sqrt();
+  Tensor sq = at::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).square().sum();
+  if (dp) dp->sum(sq, "the sum of the gradient norms");
+  Tensor norm = sq.sqrt();
   if (max_norm)
     at::_foreach_mul_(grads, (norm + 1e-6).reciprocal().mul(*max_norm).clamp_max(1.0).to(torch::kFloat32));
   return norm;
@@ -35,7 +38,7 @@ void update_resident(std::vector<ParamState>& states, const OptSettings& opt, do
   // The new weights, in one multi-tensor launch.
   std::vector<Tensor> weights, masters;
   for (auto& s : states) {
-    weights.push_back(s.p->tensor.detach());
+    weights.push_back(s.weight);
     masters.push_back(s.master);
   }
   at::_foreach_copy_(weights, masters);

@@ -16,8 +16,10 @@
 
 namespace primecfg::train {
 
-FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run)
+FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run,
+                                         DataParallel* dp)
     : opt_(opt),
+      dp_(dp),
       trace_(run.profile.host_trace),
       device_(model.device()),
       ring_bytes_(run.offload.ring_bytes()),
@@ -25,15 +27,18 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       cpu_threads_(static_cast<int>(run.offload.cpu_threads.value_or(0))),
       seams_(test_seams::full_offload()) {
   const bool cuda = !device_.is_cpu();
-  defer_ = seams_.defer.value_or(cuda);
+  // Sharded: the updated weights are all-gathered when the step ends, so no update
+  // is left for the next forward, and the tied embedding is not split (its head
+  // share would be one rank's, before the reduction).
+  defer_ = !dp && seams_.defer.value_or(cuda);
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
   const auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
   // Masters are uploaded straight from host memory only for FP32 weights; moments and
   // accumulators never leave the host.
-  states_ = place_state(model, opt, Placement{plain, pinned, false, plain, plain});
+  states_ = place_state(model, opt, Placement{plain, pinned, false, plain, plain}, dp);
   masters_from_model();
-  if (model.args().tie_embeddings && seams_.split_tied)
+  if (model.args().tie_embeddings && seams_.split_tied && !dp)
     for (std::size_t i = 0; i < states_.size(); ++i)
       if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
@@ -57,8 +62,8 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   done_step_.assign(states_.size(), 0);
   got_last_grad_.assign(states_.size(), 0);
   start_host_pipeline();
-  hooks_.install(states_, trace_, step_,
-                 [this](std::size_t i, ParamState&, Tensor& g) { submit_gradient(i, g); });
+  hooks_.install(
+      states_, trace_, step_, [this](std::size_t i, ParamState&, Tensor& g) { submit_gradient(i, g); }, dp);
 }
 
 FullOffloadPipeline::~FullOffloadPipeline() {
@@ -86,7 +91,7 @@ FullOffloadPipeline::~FullOffloadPipeline() {
 void FullOffloadPipeline::masters_from_model() {
   torch::NoGradGuard ng;
   sync_host();
-  for (auto& s : states_) s.master.copy_(s.p->tensor);
+  for (auto& s : states_) master_from_weights(s);
 }
 
 void FullOffloadPipeline::sync_host() {
@@ -300,7 +305,7 @@ void FullOffloadPipeline::stage(std::size_t i, const Tensor& g, Part part) {
   if (last_micro_) got_last_grad_[i] = 1;
   {
     std::lock_guard lk(mu_);
-    queue_.push_back(Job{i, r, std::move(ready), last_micro_, part, ctx_, true});
+    queue_.push_back(Job{i, r, std::move(ready), last_micro_, part, ctx_, true, g.scalar_type()});
     ++submitted_;
   }
   cv_.notify_all();
@@ -352,7 +357,8 @@ double FullOffloadPipeline::finish_host_step() {
     return norm;
   }
   finish_pending();
-  const double norm_sq = gsq_host_ + (ctx_->single_micro ? device_norm_sq() : 0.0);
+  double norm_sq = gsq_host_ + (ctx_->single_micro ? device_norm_sq() : 0.0);
+  if (dp_) norm_sq = dp_->sum(norm_sq, "the sum of the gradient norms");
   std::lock_guard lk(mu_);
   stats_.drain_s = seconds_since(t_drain);
   return std::sqrt(norm_sq);

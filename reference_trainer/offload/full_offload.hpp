@@ -50,7 +50,7 @@ class FullOffloadPipeline {
  public:
   using strategy = FullOffload;
 
-  FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run);
+  FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, DataParallel* dp);
   FullOffloadPipeline(const FullOffloadPipeline&) = delete;
   FullOffloadPipeline& operator=(const FullOffloadPipeline&) = delete;
   ~FullOffloadPipeline();
@@ -113,7 +113,8 @@ class FullOffloadPipeline {
     bool last = false;
     Part part = Part::whole;
     std::shared_ptr<const StepContext> ctx;
-    bool has_slot = true;  // holds a range of the staging ring
+    bool has_slot = true;                        // holds a range of the staging ring
+    torch::ScalarType dtype = torch::kBFloat16;  // of the staged gradient
   };
 
   // What the worker runs next (next_work_locked).
@@ -190,6 +191,7 @@ class FullOffloadPipeline {
   void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last);
 
   OptSettings opt_;
+  DataParallel* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   torch::Device device_ = torch::kCPU;

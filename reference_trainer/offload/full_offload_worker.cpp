@@ -246,7 +246,7 @@ void FullOffloadPipeline::consume(const Job& job) {
   torch::NoGradGuard ng;
   const StepContext& c = *job.ctx;
   ParamState& s = states_[job.param];
-  const Tensor& w = s.p->tensor;
+  const Tensor& w = s.weight;  // sizes: the parameter's, or this rank's piece
   if (job.part == Part::no_grad) {
     // What earlier micro-batches accumulated, else zero.
     if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
@@ -262,7 +262,7 @@ void FullOffloadPipeline::consume(const Job& job) {
                           c.batch_rows, c.batch_rows_dev, c);
     return;
   }
-  Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, w.scalar_type(), w.sizes());
+  Tensor staged = ring_view(grad_ring_buf_, job.slot.offset, job.dtype, w.sizes());
   if (!job.last) {
     if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
     if (acc_valid_[job.param])
@@ -285,7 +285,7 @@ void FullOffloadPipeline::consume(const Job& job) {
 // Runs the CPU kernel on one parameter and queues its new weights for the device.
 void FullOffloadPipeline::update_host(std::size_t i, const Tensor& grad, const StepContext& c) {
   ParamState& s = states_[i];
-  Tensor w = s.p->tensor.detach();
+  Tensor w = s.weight;
   const bool bf16 = w.scalar_type() == torch::kBFloat16;
   Tensor out;
   if (bf16) out = (w.is_cpu() && w.is_contiguous()) ? w : upload_slot(w);

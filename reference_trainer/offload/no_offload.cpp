@@ -2,18 +2,19 @@
 
 namespace primecfg::train {
 
-NoOffloadPipeline::NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run)
-    : opt_(opt), trace_(run.profile.host_trace) {
+NoOffloadPipeline::NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run,
+                                     DataParallel* dp)
+    : opt_(opt), dp_(dp), trace_(run.profile.host_trace) {
   const auto dev = torch::TensorOptions().dtype(torch::kFloat32).device(model.device());
-  states_ = place_state(model, opt, Placement{dev, dev, true, dev, dev});
+  states_ = place_state(model, opt, Placement{dev, dev, true, dev, dev}, dp);
   masters_from_model();
-  hooks_.install(states_, trace_, step_,
-                 [this](std::size_t i, ParamState& s, Tensor& g) { grads_.add(i, s, g); });
+  hooks_.install(
+      states_, trace_, step_, [this](std::size_t i, ParamState& s, Tensor& g) { grads_.add(i, s, g); }, dp);
 }
 
 void NoOffloadPipeline::masters_from_model() {
   torch::NoGradGuard ng;
-  for (auto& s : states_) s.master.copy_(s.p->tensor);
+  for (auto& s : states_) master_from_weights(s);
 }
 
 void NoOffloadPipeline::begin_step(double lr, std::int64_t step, bool) {
@@ -25,7 +26,7 @@ void NoOffloadPipeline::begin_step(double lr, std::int64_t step, bool) {
 double NoOffloadPipeline::finish_step() {
   const auto began = spans_.finish_begins(step_);
   grads_.zero_missing(states_);
-  Tensor norm = clip_grad_norm(states_, opt_.max_norm);
+  Tensor norm = clip_grad_norm(states_, opt_.max_norm, dp_);
   update_resident(states_, opt_, lr_, step_);
   const double n = norm.item<double>();
   spans_.finish_ends(began, step_);

@@ -22,7 +22,7 @@ class NoOffloadPipeline {
  public:
   using strategy = NoOffload;
 
-  NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run);
+  NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, DataParallel* dp);
   NoOffloadPipeline(const NoOffloadPipeline&) = delete;
   NoOffloadPipeline& operator=(const NoOffloadPipeline&) = delete;
   ~NoOffloadPipeline() { hooks_.remove(); }
@@ -45,6 +45,7 @@ class NoOffloadPipeline {
 
  private:
   OptSettings opt_;
+  DataParallel* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   std::vector<ParamState> states_;

@@ -11,23 +11,24 @@
 namespace primecfg::train {
 
 OptimizerOffloadPipeline::OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt,
-                                                   const RunOptions& run)
+                                                   const RunOptions& run, DataParallel* dp)
     : opt_(opt),
+      dp_(dp),
       trace_(run.profile.host_trace),
       device_(model.device()),
       ring_bytes_(run.offload.ring_bytes()) {
   const bool cuda = !device_.is_cpu();
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
-  states_ = place_state(model, opt, Placement{dev_, dev_, true, dev_, pinned});
+  states_ = place_state(model, opt, Placement{dev_, dev_, true, dev_, pinned}, dp);
   masters_from_model();
   if (cuda) {
     h2d_ = dev::side_stream(device_);
     d2h_ = dev::side_stream(device_);
     overlap_ = !opt.max_norm;
   }
-  hooks_.install(states_, trace_, step_,
-                 [this](std::size_t i, ParamState& s, Tensor& g) { on_grad(i, s, g); });
+  hooks_.install(
+      states_, trace_, step_, [this](std::size_t i, ParamState& s, Tensor& g) { on_grad(i, s, g); }, dp);
 }
 
 OptimizerOffloadPipeline::~OptimizerOffloadPipeline() {
@@ -44,7 +45,7 @@ OptimizerOffloadPipeline::~OptimizerOffloadPipeline() {
 void OptimizerOffloadPipeline::masters_from_model() {
   torch::NoGradGuard ng;
   sync_host();
-  for (auto& s : states_) s.master.copy_(s.p->tensor);
+  for (auto& s : states_) master_from_weights(s);
 }
 
 void OptimizerOffloadPipeline::sync_host() {
@@ -127,9 +128,11 @@ double OptimizerOffloadPipeline::finish_updates() {
         fetch_ahead();
       }
     // As NoOffload sums them: FP32 norms per parameter, squared and summed in FP64.
-    return grad_norms_.to(torch::kFloat64).square().sum().sqrt().item<double>();
+    Tensor sq = grad_norms_.to(torch::kFloat64).square().sum();
+    if (dp_) dp_->sum(sq, "the sum of the gradient norms");
+    return sq.sqrt().item<double>();
   }
-  Tensor norm = clip_grad_norm(states_, opt_.max_norm);
+  Tensor norm = clip_grad_norm(states_, opt_.max_norm, dp_);
   if (h2d_)
     update_streamed();
   else
@@ -278,14 +281,14 @@ void OptimizerOffloadPipeline::update_one_streamed(std::size_t i) {
   if (moment_bytes(s) == 0) {
     update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_,
                      step_t_.defined() ? &step_t_ : nullptr);
-    s.p->tensor.detach().copy_(s.master);
+    s.weight.copy_(s.master);
     return;
   }
   const DeviceMoments d = moments_for(i);
   Tensor m1 = d.m1, m2 = d.m2;
   update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_,
                    step_t_.defined() ? &step_t_ : nullptr);
-  s.p->tensor.detach().copy_(s.master);
+  s.weight.copy_(s.master);
   if (d.from == DeviceMoments::From::tail) {
     tail_write_back_ = true;  // queued by end_step()
     return;
@@ -313,7 +316,7 @@ void OptimizerOffloadPipeline::update_group_streamed(std::vector<std::size_t> me
     updated_[i] = 1;
     grads.push_back(s.grad);
     masters.push_back(s.master);
-    weights.push_back(s.p->tensor.detach());
+    weights.push_back(s.weight);
     moments.push_back(moments_for(i));
     a.push_back(moments.back().m1);
     b.push_back(moments.back().m2);

@@ -36,7 +36,8 @@ class OptimizerOffloadPipeline {
  public:
   using strategy = OptimizerOffload;
 
-  OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run);
+  OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run,
+                           DataParallel* dp);
   OptimizerOffloadPipeline(const OptimizerOffloadPipeline&) = delete;
   OptimizerOffloadPipeline& operator=(const OptimizerOffloadPipeline&) = delete;
   ~OptimizerOffloadPipeline();
@@ -111,6 +112,7 @@ class OptimizerOffloadPipeline {
   void make_window_groups();
 
   OptSettings opt_;
+  DataParallel* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   torch::Device device_ = torch::kCPU;

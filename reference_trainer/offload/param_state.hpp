@@ -5,9 +5,11 @@
 // Internal to primecfg-train.
 #pragma once
 
+#include "distributed/data_parallel.hpp"
+#include "distributed/shard_layout.hpp"
 #include "host_trace.hpp"
-#include "transformer.hpp"
 #include "optimizer_math.hpp"
+#include "transformer.hpp"
 
 #include <torch/torch.h>
 
@@ -16,18 +18,25 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace primecfg::train {
 
-// FP32 training state of one parameter.
+// FP32 training state of one parameter: all of it, or in a sharded run this rank's
+// piece (`shard`: 1-D tensors of shard.per_rank elements, zero padding included).
 struct ParamState {
   NamedParam* p = nullptr;
   Tensor master;  // FP32 weights the optimizer updates
   Tensor grad;    // FP32 gradient accumulator over micro-batches (FullOffload: host, made when needed)
   Tensor m1, m2;  // moments (AdamW: exp_avg, exp_avg_sq; SGD/Muon: momentum)
+  Tensor weight;  // where the updated weights go: the model's tensor, or this rank's piece of it
+  std::optional<ShardSpan> shard;
 };
+
+// master := the model's weights (this rank's piece of them).
+void master_from_weights(ParamState& s);
 
 // Where a strategy keeps each tensor of a ParamState.
 struct Placement {
@@ -38,8 +47,10 @@ struct Placement {
   torch::TensorOptions moments;
 };
 
-// One ParamState per model parameter, placed as `where` says, masters not yet set.
-std::vector<ParamState> place_state(Transformer& model, const OptSettings& opt, const Placement& where);
+// One ParamState per model parameter (in model.params() order), placed as `where`
+// says, masters not yet set; with `dp`, this rank's pieces only.
+std::vector<ParamState> place_state(Transformer& model, const OptSettings& opt, const Placement& where,
+                                    const DataParallel* dp);
 
 // Bytes of FP32 state in host memory, by category (masters, grads, moments; staging 0).
 std::map<std::string, double> host_state_bytes(const std::vector<ParamState>& states);
@@ -56,8 +67,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // The post-accumulate-grad hooks on every parameter: once autograd has accumulated a
 // parameter's gradient, `on_grad(i, state, grad)` moves it on (the strategy's
-// accumulator, or its host pipeline); then the model's copy is freed. Removed by
-// remove() or the destructor, whichever comes first.
+// accumulator, or its host pipeline); then the model's copy is freed. In a sharded run
+// (`dp`) the gradient goes to dp's buckets first, and on_grad gets this rank's piece of
+// the sum over the ranks when its bucket went out. Removed by remove() or the
+// destructor, whichever comes first.
 class GradHooks {
  public:
   using Fn = std::function<void(std::size_t i, ParamState& s, Tensor& grad)>;
@@ -67,7 +80,8 @@ class GradHooks {
   ~GradHooks() { remove(); }
 
   // `trace` and `step` (the step the hooks belong to) must outlive the hooks.
-  void install(std::vector<ParamState>& states, HostTrace& trace, const std::int64_t& step, Fn on_grad);
+  void install(std::vector<ParamState>& states, HostTrace& trace, const std::int64_t& step, Fn on_grad,
+               DataParallel* dp);
   void remove();
 
  private:
@@ -75,6 +89,7 @@ class GradHooks {
   HostTrace* trace_ = nullptr;
   const std::int64_t* step_ = nullptr;
   Fn on_grad_;
+  DataParallel* dp_ = nullptr;
 };
 
 // The main thread's spans of one step in the host trace: queueing the last

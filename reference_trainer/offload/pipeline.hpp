@@ -10,13 +10,14 @@
 // Internal to primecfg-train.
 #pragma once
 
-#include "transformer.hpp"
+#include "distributed/data_parallel.hpp"
 #include "offload/full_offload.hpp"
 #include "offload/no_offload.hpp"
 #include "offload/optimizer_offload.hpp"
 #include "offload/param_state.hpp"
 #include "optimizer_math.hpp"
 #include "trainer.hpp"
+#include "transformer.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -29,7 +30,8 @@
 namespace primecfg::train {
 
 template <class P>
-concept offload_pipeline = std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&> &&
+concept offload_pipeline =
+    std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&, DataParallel*> &&
     requires(P& p, const P& cp, double lr, std::int64_t n, bool last, const std::vector<std::int64_t>& ids) {
   typename P::strategy;  // its offload strategy (<primecfg/offload.hpp>)
   // The FP32 state, per parameter (checkpoints read and write it).

@@ -1,0 +1,248 @@
+#include "distributed/process_group.hpp"
+
+#include "trainer.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <sstream>
+
+namespace primecfg::train {
+
+namespace {
+
+std::string first_line(std::string_view s) {
+  const auto nl = s.find('\n');
+  return std::string(s.substr(0, nl));
+}
+
+std::string get_str(c10d::Store& store, const std::string& key) {
+  const std::vector<std::uint8_t> v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout)
+    : launch_(launch), device_(device), timeout_(timeout) {
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(launch.master_port);
+    so.isServer = !launch.agent_store && launch.rank == 0;
+    so.numWorkers = static_cast<std::size_t>(launch.world);
+    so.waitWorkers = !launch.agent_store;
+    so.timeout = timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    // As torch.distributed does with torchrun's agent store: one namespace per restart.
+    c10::intrusive_ptr<c10d::Store> base = tcp;
+    if (launch.agent_store)
+      base = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", launch.attempt), base);
+    store_ = c10::make_intrusive<c10d::PrefixStore>("primecfg", base);
+  } catch (const std::exception& e) {
+    throw run_error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s: {}",
+                                launch.rank, launch.master_addr, launch.master_port, timeout.count(),
+                                first_line(e.what())));
+  }
+  const std::chrono::milliseconds ms = timeout;
+  try {
+    if (device.is_cuda()) {
+#if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = ms;
+      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("nccl", store_), launch.rank, launch.world, opts);
+#else
+      throw run_error("sharded runs on CUDA need NCCL, and this primecfg-train was built without it");
+#endif
+    } else {
+      auto opts = c10d::ProcessGroupGloo::Options::create(ms);
+      if (launch.gloo_interfaces.empty()) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      } else {
+        std::stringstream names(launch.gloo_interfaces);
+        for (std::string name; std::getline(names, name, ',');)
+          if (!name.empty()) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      }
+      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", store_), launch.rank, launch.world, opts);
+    }
+  } catch (const run_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw run_error(fmt::format("rank {}: cannot connect the {} process group of {} ranks: {}", launch.rank,
+                                device.is_cuda() ? "NCCL" : "Gloo", launch.world, first_line(e.what())));
+  }
+  note_step(0);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string_view ProcessGroup::backend_name() const { return device_.is_cuda() ? "nccl" : "gloo"; }
+
+// Which rank stopped, or which ranks are behind this one: read from the store, which
+// may itself be gone (rank 0 hosts it).
+std::string ProcessGroup::who_failed() {
+  try {
+    store_->setTimeout(std::chrono::seconds(2));
+    std::vector<std::string> failed, behind;
+    for (int r = 0; r < world(); ++r) {
+      if (r == rank()) continue;
+      const std::string fk = fmt::format("failed/{}", r);
+      if (store_->check({fk})) failed.push_back(fmt::format("rank {} stopped: {}", r, get_str(*store_, fk)));
+      const std::string sk = fmt::format("step/{}", r);
+      const std::int64_t at = store_->check({sk}) ? std::stoll(get_str(*store_, sk)) : -1;
+      if (at < step_)
+        behind.push_back(
+            fmt::format("rank {} at step {}", r, at < 0 ? std::string("none") : std::to_string(at)));
+    }
+    store_->setTimeout(timeout_);
+    if (!failed.empty()) return fmt::format("{}", fmt::join(failed, "; "));
+    if (!behind.empty())
+      return fmt::format("no rank reported an error; behind this rank (at step {}): {} (died or hangs?)",
+                         step_, fmt::join(behind, ", "));
+    return "no rank reported an error, none is behind this one";
+  } catch (const std::exception&) {
+    return fmt::format("the store at {}:{} does not answer: rank 0{} is gone", launch_.master_addr,
+                       launch_.master_port, launch_.agent_store ? " or torchrun's agent" : "");
+  }
+}
+
+void ProcessGroup::fail(std::string_view what, const std::exception& e) {
+  const std::string msg =
+      fmt::format("rank {} of {}: {} failed ({} backend, timeout {} s): {}; {}", rank(), world(), what,
+                  backend_name(), timeout_.count(), first_line(e.what()), who_failed());
+  throw run_error(msg);
+}
+
+void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what) {
+  try {
+    std::vector<torch::Tensor> ts{t};
+    backend_->allreduce(ts)->wait();
+  } catch (const run_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+}
+
+void ProcessGroup::broadcast(torch::Tensor& t, int root, std::string_view what) {
+  try {
+    std::vector<torch::Tensor> ts{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    backend_->broadcast(ts, o)->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+}
+
+void ProcessGroup::reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                                  std::string_view what) {
+  try {
+    backend_->reduce_scatter_tensor_coalesced(outputs, inputs)->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+}
+
+void ProcessGroup::all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                              std::string_view what) {
+  try {
+    backend_->allgather_into_tensor_coalesced(outputs, inputs)->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+}
+
+std::string ProcessGroup::next_key(std::string_view what) {
+  return fmt::format("round/{}/{}", rounds_++, what);
+}
+
+std::string ProcessGroup::on_rank0(std::string_view what, const std::function<std::string()>& fn) {
+  const std::string key = next_key(what);
+  if (rank() == 0) {
+    std::string value;
+    try {
+      value = fn();
+    } catch (const std::exception& e) {
+      store_->set(key, std::string("error:") + e.what());
+      throw;
+    }
+    store_->set(key, "ok:" + value);
+    return value;
+  }
+  std::string got;
+  try {
+    store_->wait({key});
+    got = get_str(*store_, key);
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  if (got.rfind("error:", 0) == 0) throw run_error(fmt::format("rank 0 failed: {}", got.substr(6)));
+  return got.substr(3);
+}
+
+void ProcessGroup::check_same(std::string_view what, std::uint64_t value) {
+  const std::string key = next_key(what);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world(); ++r) keys.push_back(fmt::format("{}/{}", key, r));
+  std::vector<int> differ;
+  try {
+    store_->set(keys[static_cast<std::size_t>(rank())], fmt::format("{:016x}", value));
+    store_->wait(keys);
+    const std::string root = get_str(*store_, keys[0]);
+    for (int r = 1; r < world(); ++r)
+      if (get_str(*store_, keys[static_cast<std::size_t>(r)]) != root) differ.push_back(r);
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  if (!differ.empty())
+    throw run_error(fmt::format(
+        "{} differs between ranks: rank{} {} differ{} from rank 0 (every rank must be "
+        "started with the same config files, flags and options)",
+        what, differ.size() > 1 ? "s" : "", fmt::join(differ, ", "), differ.size() > 1 ? "" : "s"));
+}
+
+void ProcessGroup::agree(std::string_view what, const std::string& error) {
+  const std::string key = next_key(what);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world(); ++r) keys.push_back(fmt::format("{}/{}", key, r));
+  std::string first;
+  try {
+    store_->set(keys[static_cast<std::size_t>(rank())], error);
+    store_->wait(keys);
+    for (int r = 0; r < world() && first.empty(); ++r) {
+      const std::string e = get_str(*store_, keys[static_cast<std::size_t>(r)]);
+      if (!e.empty()) first = r == rank() ? e : fmt::format("rank {} failed: {}", r, e);
+    }
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  if (!first.empty()) throw run_error(first);
+}
+
+void ProcessGroup::note_step(std::int64_t step) {
+  step_ = step;
+  try {
+    store_->set(fmt::format("step/{}", rank()), std::to_string(step));
+  } catch (const std::exception& e) {
+    fail("recording this rank's step in the store", e);
+  }
+}
+
+void ProcessGroup::note_failure(const std::string& error) noexcept {
+  try {
+    store_->setTimeout(std::chrono::seconds(2));
+    store_->set(fmt::format("failed/{}", rank()), first_line(error));
+  } catch (...) {
+  }
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,88 @@
+// The ranks of a sharded run, connected through PyTorch's own distributed engine
+// (c10d): a TCPStore for rendezvous and small messages, and a process group for the
+// collectives (Gloo for CPU tensors, NCCL for CUDA ones).
+//
+// Every collective names what it is for. When one fails or times out (a rank died,
+// hangs, or stopped with an error), the error says which rank: each rank records in
+// the store the step it reached and, when it stops on an error, the error; the
+// survivors read both.
+//
+// Internal to primecfg-train.
+#pragma once
+
+#include "distributed/launch.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace c10d {
+class Store;
+class Backend;
+}  // namespace c10d
+
+namespace primecfg::train {
+
+class ProcessGroup {
+ public:
+  // Connects to the other ranks (rank 0 hosts the store, or torchrun's agent does when
+  // TORCHELASTIC_USE_AGENT_STORE is set) and creates the backend for `device`'s
+  // tensors. `timeout` bounds every collective and every wait on the store.
+  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return launch_.rank; }
+  int world() const { return launch_.world; }
+  const Launch& launch() const { return launch_; }
+  torch::Device device() const { return device_; }
+  std::string_view backend_name() const;
+
+  // --- collectives over tensors on device() (blocking on the host for Gloo; for NCCL
+  // the current stream waits for them) ---------------------------------------------
+  void all_reduce_sum(torch::Tensor& t, std::string_view what);
+  void broadcast(torch::Tensor& t, int root, std::string_view what);
+  // inputs[i] has world() * outputs[i].numel() elements; rank r gets the sum of piece r.
+  void reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                      std::string_view what);
+  // outputs[i] has world() * inputs[i].numel() elements: every rank's input, rank order.
+  void all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                  std::string_view what);
+
+  // --- over the store --------------------------------------------------------------
+  // Rank 0 runs `fn` and hands its result (or its error) to every rank: what only one
+  // rank must do (claim the output folder), with a value all need (the resume step).
+  std::string on_rank0(std::string_view what, const std::function<std::string()>& fn);
+  // Every rank has the same `value` (a hash of its config), else an error naming the
+  // ranks that differ from rank 0.
+  void check_same(std::string_view what, std::uint64_t value);
+  // Every rank got here without an error; else every rank fails, naming the first
+  // rank that had one (`error`: this rank's, empty when none).
+  void agree(std::string_view what, const std::string& error);
+  // This rank is at `step` (for naming the ranks behind when a collective times out).
+  void note_step(std::int64_t step);
+  // This rank stops on `error`: the others name it when their collectives fail.
+  void note_failure(const std::string& error) noexcept;
+
+ private:
+  [[noreturn]] void fail(std::string_view what, const std::exception& e);
+  std::string who_failed();
+  std::string next_key(std::string_view what);
+
+  Launch launch_;
+  torch::Device device_;
+  std::chrono::seconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::int64_t step_ = 0;
+  std::uint64_t rounds_ = 0;  // store keys of on_rank0 / check_same / agree, in call order
+};
+
+}  // namespace primecfg::train
