@@ -334,7 +334,11 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step) {
   for (const char* needed : {"model.safetensors", "config.json", "trainer_state.safetensors"})
     if (!m.files.count(needed))
       throw checkpoint_error(fmt::format("{}: does not list {}", mpath.string(), needed));
-  if (m.optimizer != (m.files.count("optimizer.safetensors") == 1))
+  // One process writes optimizer.safetensors, N ranks optimizer-RRRRR-of-NNNNN.safetensors.
+  const bool has_optimizer = std::any_of(m.files.begin(), m.files.end(), [](const auto& f) {
+    return f.first == "optimizer.safetensors" || f.first.rfind("optimizer-", 0) == 0;
+  });
+  if (m.optimizer != has_optimizer)
     throw checkpoint_error(mpath.string() + ": \"optimizer\" disagrees with the files it lists");
   for (const auto& [name, want] : m.files) {
     const fs::path p = dir / name;

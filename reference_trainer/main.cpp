@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       if (d.level == severity::error && d.kind == error_kind::file_error) return 2;
     return 1;
   }
-  auto support = train::check_support(cfg.value, cfg.provenance);
+  auto support = train::check_support(cfg.value, cfg.provenance, launch.world);
   cfg.diagnostics.insert(cfg.diagnostics.end(), support.begin(), support.end());
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
   if (!cfg.ok()) return 1;

@@ -38,7 +38,7 @@ class checker {
 
 }  // namespace
 
-std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where) {
+std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where, int world) {
   std::vector<diagnostic> out;
   checker c(where, out);
   const auto& m = cfg.model;
@@ -168,27 +168,28 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
 
   // Accepted so that prime-rl's configs load, but without effect in this trainer: said
   // once, where the user wrote them, so that no value is dropped without a word.
+  const bool one = world == 1;
   const std::pair<const char*, const char*> no_effect[] = {
-      {"model.reduce_dtype", "gradients are reduced across ranks only by the sharded trainer"},
+      {"model.reduce_dtype", one ? "one process: no gradient is reduced across ranks" : nullptr},
       {"model.reshard_after_forward", "there is no FSDP; weights stay whole on the device"},
       {"model.cp_style", "context parallelism is not implemented"},
       {"model.deepep_num_sms", "there are no experts"},
       {"model.deepep_token_chunk_size", "there are no experts"},
       {"model.moe_use_grouped_mm", "there are no experts"},
       {"model.compile.fullgraph", "there is no torch.compile in LibTorch"},
-      {"dist_timeout_seconds", "one process: there are no collectives to time out"},
+      {"dist_timeout_seconds", one ? "one process: there are no collectives to time out" : nullptr},
       {"gc", "Python's garbage collector does not run here"},
       {"log.level", "primecfg-train prints progress and errors only"},
       {"log.vf_level", "the verifiers package does not run here"},
       {"log.interval", "primecfg-train prints one line per step"},
-      {"log.ranks_filter", "one process: its output is always shown"},
+      {"log.ranks_filter", one ? "one process: its output is always shown" : "rank 0 reports for every rank"},
       {"data.num_workers", "data is prepared in the training process"},
       {"data.stopping_strategy", "it applies only to interleaved subsets or splits"},
       {"weight_broadcast", "weights go to the inference server of online evals, which the launcher runs"},
       {"renderer", "records are tokenized before training (tools/tokenize_jsonl.py)"},
   };
   for (const auto& [path, why] : no_effect)
-    if (c.explicitly_set(path)) c.note(path, fmt::format("has no effect in primecfg-train: {}", why));
+    if (why && c.explicitly_set(path)) c.note(path, fmt::format("has no effect in primecfg-train: {}", why));
 
   for (const char* section : {"eval", "inference", "deployment", "slurm"}) {
     bool present = (std::string_view(section) == "eval" && cfg.eval) ||

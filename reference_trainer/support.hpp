@@ -13,8 +13,9 @@
 namespace primecfg::train {
 
 // Problems with a loaded config, with provenance from the loader so an error
-// points at the line that set the value. Errors mean: do not start.
-std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where);
+// points at the line that set the value. Errors mean: do not start. `world`: the
+// ranks of the run (the launcher's WORLD_SIZE).
+std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map& where, int world = 1);
 
 // A TrainerConfig (the RL trainer's) trains here on its [data.fake] only: the settings
 // that only the RL trainer has (loss, weight broadcast, ...) are errors where they are

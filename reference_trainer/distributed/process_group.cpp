@@ -23,6 +23,12 @@ std::string first_line(std::string_view s) {
   return std::string(s.substr(0, nl));
 }
 
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string get_str(c10d::Store& store, const std::string& key) {
   const std::vector<std::uint8_t> v = store.get(key);
   return std::string(v.begin(), v.end());
@@ -80,22 +86,59 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
                                 device.is_cuda() ? "NCCL" : "Gloo", launch.world, first_line(e.what())));
   }
   note_step(0);
+  heartbeat_ = std::thread([this, store = store_->clone()] {
+    const std::string key = fmt::format("alive/{}", rank());
+    std::unique_lock lk(heartbeat_mu_);
+    while (!stop_) {
+      try {
+        store->set(key, std::to_string(now_ms()));
+      } catch (const std::exception&) {
+        return;  // the store is gone: the next collective says so
+      }
+      heartbeat_cv_.wait_for(lk, std::chrono::seconds(1));
+    }
+  });
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard lk(heartbeat_mu_);
+    stop_ = true;
+  }
+  heartbeat_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
 
 std::string_view ProcessGroup::backend_name() const { return device_.is_cuda() ? "nccl" : "gloo"; }
 
 // Which rank stopped, or which ranks are behind this one: read from the store, which
 // may itself be gone (rank 0 hosts it).
 std::string ProcessGroup::who_failed() {
+  // A peer that died makes a collective fail at once, before its heartbeat is old
+  // enough to tell: look again for a few seconds.
+  std::string found;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    found = who_failed_now();
+    if (found.rfind("no rank reported an error, none", 0) != 0) break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  return found;
+}
+
+std::string ProcessGroup::who_failed_now() {
   try {
     store_->setTimeout(std::chrono::seconds(2));
-    std::vector<std::string> failed, behind;
+    std::vector<std::string> failed, silent, behind;
     for (int r = 0; r < world(); ++r) {
       if (r == rank()) continue;
       const std::string fk = fmt::format("failed/{}", r);
       if (store_->check({fk})) failed.push_back(fmt::format("rank {} stopped: {}", r, get_str(*store_, fk)));
+      const std::string ak = fmt::format("alive/{}", r);
+      if (store_->check({ak})) {
+        const double quiet = static_cast<double>(now_ms() - std::stoll(get_str(*store_, ak))) / 1e3;
+        if (quiet > 3.0)
+          silent.push_back(fmt::format("rank {} (no heartbeat for {:.0f} s: it died or is stopped)", r, quiet));
+      }
       const std::string sk = fmt::format("step/{}", r);
       const std::int64_t at = store_->check({sk}) ? std::stoll(get_str(*store_, sk)) : -1;
       if (at < step_)
@@ -104,6 +147,7 @@ std::string ProcessGroup::who_failed() {
     }
     store_->setTimeout(timeout_);
     if (!failed.empty()) return fmt::format("{}", fmt::join(failed, "; "));
+    if (!silent.empty()) return fmt::format("no rank reported an error; gone: {}", fmt::join(silent, ", "));
     if (!behind.empty())
       return fmt::format("no rank reported an error; behind this rank (at step {}): {} (died or hangs?)",
                          step_, fmt::join(behind, ", "));

@@ -4,8 +4,9 @@
 //
 // Every collective names what it is for. When one fails or times out (a rank died,
 // hangs, or stopped with an error), the error says which rank: each rank records in
-// the store the step it reached and, when it stops on an error, the error; the
-// survivors read both.
+// the store a heartbeat every second (from a thread of its own, so a rank waiting in
+// a collective still beats), the step it reached and, when it stops on an error, the
+// error; the survivors read them.
 //
 // Internal to primecfg-train.
 #pragma once
@@ -15,11 +16,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace c10d {
@@ -74,6 +78,7 @@ class ProcessGroup {
  private:
   [[noreturn]] void fail(std::string_view what, const std::exception& e);
   std::string who_failed();
+  std::string who_failed_now();
   std::string next_key(std::string_view what);
 
   Launch launch_;
@@ -82,6 +87,10 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::int64_t step_ = 0;
+  std::thread heartbeat_;
+  std::mutex heartbeat_mu_;
+  std::condition_variable heartbeat_cv_;
+  bool stop_ = false;
   std::uint64_t rounds_ = 0;  // store keys of on_rank0 / check_same / agree, in call order
 };
 

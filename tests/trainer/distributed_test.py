@@ -1,0 +1,317 @@
+"""primecfg-train over several ranks (Gloo, CPU): the same numbers as one process.
+
+Each case runs the real program, launched by torchrun (or, for the faults, by
+setting the launcher's variables directly), on the tiny model in FP32, and
+compares it with one process on the same global batch:
+
+- 2 and 4 ranks, in every offload mode: every step's loss and gradient norm, and
+  after the last step the weights, the FP32 masters and the moments (the ranks'
+  pieces put back together);
+- a checkpoint saved by N ranks resumed on M ranks (and in another offload mode)
+  continues as the straight run does;
+- two "nodes" of two ranks each (two torchrun invocations, --nnodes 2, loopback);
+- a rank that is killed or stopped makes the others exit, naming it, within the
+  timeout; a config that differs between ranks is refused at start.
+
+The tolerance (TOL) is what one reassociation of the gradient sums costs: the
+largest difference measured over all cases was about 1e-6 (docs/trainer.md).
+
+usage: distributed_test.py PRIMECFG_TRAIN
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from safetensors.torch import load_file
+
+TRAIN = sys.argv[1]
+ROOT = tempfile.mkdtemp(prefix="distributed-")
+TOL = 2e-5  # absolute, on losses, norms, weights and optimizer state (values are O(1))
+passed, failed = 0, []
+worst = 0.0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(work, steps=4, offload="optimizer", extra="", resume=None):
+    path = os.path.join(work, f"run-{offload}-{resume}.toml")
+    with open(path, "w") as f:
+        f.write(
+            f"""max_steps = {steps}
+output_dir = {json.dumps(os.path.join(work, "out"))}
+dist_timeout_seconds = 20
+{extra}
+[model]
+name = "primecfg/tiny"
+attn = "sdpa"
+compile = "None"
+offload = "{offload}"
+[data]
+seq_len = 32
+batch_size = 8
+micro_batch_size = 2
+[optim]
+lr = 1e-3
+[ckpt]
+interval = 2
+"""
+            + (f"[resume]\nstep = {resume}\n" if resume else "")
+        )
+    return path
+
+
+def one(cfg, *args):
+    return subprocess.run(
+        [TRAIN, "@", cfg, "--device=cpu", *args], capture_output=True, text=True, errors="replace", timeout=300
+    )
+
+
+def torchrun(world, cfg, *args, nnodes=1, node_rank=0, port=None, wait=True):
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}"]
+    if nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    cmd += ["--no-python", TRAIN, "@", cfg, "--device=cpu", *args]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def ok(p, what):
+    if p.returncode != 0:
+        raise AssertionError(f"{what}: exit {p.returncode}\n{p.stderr[-3000:]}")
+
+
+def metrics(work):
+    with open(os.path.join(work, "out", "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def state(work, step):
+    """The checkpoint's weights and full optimizer tensors (pieces put together)."""
+    d = os.path.join(work, "out", "checkpoints", f"step_{step}")
+    out = {"model." + k: v for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
+    pieces = sorted(f for f in os.listdir(d) if f.startswith("optimizer"))
+    files = [load_file(os.path.join(d, f)) for f in pieces]
+    for name in files[0]:
+        out[name] = torch.cat([f[name].reshape(-1) for f in files])
+    return out
+
+
+def close(a, b, what):
+    global worst
+    if a.keys() != b.keys():
+        raise AssertionError(f"{what}: tensors differ: {sorted(a.keys() ^ b.keys())[:5]}")
+    for k in a:
+        x, y = a[k].reshape(-1), b[k].reshape(-1)
+        n = min(x.numel(), y.numel())  # a sharded tensor carries zero padding at the end
+        if x[n:].count_nonzero() or y[n:].count_nonzero():
+            raise AssertionError(f"{what}: {k}: the padding is not zero")
+        d = (x[:n] - y[:n]).abs().max().item()
+        worst = max(worst, d)
+        if d > TOL:
+            raise AssertionError(f"{what}: {k} differs by {d:.3g} (tolerance {TOL})")
+
+
+def same_steps(ref, got, what, first=1):
+    ref = {m["step"]: m for m in ref}
+    got = {m["step"]: m for m in got}
+    global worst
+    for step in sorted(got):
+        if step < first:
+            continue
+        for key in ("loss", "grad_norm"):
+            d = abs(ref[step][key] - got[step][key])
+            worst = max(worst, d)
+            if d > TOL:
+                raise AssertionError(f"{what}: step {step} {key} {got[step][key]} vs {ref[step][key]} one process")
+    if sorted(s for s in got if s >= first) != sorted(s for s in ref if s >= first):
+        raise AssertionError(f"{what}: steps {sorted(got)} vs {sorted(ref)}")
+
+
+def case(name):
+    def wrap(fn):
+        global passed
+        work = tempfile.mkdtemp(dir=ROOT)
+        t = time.time()
+        try:
+            fn(work)
+            passed += 1
+            print(f"ok    {name} ({time.time() - t:.1f} s)")
+        except Exception as e:  # noqa: BLE001 - every failure is reported, then the next case runs
+            failed.append(name)
+            print(f"FAIL  {name}: {e}")
+        return fn
+
+    return wrap
+
+
+_references = {}
+
+
+def reference(offload):
+    """One process, 4 steps, checkpoints at 2 and 4."""
+    if offload not in _references:
+        work = tempfile.mkdtemp(dir=ROOT)
+        ok(one(config(work, offload=offload)), f"one process, {offload}")
+        _references[offload] = (metrics(work), state(work, 2), state(work, 4))
+    return _references[offload]
+
+
+for offload in ("none", "optimizer", "full"):
+    for world in (2, 4):
+
+        @case(f"{world} ranks, offload = {offload}: every step and the final state match one process")
+        def _(work, offload=offload, world=world):
+            ref_metrics, _, ref_final = reference(offload)
+            p = torchrun(world, config(work, offload=offload))
+            ok(p, "torchrun")
+            got = metrics(work)
+            same_steps(ref_metrics, got, f"{world} ranks")
+            close(ref_final, state(work, 4), f"{world} ranks, step 4")
+            pieces = [f for f in os.listdir(os.path.join(work, "out", "checkpoints", "step_4")) if f.startswith("optimizer")]
+            if len(pieces) != world:
+                raise AssertionError(f"{len(pieces)} optimizer files, want one per rank: {pieces}")
+            if any(m["tokens"] != r["tokens"] for m, r in zip(got, ref_metrics)):
+                raise AssertionError("metrics: tokens are not the global batch's")
+
+
+for saved, resumed, mode_from, mode_to in (
+    (2, 1, "none", "none"),
+    (2, 4, "optimizer", "optimizer"),
+    (4, 2, "full", "full"),
+    (1, 4, "none", "none"),
+    (4, 1, "optimizer", "full"),
+    (2, 2, "full", "none"),
+):
+
+    @case(f"saved by {saved} ranks ({mode_from}), resumed on {resumed} ({mode_to}): continues as the straight run")
+    def _(work, saved=saved, resumed=resumed, mode_from=mode_from, mode_to=mode_to):
+        ref_metrics, _, ref_final = reference(mode_to)
+        run = (lambda w, c: one(c)) if saved == 1 else (lambda w, c: torchrun(w, c))
+        ok(run(saved, config(work, steps=2, offload=mode_from)), f"first part on {saved}")
+        again = config(work, steps=4, offload=mode_to, resume=2)
+        ok(one(again) if resumed == 1 else torchrun(resumed, again), f"resume on {resumed}")
+        same_steps(ref_metrics, metrics(work), "resumed", first=3)
+        close(ref_final, state(work, 4), "resumed, step 4")
+
+
+@case("two nodes of two ranks each (loopback): the same as one process")
+def _(work):
+    ref_metrics, _, ref_final = reference("optimizer")
+    cfg = config(work)
+    port = free_port()
+    nodes = [torchrun(2, cfg, nnodes=2, node_rank=r, port=port, wait=False) for r in (0, 1)]
+    for n in nodes:
+        _, err = n.communicate(timeout=300)
+        if n.returncode != 0:
+            raise AssertionError(f"a node exited {n.returncode}\n{err[-3000:]}")
+    same_steps(ref_metrics, metrics(work), "2 nodes")
+    close(ref_final, state(work, 4), "2 nodes, step 4")
+
+
+def direct(world, cfg, port, extra_per_rank=None, steps_flag=()):
+    """Ranks started the way any launcher does: the variables, no torchrun."""
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        args = [TRAIN, "@", cfg, "--device=cpu", *steps_flag, *((extra_per_rank or {}).get(r, []))]
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      errors="replace"))
+    return procs
+
+
+def wait_for_steps(work, n, procs, limit=120):
+    t = time.time()
+    path = os.path.join(work, "out", "metrics.jsonl")
+    while time.time() - t < limit:
+        if os.path.exists(path) and len(open(path).read().splitlines()) >= n:
+            return
+        if any(p.poll() is not None for p in procs):
+            raise AssertionError("a rank exited early: " + " | ".join((p.communicate()[1] or "")[-800:] for p in procs))
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} steps in {limit} s")
+
+
+def fault(work, victim, sig, timeout_s, *needles):
+    cfg = config(work, steps=100000, extra="", offload="none").replace(".toml", ".toml")
+    with open(cfg) as f:
+        text = f.read().replace("dist_timeout_seconds = 20", f"dist_timeout_seconds = {timeout_s}")
+    with open(cfg, "w") as f:
+        f.write(text.replace("interval = 2", "interval = 100000"))
+    procs = direct(2, cfg, free_port())
+    try:
+        wait_for_steps(work, 3, procs)
+        t = time.time()
+        os.kill(procs[victim].pid, sig)
+        survivor = procs[1 - victim]
+        _, err = survivor.communicate(timeout=timeout_s + 60)
+        took = time.time() - t
+        if survivor.returncode == 0:
+            raise AssertionError("the surviving rank exited 0")
+        if took > timeout_s + 30:
+            raise AssertionError(f"the surviving rank took {took:.0f} s (timeout {timeout_s} s)")
+        for n in needles:
+            if n not in err:
+                raise AssertionError(f"'{n}' not in the survivor's error:\n{err[-2000:]}")
+        return took
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@case("a rank that is killed: the other exits, naming it")
+def _(work):
+    fault(work, 1, signal.SIGKILL, 15, "primecfg-train[rank 0]: error:", "rank 1")
+
+
+@case("a rank that hangs (SIGSTOP): the other exits within dist_timeout_seconds, naming it")
+def _(work):
+    fault(work, 1, signal.SIGSTOP, 8, "primecfg-train[rank 0]: error:", "rank 1 (no heartbeat")
+
+
+@case("rank 0 (the store's host) killed: the other exits, naming it")
+def _(work):
+    fault(work, 0, signal.SIGKILL, 15, "primecfg-train[rank 1]: error:", "rank 0")
+
+
+@case("a config that differs between ranks is refused at start, by every rank")
+def _(work):
+    cfg = config(work)
+    procs = direct(2, cfg, free_port(), extra_per_rank={1: ["--optim.lr=2e-3"]})
+    for r, p in enumerate(procs):
+        _, err = p.communicate(timeout=120)
+        if p.returncode == 0 or "differs between ranks: rank 1 differs from rank 0" not in err:
+            raise AssertionError(f"rank {r}: exit {p.returncode}\n{err[-2000:]}")
+    if os.path.exists(os.path.join(work, "out", "metrics.jsonl")):
+        raise AssertionError("a step ran")
+
+
+@case("a batch the ranks cannot share evenly is an error naming data.batch_size")
+def _(work):
+    p = torchrun(4, config(work).replace("", ""), "--data.batch-size=6")
+    if p.returncode == 0 or "data.batch_size = 6" not in p.stderr:
+        raise AssertionError(f"exit {p.returncode}\n{p.stderr[-2000:]}")
+
+
+print(f"\n{passed} passed, {len(failed)} failed; largest difference from one process: {worst:.3g} (tolerance {TOL})")
+if failed:
+    for f in failed:
+        print(f"  failed: {f}")
+    sys.exit(1)
