@@ -167,7 +167,10 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   std::string first = what.substr(0, what.find('\n'));
   std::fprintf(stderr, "primecfg-train: error: %s\n", first.c_str());
   try {
-    auto plan = train::plan::make_plan(cfg, machine(options));
+    // Per rank of the run that failed: its ranks are the launcher's.
+    auto a = machine(options);
+    train::plan::apply_ranks(a, options, train::Launch::from_environment());
+    auto plan = train::plan::make_plan(cfg, a);
     std::fprintf(stderr, "primecfg-train: %s", train::plan::oom_advice(plan, cfg.model.offload).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "primecfg-train: (no memory plan: %s)\n", e.what());
@@ -254,7 +257,9 @@ int main(int argc, char** argv) {
 
   if (opts.plan) {
     try {
-      auto plan = train::plan::make_plan(cfg.value, machine(opts));
+      auto a = machine(opts);
+      train::plan::apply_ranks(a, opts, train::Launch::from_environment());
+      auto plan = train::plan::make_plan(cfg.value, a);
       return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan)
                                                                    : train::plan::format_text(plan));
     } catch (const std::exception& e) {
@@ -268,7 +273,11 @@ int main(int argc, char** argv) {
       run.device ? run.device->rfind("cuda", 0) == 0 : train::plan::cuda_device_memory(0).has_value();
   if (opts.memory_check && on_cuda && !run.dump_logits) {
     try {
-      auto plan = train::plan::make_plan(cfg.value, machine(opts));
+      // The run's own ranks (WORLD_SIZE, LOCAL_WORLD_SIZE): each rank holds a shard of
+      // the FP32 state, and a node's ranks share its host memory.
+      auto a = machine(opts);
+      train::plan::apply_ranks(a, opts, train::Launch::from_environment());
+      auto plan = train::plan::make_plan(cfg.value, a);
       if (auto why = train::plan::fit_refusal(plan, cfg.value.model.offload); !why.empty()) {
         std::fprintf(
             stderr,

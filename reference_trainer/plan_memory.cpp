@@ -2,6 +2,7 @@
 // phases of a step that add them up (plan_memory.hpp; docs/memory-planner.md).
 #include "plan_memory.hpp"
 
+#include "distributed/shard_layout.hpp"
 #include "loss_chunking.hpp"
 #include "offload/ring_size.hpp"
 
@@ -108,6 +109,11 @@ struct Builder {
 // of the input and the FP32 normalised values.
 i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
 
+// Elements of one parameter's FP32 state on a rank: rank 0's piece, padding included,
+// which is the largest and the size every rank allocates (shard_layout.hpp). The
+// parameter itself at world 1.
+i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
+
 }  // namespace
 
 BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm) {
@@ -140,24 +146,46 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   Builder b;
 
   // --- Persistent state ------------------------------------------------------
+  // Sharded runs (world > 1) replicate the compute weights and split the FP32 state:
+  // masters, accumulators and moments hold shard_numel elements per parameter.
+  const i64 world = w.a.world;
   i64 weights = 0, masters = 0, grads = 0, moments = 0, max_n = 0;
+  i64 weight_shard = 0, max_padded = 0;
   for (const auto& p : w.params) {
+    const i64 n = shard_numel(p.numel(), world);
     weights += round_up(p.numel() * dt, blk);
-    masters += round_up(p.numel() * 4, blk);
-    grads += round_up(p.numel() * 4, blk);
-    moments += moment_count(w.opt, p) * round_up(p.numel() * 4, blk);
+    masters += round_up(n * 4, blk);
+    grads += round_up(n * 4, blk);
+    moments += moment_count(w.opt, p) * round_up(n * 4, blk);
+    weight_shard += round_up(n * dt, blk);
     max_n = std::max(max_n, p.numel());
+    max_padded = std::max(max_padded, n * world);
   }
   b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
   if (masters_dev) b.add("masters", masters, "FP32 master weights");
   if (grads_dev) b.add("grads", grads, "FP32 gradient accumulators");
   if (moments_dev) b.add("moments", moments, "optimizer moments (FP32)");
+  // Collective buffers of a sharded run. A bucket holds whole parameters, about
+  // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
+  // largest padded parameter (one parameter is never split over buckets).
+  i64 bucket = 0;
+  if (world > 1) {
+    bucket = std::max(w.a.bucket_bytes / w.reduce_bytes, max_padded);
+    const i64 rb = w.reduce_bytes, out = (bucket + world - 1) / world;
+    b.add("weight_shard", weight_shard,
+          "this rank's shard of the updated weights (compute dtype), the all-gather's input");
+    // One bucket in flight in its reduce-scatter while the next is filled, and the
+    // two reduce-scatter outputs (1/world of each) the shard's accumulators add.
+    b.add("grad_buckets", 2 * round_up(bucket * rb, blk) + 2 * round_up(out * rb, blk),
+          "gradient reduce-scatter: two full-size buckets + their 1/world outputs");
+    b.add("weight_gather", round_up(bucket * dt, blk), "weight all-gather: one full-size bucket");
+  }
   // Without clipping the input embedding, whose gradient comes last, keeps its
   // moments in a buffer of its own and the window serves the rest (trainer.cpp, tail_).
   const bool split_tail = mode == Offload::optimizer && w.a.cuda && !w.opt.clip;
   i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
   for (const auto& p : w.params) {
-    const i64 bytes = 4 * p.numel() * moment_count(w.opt, p);
+    const i64 bytes = 4 * shard_numel(p.numel(), world) * moment_count(w.opt, p);  // the rank's shard
     if (split_tail && p.name == "model.embed_tokens.weight") {
       tail_moments = bytes;
       continue;
@@ -174,8 +202,8 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   }
   if (w.a.cuda)
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
-  const std::vector<std::string> persistent = {"weights",       "masters",     "grads",    "moments",
-                                               "moment_window", "moment_tail", "workspace"};
+  const std::vector<std::string> persistent = {"weights",       "masters",     "grads",     "moments",
+                                               "moment_window", "moment_tail", "workspace", "weight_shard"};
   // Startup: each weight is drawn in fp32 on the device, then converted.
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
@@ -273,14 +301,23 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.phase("startup", {"weights", "init_draw"});
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk"}));
-  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward"}));
+  // The gradient buckets (absent at world 1) fill from the gradient hooks, so they
+  // are alive through every phase of backward.
+  b.phase("backward_head",
+          with({"activations", "mask", "inputs", "final_norm", "ce_backward", "grad_buckets"}));
   // OptimizerOffload without clipping updates each parameter in its gradient hook, so
   // the update's temporaries land in backward.
   const std::string in_hooks = mode == Offload::optimizer && w.a.cuda && !w.opt.clip ? "step_transient" : "";
-  b.phase("backward_block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
-                                  "block_recompute", "backward_temps", "embed_grad_held", in_hooks}));
-  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks}));
+  b.phase("backward_block",
+          with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
+                "backward_temps", "embed_grad_held", in_hooks, "grad_buckets"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets"}));
   if (mode != Offload::full) b.phase("optimizer_step", with({"step_transient"}));
+  // The weight all-gather runs after the step, when the activations, autograd's
+  // gradients, the reduce-scatter buckets and the step's temporaries are freed: a
+  // phase of its own over the persistent state, so that it counts as the max with the
+  // backward peak, not on top of it (adding it would over-predict by a bucket).
+  if (world > 1) b.phase("weight_gather", with({"weight_gather"}));
   return b.done();
 }
 
@@ -289,8 +326,9 @@ MemoryPlan host_plan(const Workload& w, Offload mode) {
   const bool pinned = w.a.cuda;
   auto pin = [&](i64 bytes) { return pinned && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
   i64 masters = 0, grads = 0, moments_pinned = 0, moments_plain = 0, model_bytes = 0, max_n = 0;
+  i64 state_numel = 0;  // FP32 state elements of this rank (all of them at world 1)
   for (const auto& p : w.params) {
-    const i64 n = p.numel();
+    const i64 n = shard_numel(p.numel(), w.a.world);  // the FP32 state: this rank's shard
     const int k = moment_count(w.opt, p);
     // FullOffload keeps bf16-model masters in pageable memory; fp32 weights upload
     // straight from pinned masters.
@@ -298,8 +336,10 @@ MemoryPlan host_plan(const Workload& w, Offload mode) {
     grads += 4 * n;
     moments_pinned += k * pin(4 * n);
     moments_plain += k * 4 * n;
-    model_bytes += n * dt;
-    max_n = std::max(max_n, n);
+    state_numel += n;
+    // The rings, the weights' copies and the temporaries below stay full size.
+    model_bytes += p.numel() * dt;
+    max_n = std::max(max_n, p.numel());
   }
   Builder b;
   b.add("runtime", w.a.host_runtime, "LibTorch + CUDA runtime resident in the process");
@@ -331,7 +371,7 @@ MemoryPlan host_plan(const Workload& w, Offload mode) {
     // Tensors not already on the host are copied there before writing.
     i64 opt_bundle = 0;
     if (w.ckpt_optimizer) {
-      if (mode != Offload::full) opt_bundle += 4 * (model_bytes / dt);
+      if (mode != Offload::full) opt_bundle += 4 * state_numel;  // masters (the rank's shard)
       if (mode == Offload::none) opt_bundle += moments_plain;
     }
     b.add("checkpoint", std::max(model_bytes, opt_bundle), "host copies gathered while saving a checkpoint");
@@ -357,6 +397,8 @@ ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
   m.ac = ac;
   m.gpu = gpu_plan(w, mode, ac);
   m.host = host_plan(w, mode);
+  // The ranks of one node share its host memory: each is a process with the same plan.
+  m.host_node = m.host.peak * w.a.per_node();
   const double slack = m.gpu.peak * w.a.allocator_slack;
   m.gpu_total = m.gpu.peak + static_cast<i64>(slack) + (w.a.cuda ? w.a.cuda_context : 0);
   if (mode == Offload::full && w.a.cuda) {
@@ -370,7 +412,7 @@ ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
     m.gpu_total += ring_capacity(max_n * w.dt, model_bytes, w.a.ring_bytes);
   }
   if (w.a.gpu_capacity) m.gpu_fits = m.gpu_total <= *w.a.gpu_capacity;
-  if (w.a.host_capacity) m.host_fits = m.host.peak <= *w.a.host_capacity;
+  if (w.a.host_capacity) m.host_fits = m.host_node <= *w.a.host_capacity;
   return m;
 }
 

@@ -31,7 +31,8 @@ struct Workload {
   std::vector<ParamShape> params;
   OptInfo opt;
   Assumptions a;
-  i64 dt = 2;  // compute dtype bytes
+  i64 dt = 2;            // compute dtype bytes
+  i64 reduce_bytes = 4;  // model.reduce_dtype: element of a gradient reduce-scatter bucket
   i64 B = 1, T = 1, N = 1, batch = 1;
   bool ac = false;
   i64 ac_freq = 1;

@@ -72,6 +72,9 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"masters", "FP32 masters"},
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
+      {"weight_shard", "updated weight shard"},
+      {"grad_buckets", "gradient reduce-scatter buckets"},
+      {"weight_gather", "weight all-gather bucket"},
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
       {"init_draw", "startup: fp32 draw"},
@@ -103,6 +106,7 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
       {"backward_block", "backward of the last block"},
       {"backward_embedding", "backward of the embedding"},
       {"optimizer_step", "optimizer step"},
+      {"weight_gather", "weight all-gather (after step)"},
       {"startup", "startup"},
       {"step", "training step"},
       {"checkpoint", "checkpoint save"},
@@ -154,6 +158,14 @@ std::string format_text(const Plan& p) {
   out += fmt::format("GPU: {} ({}); host: {} ({})\n", a.gpu_capacity ? human(*a.gpu_capacity) : "unknown",
                      a.gpu_capacity_source, a.host_capacity ? human(*a.host_capacity) : "unknown",
                      a.host_capacity_source);
+  // One process (world 1) prints as it always did; the lines below exist only for ranks.
+  if (a.world > 1)
+    out += fmt::format(
+        "Ranks: {} ({}), {} per node ({}). FP32 masters, gradient accumulators and optimizer moments sharded "
+        "1/{} (padded), compute weights replicated; gradient buckets of {} (--dist.bucket-mib; at least the "
+        "largest parameter) in {}. GPU figures are per rank; host per rank, then per node.\n",
+        a.world, a.world_source, a.per_node(), a.ranks_per_node_source, a.world, human(a.bucket_bytes),
+        p.reduce_bytes == 2 ? "bf16" : "fp32");
   const auto& act = p.activations;
   out += fmt::format(
       "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token); all {} blocks {} "
@@ -195,12 +207,17 @@ std::string format_text(const Plan& p) {
   out += "\nHost memory, by term\n";
   mode_section(out, p.modes);
   table(out, h, host_labels());
-  out += fmt::format("  {:<34}", "PEAK RESIDENT");
+  out += fmt::format("  {:<34}", a.world > 1 ? "PEAK RESIDENT (one rank)" : "PEAK RESIDENT");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host.peak));
   out += "\n";
   out += fmt::format("  {:<34}", "  at");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", m.host.peak_phase.substr(0, 12));
   out += "\n";
+  if (a.world > 1) {
+    out += fmt::format("  {:<34}", fmt::format("PER NODE ({} ranks)", a.per_node()));
+    for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host_node));
+    out += "\n";
+  }
   out += fmt::format("  {:<34}", "fits the host");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.host_fits));
   out += "\n";
@@ -261,6 +278,8 @@ ordered json_modes(const std::vector<ModePlan>& modes) {
     ordered gpu = json_mem(m.gpu), host = json_mem(m.host);
     gpu["total_bytes"] = m.gpu_total;
     gpu["fits"] = or_null(m.gpu_fits);
+    host["node_peak_bytes"] = m.host_node;  // every rank of one node: what host.fits compares
+    host["node_peak_gib"] = gib(m.host_node);
     host["fits"] = or_null(m.host_fits);
     out.push_back(
         {{"offload", mode_name(m.mode)}, {"ac", m.ac}, {"gpu", gpu}, {"host", host}, {"fits", m.fits()}});
@@ -298,6 +317,13 @@ std::string format_json(const Plan& p) {
       {"ac", p.ac},
       {"ac_freq", p.ac_freq},
       {"attention_mask", p.attention_mask},
+      {"world_size", a.world},
+      {"ranks_per_node", a.per_node()},
+      {"dist",
+       {{"world_source", a.world_source},
+        {"ranks_per_node_source", a.ranks_per_node_source},
+        {"bucket_bytes", a.bucket_bytes},
+        {"reduce_dtype", p.reduce_bytes == 2 ? "bf16" : "fp32"}}},
       {"capacity",
        {{"gpu_bytes", or_null(a.gpu_capacity)},
         {"gpu_source", a.gpu_capacity_source},
@@ -329,14 +355,17 @@ std::string fit_refusal(const Plan& p, Offload mode) {
   const auto& a = p.assumptions;
   const ModePlan& m = p.mode(mode);
   if (m.fits()) return {};
-  std::string out = fmt::format("model.offload = \"{}\"{} is predicted not to fit:", mode_name(mode),
-                                p.ac ? " with model.ac" : "");
+  std::string out =
+      fmt::format("model.offload = \"{}\"{}{} is predicted not to fit:", mode_name(mode),
+                  p.ac ? " with model.ac" : "", a.world > 1 ? fmt::format(" over {} ranks", a.world) : "");
   if (!m.gpu_fits.value_or(true))
     out += fmt::format(" GPU {} needed, {} there ({})", human(m.gpu_total), human(*a.gpu_capacity),
                        a.gpu_capacity_source);
   if (!m.host_fits.value_or(true))
-    out += fmt::format("{} host {} needed, {} available ({})", m.gpu_fits.value_or(true) ? "" : ";",
-                       human(m.host.peak), human(*a.host_capacity), a.host_capacity_source);
+    out += fmt::format("{} host {} needed{}, {} available ({})", m.gpu_fits.value_or(true) ? "" : ";",
+                       human(m.host_node),
+                       a.per_node() > 1 ? fmt::format(" by {} ranks on the node", a.per_node()) : "",
+                       human(*a.host_capacity), a.host_capacity_source);
   std::string fit;
   for (const auto& o : p.modes)
     if (o.mode != mode && o.fits())
@@ -355,8 +384,9 @@ std::string oom_advice(const Plan& p, Offload mode) {
   const ModePlan& failed = p.mode(mode);
   std::string out = fmt::format(
       "out of GPU memory with model.offload = \"{}\"{}. The planner predicted a peak of {} allocated "
-      "({} with allocator slack and CUDA context)",
-      mode_name(mode), p.ac ? " and model.ac on" : "", human(failed.gpu.peak), human(failed.gpu_total));
+      "({} with allocator slack and CUDA context){}",
+      mode_name(mode), p.ac ? " and model.ac on" : "", human(failed.gpu.peak), human(failed.gpu_total),
+      a.world > 1 ? fmt::format(" per rank of {}", a.world) : "");
   if (a.gpu_capacity)
     out += fmt::format(" on a {} device{}", human(*a.gpu_capacity),
                        failed.gpu_fits.value_or(false) ? " (it predicted a fit: see docs/memory-planner.md, "

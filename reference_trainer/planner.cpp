@@ -113,17 +113,63 @@ i64 dir_safetensors_bytes(const fs::path& dir) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------
+// Ranks
+// ---------------------------------------------------------------------------
+
+void check_ranks(const Assumptions& a) {
+  const i64 n = a.per_node();
+  if (a.world < 1)
+    throw plan_error(fmt::format("{} = {}: the world size must be at least 1", a.world_source, a.world));
+  if (n < 1) throw plan_error(fmt::format("{} = {}: must be at least 1", a.ranks_per_node_source, n));
+  if (n > a.world)
+    throw plan_error(fmt::format("{} = {}: more ranks on one node than in the world ({} = {})",
+                                 a.ranks_per_node_source, n, a.world_source, a.world));
+  // Every node runs the same number of ranks (torchrun's --nproc-per-node): a world
+  // that is not a multiple would leave a node partly filled, whose host memory this
+  // plan would misstate.
+  if (a.world % n != 0)
+    throw plan_error(fmt::format("{} = {} is not a multiple of {} = {}: every node runs as many ranks",
+                                 a.world_source, a.world, a.ranks_per_node_source, n));
+}
+
+void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env) {
+  a.bucket_bytes = static_cast<i64>(o.dist.bucket_mib * static_cast<double>(i64{1} << 20));
+  if (o.plan_world_size) {
+    a.world = *o.plan_world_size;
+    a.world_source = "--plan-world-size";
+  } else {
+    a.world = env.world;
+    // Without a launcher the error to fix names the option.
+    a.world_source = env.several() ? "WORLD_SIZE" : "--plan-world-size";
+  }
+  if (o.plan_ranks_per_node) {
+    a.ranks_per_node = *o.plan_ranks_per_node;
+    a.ranks_per_node_source = "--plan-ranks-per-node";
+  } else if (env.several()) {
+    // Launch defaults LOCAL_WORLD_SIZE to WORLD_SIZE: one node holds every rank.
+    a.ranks_per_node = env.local_world;
+    a.ranks_per_node_source = "LOCAL_WORLD_SIZE";
+  } else {
+    a.ranks_per_node = std::nullopt;  // the world size: one node
+    a.ranks_per_node_source = "--plan-ranks-per-node unset: one node";
+  }
+  check_ranks(a);
+}
+
 Plan make_plan(const SFTConfig& cfg, const Assumptions& a) {
   return make_plan(cfg, resolve_model(cfg.model), a);
 }
 
 Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a) {
+  check_ranks(a);
   Workload w;
   w.s = shape;
   w.params = shape.params();
   w.opt = optimizer_info(cfg.optim);
   w.a = a;
   w.dt = a.compute_bytes;
+  w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   std::visit(
       [&](const auto& d) {
         using C = std::decay_t<decltype(d)>;
@@ -162,6 +208,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.ac = w.ac;
   p.ac_freq = w.ac_freq;
   p.attention_mask = w.masked;
+  p.reduce_bytes = static_cast<int>(w.reduce_bytes);
   p.assumptions = a;
 
   const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm);
@@ -186,6 +233,10 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   if (std::holds_alternative<MuonConfig>(cfg.optim))
     p.notes.push_back("muon: the orthogonalisation temporaries are an estimate");
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
+  if (a.world > 1)
+    p.notes.push_back(
+        "sharded run: the staging rings of full offload, the tied LM head's gradient buffer, the host "
+        "temporaries and the weights' checkpoint copy are planned at full size on every rank");
   return p;
 }
 

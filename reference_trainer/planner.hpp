@@ -6,8 +6,10 @@
 // really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
 #pragma once
 
+#include "distributed/launch.hpp"
 #include "loss_chunking.hpp"
 #include "model/config.hpp"
+#include "options.hpp"
 
 #include <primecfg/offload.hpp>
 #include <primecfg/sft.hpp>
@@ -57,7 +59,25 @@ struct Assumptions {
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
+  // Sharded data parallel (ZeRO-2, distributed/shard_layout.hpp): the ranks the FP32
+  // state is split over, the ranks that share one node's host memory (nullopt: all of
+  // them), and the size of a gradient reduce-scatter / weight all-gather bucket
+  // (dist.bucket_mib). With world 1 the plan is the single-process one.
+  std::int64_t world = 1;
+  std::optional<std::int64_t> ranks_per_node;
+  std::int64_t bucket_bytes = 25ll << 20;
+  std::string world_source = "--plan-world-size", ranks_per_node_source = "--plan-ranks-per-node";
+  std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };
+
+// Fills the ranks of `a` as --plan and the check before a run see them: the world
+// size from --plan-world-size, else the launcher's WORLD_SIZE (`env`), else 1; ranks
+// per node from --plan-ranks-per-node, else LOCAL_WORLD_SIZE, else the world size;
+// the bucket from dist.bucket_mib. Throws plan_error, naming the option or variable,
+// when the ranks per node exceed the world size or do not divide it.
+void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env);
+// The same check on `a` alone (make_plan runs it too).
+void check_ranks(const Assumptions& a);
 
 // One named amount of memory.
 struct Term {
@@ -86,10 +106,11 @@ struct MemoryPlan {
 struct ModePlan {
   Offload mode = Offload::none;
   bool ac = false;  // activation checkpointing as planned here
-  MemoryPlan gpu;   // peak = peak allocated bytes (what the trainer reports as peak_device_mem_gib)
-  MemoryPlan host;  // peak = resident host bytes
+  MemoryPlan gpu;   // peak = peak allocated bytes of one rank (what it reports as peak_device_mem_gib)
+  MemoryPlan host;  // peak = resident host bytes of one rank's process
   std::int64_t gpu_total = 0;  // gpu.peak with allocator slack + CUDA context: what the device must hold
-  std::optional<bool> gpu_fits, host_fits;
+  std::int64_t host_node = 0;  // host.peak of every rank on one node: what the node must hold
+  std::optional<bool> gpu_fits, host_fits;  // per rank's GPU; per node's host
   bool fits() const { return gpu_fits.value_or(true) && host_fits.value_or(true); }
 };
 
@@ -112,6 +133,7 @@ struct Plan {
   bool ac = false;
   std::int64_t ac_freq = 1;
   bool attention_mask = false;  // packed rows need a document mask
+  int reduce_bytes = 4;         // model.reduce_dtype: the gradient buckets' element size
   Assumptions assumptions;
   ActivationSummary activations;
   std::vector<ModePlan> modes;        // none, optimizer, full, with the config's ac

@@ -1,8 +1,10 @@
 // The memory planner (`primecfg-train --plan`): hand-computed arithmetic on a tiny
 // shape, the ordering of the modes, activation checkpointing, allocator rounding,
-// the model shapes against the trainer's real model, the JSON output and the
-// out-of-memory advice.
+// the model shapes against the trainer's real model, the JSON output, the
+// out-of-memory advice, and sharded runs (the FP32 state per rank, host per node).
+#include "distributed/launch.hpp"
 #include "machine_memory.hpp"
+#include "options.hpp"
 #include "planner.hpp"
 #include "strict_json.hpp"
 #include "trainer.hpp"
@@ -11,8 +13,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <string>
 
 namespace fs = std::filesystem;
 using namespace primecfg;
@@ -473,4 +478,274 @@ TEST_CASE("planner: host memory") {
   REQUIRE(h);
   CHECK(h->total > 0);
   CHECK(h->available <= h->total);
+}
+
+namespace {
+
+// One rank's piece of a parameter, padding included, computed here from the shard
+// rule's definition (ceil(numel / world)) rather than through ShardSpan.
+std::int64_t per_rank(std::int64_t numel, std::int64_t world) { return (numel + world - 1) / world; }
+
+std::int64_t round_to(std::int64_t bytes, std::int64_t block) { return (bytes + block - 1) / block * block; }
+
+// FP32 bytes of one state tensor set (masters, or accumulators) on one rank: the sum
+// over the model's parameters of per_rank x 4, each tensor rounded to `block`.
+std::int64_t fp32_state_per_rank(const plan::ModelShape& s, std::int64_t world, std::int64_t block) {
+  std::int64_t sum = 0;
+  for (const auto& p : s.params()) sum += round_to(per_rank(p.numel(), world) * 4, block);
+  return sum;
+}
+
+std::string plan_error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const plan::plan_error& e) {
+    return e.what();
+  }
+  return "(no plan_error)";
+}
+
+}  // namespace
+
+TEST_CASE("planner: sharded runs split the FP32 state per rank and keep the weights whole") {
+  const auto s = hand_shape();
+  const auto cfg = fake_config("hand", 4);
+  const auto one = plan::make_plan(cfg, s, exact());
+  // World 3 does not divide the 8-element norms or the 128-element embedding: the
+  // pieces are padded (3 and 43 elements) and every rank allocates rank 0's size.
+  for (std::int64_t world : {2, 3, 4}) {
+    CAPTURE(world);
+    auto a = exact();
+    a.world = world;
+    const auto p = plan::make_plan(cfg, s, a);
+    std::int64_t fp32 = 0, shard_bf16 = 0;
+    for (const auto& q : s.params()) {
+      fp32 += per_rank(q.numel(), world) * 4;
+      shard_bf16 += per_rank(q.numel(), world) * 2;
+    }
+    CHECK(fp32 == fp32_state_per_rank(s, world, 1));
+    if (world != 3) CHECK(fp32 == 1336 * 4 / world);  // nothing to pad
+    if (world == 3) CHECK(fp32 > 1336 * 4 / 3);
+
+    const auto& none = p.mode(Offload::none).gpu;
+    CHECK(none.term("weights") == one.mode(Offload::none).gpu.term("weights"));  // replicated
+    CHECK(none.term("weights") == 1336 * 2);
+    CHECK(none.term("masters") == fp32);
+    CHECK(none.term("grads") == fp32);
+    CHECK(none.term("moments") == 2 * fp32);  // AdamW: two moments
+    CHECK(none.term("weight_shard") == shard_bf16);
+    // Per micro-batch terms are the single process's.
+    CHECK(none.term("activations") == one.mode(Offload::none).gpu.term("activations"));
+    CHECK(none.term("ce_chunk") == one.mode(Offload::none).gpu.term("ce_chunk"));
+
+    // Optimizer offload: masters and accumulators on the GPU, the moments pinned on the host.
+    const auto& opt = p.mode(Offload::optimizer);
+    CHECK(opt.gpu.term("masters") == fp32);
+    CHECK(opt.gpu.term("grads") == fp32);
+    CHECK(opt.gpu.term("moments") == 0);
+    CHECK(opt.host.term("moments") == 2 * fp32);
+    // Full offload: all FP32 state on the host (accumulators only with accumulation).
+    const auto& full = p.mode(Offload::full);
+    CHECK(full.gpu.term("masters") == 0);
+    CHECK(full.host.term("masters") == fp32);
+    CHECK(full.host.term("moments") == 2 * fp32);
+    CHECK(full.gpu.term("weights") == 1336 * 2);
+
+    // One node holds every rank by default; its host memory is theirs together.
+    for (const auto& m : p.modes) CHECK(m.host_node == m.host.peak * world);
+  }
+
+  // A real preset with the allocator's 512-byte blocks and pinned rounding.
+  const auto cfg8 = fake_config("Qwen/Qwen3-0.6B", 1024);
+  const auto shape = *plan::preset_shape("Qwen/Qwen3-0.6B");
+  const auto q1 = plan::make_plan(cfg8, shape, plan::Assumptions{});
+  for (std::int64_t world : {2, 4, 8}) {
+    CAPTURE(world);
+    plan::Assumptions a;
+    a.world = world;
+    const auto p = plan::make_plan(cfg8, shape, a);
+    const auto fp32 = fp32_state_per_rank(shape, world, 512);
+    CHECK(p.mode(Offload::none).gpu.term("masters") == fp32);
+    CHECK(p.mode(Offload::none).gpu.term("grads") == fp32);
+    CHECK(p.mode(Offload::none).gpu.term("moments") == 2 * fp32);
+    CHECK(p.mode(Offload::full).host.term("masters") == fp32_state_per_rank(shape, world, 1));
+    CHECK(p.mode(Offload::none).gpu.term("weights") == q1.mode(Offload::none).gpu.term("weights"));
+    CHECK(p.mode(Offload::none).gpu.peak < q1.mode(Offload::none).gpu.peak);
+  }
+}
+
+TEST_CASE("planner: a sharded run's collective buffers") {
+  const auto s = hand_shape();
+  auto cfg = fake_config("hand", 4);
+  auto a = exact();
+  a.world = 2;
+  // dist.bucket_mib's default, 25 MiB of FP32 gradients, is far above this model.
+  auto p = plan::make_plan(cfg, s, a);
+  const std::int64_t elems = (25ll << 20) / 4;
+  CHECK(p.mode(Offload::none).gpu.term("grad_buckets") == 2 * elems * 4 + 2 * (elems / 2) * 4);
+  CHECK(p.mode(Offload::none).gpu.term("weight_gather") == elems * 2);
+
+  // A bucket is at least the largest padded parameter: the 128-element embedding (129
+  // padded at world 3, 43 per rank).
+  a.bucket_bytes = 64;
+  p = plan::make_plan(cfg, s, a);
+  for (const auto& m : p.modes) {
+    CAPTURE(plan::mode_name(m.mode));
+    CHECK(m.gpu.term("grad_buckets") == 2 * 128 * 4 + 2 * 64 * 4);
+    CHECK(m.gpu.term("weight_gather") == 128 * 2);
+  }
+  a.world = 3;
+  CHECK(plan::make_plan(cfg, s, a).mode(Offload::none).gpu.term("grad_buckets") == 2 * 129 * 4 + 2 * 43 * 4);
+  a.world = 2;
+  auto cfg_bf16 = cfg;
+  cfg_bf16.model.reduce_dtype = Dtype::bfloat16;
+  CHECK(plan::make_plan(cfg_bf16, s, a).mode(Offload::none).gpu.term("grad_buckets") ==
+        2 * 128 * 2 + 2 * 64 * 2);
+
+  // The buckets are alive in backward; the all-gather is a phase of its own after the
+  // step (the max with the backward peak, not added to it).
+  const auto one = plan::make_plan(cfg, s, exact());
+  const auto& g = p.mode(Offload::none).gpu;
+  const auto& g1 = one.mode(Offload::none).gpu;
+  const std::int64_t persistent = g.phase("optimizer_step")->bytes,
+                     persistent1 = g1.phase("optimizer_step")->bytes;
+  // Weights whole (2 B), masters + accumulators + two moments halved (16 B / 2), the
+  // bf16 weight shard (2 B / 2), per parameter.
+  CHECK(persistent == 1336 * 2 + 1336 * 8 + 1336);
+  for (const char* ph : {"backward_head", "backward_block", "backward_embedding"}) {
+    CAPTURE(ph);
+    CHECK(g.phase(ph)->bytes - persistent == g1.phase(ph)->bytes - persistent1 + g.term("grad_buckets"));
+  }
+  CHECK(g.phase("forward")->bytes - persistent == g1.phase("forward")->bytes - persistent1);
+  REQUIRE(g.phase("weight_gather"));
+  CHECK(g.phase("weight_gather")->bytes == persistent + 128 * 2);
+  CHECK(g1.phase("weight_gather") == nullptr);
+  std::int64_t max_phase = 0;
+  for (const auto& ph : g.phases) max_phase = std::max(max_phase, ph.bytes);
+  CHECK(g.peak == max_phase);
+}
+
+TEST_CASE("planner: host memory per node decides the host fit") {
+  const auto s = hand_shape();
+  const auto cfg = fake_config("hand", 4);
+  auto a = exact();
+  a.world = 4;
+  a.ranks_per_node = 2;  // two nodes of two ranks
+  auto p = plan::make_plan(cfg, s, a);
+  const auto& opt = p.mode(Offload::optimizer);
+  CHECK(opt.host_node == 2 * opt.host.peak);
+  a.host_capacity = opt.host_node;
+  CHECK(plan::make_plan(cfg, s, a).mode(Offload::optimizer).host_fits == true);
+  a.host_capacity = opt.host_node - 1;  // one rank's would fit, the node's does not
+  CHECK(opt.host.peak <= *a.host_capacity);
+  p = plan::make_plan(cfg, s, a);
+  CHECK(p.mode(Offload::optimizer).host_fits == false);
+  a.gpu_capacity = std::int64_t{1} << 40;
+  a.host_capacity_source = "test";
+  const auto why = plan::fit_refusal(plan::make_plan(cfg, s, a), Offload::optimizer);
+  CHECK(why.find("over 4 ranks") != std::string::npos);
+  CHECK(why.find("by 2 ranks on the node") != std::string::npos);
+}
+
+TEST_CASE("planner: world 1 is the single-process plan") {
+  const auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
+  plan::Assumptions base;
+  base.gpu_capacity = std::int64_t{139} << 30;
+  base.host_capacity = std::int64_t{120} << 30;
+  auto a = base;
+  train::TrainerOptions o;
+  o.plan = true;
+  plan::apply_ranks(a, o, train::Launch{});  // no launcher, no options
+  CHECK(a.world == 1);
+  CHECK(a.per_node() == 1);
+  const auto p0 = plan::make_plan(cfg, base), p1 = plan::make_plan(cfg, a);
+  CHECK(plan::format_text(p1) == plan::format_text(p0));
+  CHECK(plan::format_text(p1).find("Ranks:") == std::string::npos);
+  auto j0 = train::strict_json::parse(plan::format_json(p0)),
+       j1 = train::strict_json::parse(plan::format_json(p1));
+  CHECK(j1.at("modes") == j0.at("modes"));
+  CHECK(j1.at("world_size") == 1);
+  CHECK(j1.at("ranks_per_node") == 1);
+  for (const auto& m : p1.modes) {
+    CHECK(m.host_node == m.host.peak);
+    CHECK(m.gpu.term("weight_shard") == 0);
+    CHECK(m.gpu.term("grad_buckets") == 0);
+    CHECK(m.gpu.phase("weight_gather") == nullptr);
+  }
+}
+
+TEST_CASE("planner: ranks from the options and the launcher, and bad combinations") {
+  train::TrainerOptions o;
+  o.plan = true;
+  plan::Assumptions a;
+  // The launcher's variables when the options are not given.
+  train::Launch env;
+  env.world = 16;
+  env.local_world = 8;
+  plan::apply_ranks(a, o, env);
+  CHECK(a.world == 16);
+  CHECK(a.per_node() == 8);
+  CHECK(a.world_source == "WORLD_SIZE");
+  CHECK(a.ranks_per_node_source == "LOCAL_WORLD_SIZE");
+  CHECK(a.bucket_bytes == 25ll << 20);
+  // The options win; ranks per node default to the world size without a launcher.
+  o.plan_world_size = 8;
+  o.dist.bucket_mib = 1;
+  plan::apply_ranks(a, o, train::Launch{});
+  CHECK(a.world == 8);
+  CHECK(a.per_node() == 8);
+  CHECK(a.bucket_bytes == 1 << 20);
+  o.plan_ranks_per_node = 4;
+  plan::apply_ranks(a, o, env);
+  CHECK(a.world == 8);
+  CHECK(a.per_node() == 4);
+
+  // Bad combinations name the option (or the launcher's variable) they came from.
+  o.plan_ranks_per_node = 16;
+  auto why = plan_error_text([&] { plan::apply_ranks(a, o, train::Launch{}); });
+  CHECK(why.find("--plan-ranks-per-node = 16") != std::string::npos);
+  CHECK(why.find("--plan-world-size = 8") != std::string::npos);
+  o.plan_ranks_per_node = 3;
+  why = plan_error_text([&] { plan::apply_ranks(a, o, train::Launch{}); });
+  CHECK(why.find("--plan-world-size = 8 is not a multiple of --plan-ranks-per-node = 3") !=
+        std::string::npos);
+  o.plan_world_size = std::nullopt;
+  o.plan_ranks_per_node = 2;  // alone: the world is one process
+  why = plan_error_text([&] { plan::apply_ranks(a, o, train::Launch{}); });
+  CHECK(why.find("--plan-ranks-per-node = 2") != std::string::npos);
+  o.plan_ranks_per_node = std::nullopt;
+  env.world = 12;
+  env.local_world = 8;
+  why = plan_error_text([&] { plan::apply_ranks(a, o, env); });
+  CHECK(why.find("WORLD_SIZE = 12 is not a multiple of LOCAL_WORLD_SIZE = 8") != std::string::npos);
+  // make_plan checks the same on Assumptions set by hand.
+  plan::Assumptions bad;
+  bad.world = 4;
+  bad.ranks_per_node = 3;
+  CHECK_THROWS_AS(plan::make_plan(fake_config("hand", 4), hand_shape(), bad), plan::plan_error);
+  bad.world = 0;
+  bad.ranks_per_node = std::nullopt;
+  CHECK_THROWS_AS(plan::make_plan(fake_config("hand", 4), hand_shape(), bad), plan::plan_error);
+}
+
+TEST_CASE("planner: a sharded plan's text and JSON") {
+  plan::Assumptions a;
+  a.gpu_capacity = std::int64_t{139} << 30;
+  a.host_capacity = std::int64_t{120} << 30;
+  a.world = 8;
+  a.ranks_per_node = 8;
+  const auto p = plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a);
+  const auto doc = train::strict_json::parse(plan::format_json(p));
+  CHECK(doc.at("world_size") == 8);
+  CHECK(doc.at("ranks_per_node") == 8);
+  CHECK(doc.at("dist").at("bucket_bytes") == 25ll << 20);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(doc.at("modes")[i].at("gpu").at("peak_bytes") == p.modes[i].gpu.peak);
+    CHECK(doc.at("modes")[i].at("host").at("node_peak_bytes") == p.modes[i].host_node);
+    CHECK(p.modes[i].host_node == 8 * p.modes[i].host.peak);
+  }
+  const auto text = plan::format_text(p);
+  CHECK(text.find("Ranks: 8") != std::string::npos);
+  CHECK(text.find("PER NODE (8 ranks)") != std::string::npos);
+  CHECK(text.find("gradient reduce-scatter buckets") != std::string::npos);
 }
