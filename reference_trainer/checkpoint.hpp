@@ -130,7 +130,8 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
     if (!cfg.skip_optimizer) {
       TensorBundle b;
       for (auto& s : state.states())
-        for (auto& [name, t] : optimizer_tensors(s)) b.add(name, t);
+        for (auto& [name, t] : optimizer_tensors(s))
+          b.add(name, world == 1 ? t.view(s.p->tensor.sizes()) : t);  // one rank: one piece, no padding
       safetensors::write(tmp / optimizer_file_name(rank, world), b.entries,
                          {{"optimizer", std::string(opt.name())},
                           {"rank", std::to_string(rank)},

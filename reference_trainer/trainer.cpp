@@ -174,7 +174,7 @@ class Trainer {
   // --- setup ------------------------------------------------------------------
 
   void setup() {
-    if (opts_.launch.several()) connect();
+    if (opts_.launch.launched) connect();
     claim_output_dir();  // before anything is loaded: a mistake costs seconds, not a model load
     load_model();
     if (pg_) {

@@ -34,6 +34,7 @@ Launch Launch::from_environment() {
   Launch l;
   l.world = int_var("WORLD_SIZE", 1, 1, 1 << 20);
   if (l.world == 1 && !env("RANK")) return l;
+  l.launched = true;
   l.rank = int_var("RANK", -1, 0, l.world - 1);
   if (l.rank < 0) throw launch_error(fmt::format("WORLD_SIZE={} is set but RANK is not", l.world));
   l.local_world = int_var("LOCAL_WORLD_SIZE", l.world, 1, l.world);

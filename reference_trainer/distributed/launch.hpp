@@ -24,6 +24,10 @@ struct Launch {
   int attempt = 0;              // TORCHELASTIC_RESTART_COUNT: keys of a restart are its own
   std::string gloo_interfaces;  // GLOO_SOCKET_IFNAME: comma-separated, empty: the default
 
+  // Started by a launcher (RANK is set): the run goes through a process group, even
+  // of one rank (every collective then runs, over one member).
+  bool launched = false;
+
   bool several() const { return world > 1; }
 
   // From the environment: one process (world 1) when WORLD_SIZE is unset. A variable

@@ -137,7 +137,8 @@ std::string ProcessGroup::who_failed_now() {
       if (store_->check({ak})) {
         const double quiet = static_cast<double>(now_ms() - std::stoll(get_str(*store_, ak))) / 1e3;
         if (quiet > 3.0)
-          silent.push_back(fmt::format("rank {} (no heartbeat for {:.0f} s: it died or is stopped)", r, quiet));
+          silent.push_back(
+              fmt::format("rank {} (no heartbeat for {:.0f} s: it died or is stopped)", r, quiet));
       }
       const std::string sk = fmt::format("step/{}", r);
       const std::int64_t at = store_->check({sk}) ? std::stoll(get_str(*store_, sk)) : -1;
