@@ -429,7 +429,7 @@ class Trainer {
   RunResult finish(RunResult result) {
     result.last_step = pos_.step;
     state_->sync_host();  // the last step's deferred updates
-    if (opts_.collect_weights && dp_)
+    if (opts_.collect_weights && dp_ && dp_->world() > 1)
       throw run_error("collect_weights: the masters are sharded over the ranks");
     if (opts_.collect_weights) {
       for (auto& s : state_->states()) {

@@ -15,6 +15,8 @@ BIN=${PRIMECFG_BIN:-}
 if [ -z "$BIN" ]; then
   TOML=()
   [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$PWD/.deps/tomlpp/usr/include")
+  # Gloo's headers (libgloo-dev, unpacked): LibTorch's c10d headers include them.
+  [ -d .deps/gloo/usr/include ] && TOML+=(-Dgloo_include_dir="$PWD/.deps/gloo/usr/include")
   [ -f build-bench/build.ninja ] ||
     PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 ||
     { cat "$RES/build.log"; exit 1; }

@@ -142,3 +142,38 @@ TEST_CASE("GPU: bf16 full offload with staging rings that hold one tensor learns
   CHECK(d2.loss_rel < 1e-6);
   CHECK(full.losses.back() < full.losses.front());
 }
+
+// A launcher's one rank goes through the process group: on CUDA that is NCCL, and every
+// collective of the sharded step runs (gradient reduce-scatter, the norm's all-reduce,
+// weight all-gather, the loss's all-reduce, the start's broadcast, the checkpoint's
+// rounds over the store) over one member. The result must be one process's.
+TEST_CASE("GPU: one rank through NCCL trains as one process does, in every offload mode") {
+  if (!have_cuda()) return;
+  AdamWConfig a;
+  a.lr = 2e-3;
+  a.max_norm = std::nullopt;
+  int port = 29600 + static_cast<int>(::getpid() % 2000);
+  for (Offload mode : {Offload::none, Offload::optimizer, Offload::full})
+    for (int micro : {4, 2})
+      for (bool clip : {false, true}) {
+        if (clip && mode == Offload::full) continue;  // full offload cannot clip
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(micro);
+        CAPTURE(clip);
+        a.max_norm = clip ? std::optional<double>(0.05) : std::nullopt;
+        SFTConfig plain_cfg = config(mode, "nccl-plain", a, micro);
+        SFTConfig ranked_cfg = config(mode, "nccl-ranked", a, micro);
+        ranked_cfg.ckpt = CheckpointConfig{};
+        ranked_cfg.ckpt->interval = 3;
+        auto plain = train::run_sft(plain_cfg, gpu(false));
+        auto o = gpu(false);
+        o.launch.launched = true;
+        o.launch.master_port = port++;
+        auto ranked = train::run_sft(ranked_cfg, o);
+        Diff d = compare(ranked, plain);
+        MESSAGE("one NCCL rank vs one process: loss " << d.loss_rel << ", weights " << d.weight_abs);
+        CHECK(d.weight_abs < (mode == Offload::full ? 1e-4 : 1e-6));
+        CHECK(d.loss_rel < (mode == Offload::full ? 1e-4 : 1e-6));
+        CHECK(fs::exists(ranked_cfg.output_dir / "checkpoints" / "step_6" / "manifest.json"));
+      }
+}
