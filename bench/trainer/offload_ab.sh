@@ -38,7 +38,10 @@ for spec in "$@"; do
   [ -n "${PROFILE:-}" ] && prof=("--profile.trace=$out.trace.json")
   [ "${PROFILE:-}" = gpu ] && prof+=("--no-profile.cpu-ops")
   [ -n "${PROFILE:-}${TIMELINE:-}" ] && prof+=("--profile.host-trace=$out.host.json")
-  timeout 300 "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
+  # RANKS=N: through torchrun's N ranks (N = 1: the sharded step's collectives over one rank).
+  runner=()
+  [ -n "${RANKS:-}" ] && runner=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$RANKS" --no-python)
+  timeout 300 "${runner[@]}" "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" \
     --model.offload="$mode" --data.seq-len="$SEQ" --max-steps="$STEPS" --output-dir="$out" "${prof[@]}" \
     "${flags[@]}" >"$out.log" 2>&1
   rc=$?
