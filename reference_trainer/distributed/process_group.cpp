@@ -107,6 +107,17 @@ ProcessGroup::~ProcessGroup() {
   }
   heartbeat_cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
+  // As destroy_process_group(): NCCL's communicators and watchdog end here, not at exit
+  // (a second process group in the same process needs that). After a failure the
+  // peers may be gone: abort instead of waiting for them.
+  try {
+    if (failed_)
+      backend_->abort();
+    else
+      backend_->shutdown();
+  } catch (const std::exception&) {
+  }
+  backend_.reset();
 }
 
 std::string_view ProcessGroup::backend_name() const { return device_.is_cuda() ? "nccl" : "gloo"; }
@@ -160,6 +171,7 @@ std::string ProcessGroup::who_failed_now() {
 }
 
 void ProcessGroup::fail(std::string_view what, const std::exception& e) {
+  failed_ = true;
   const std::string msg =
       fmt::format("rank {} of {}: {} failed ({} backend, timeout {} s): {}; {}", rank(), world(), what,
                   backend_name(), timeout_.count(), first_line(e.what()), who_failed());
@@ -283,6 +295,7 @@ void ProcessGroup::note_step(std::int64_t step) {
 }
 
 void ProcessGroup::note_failure(const std::string& error) noexcept {
+  failed_ = true;
   try {
     store_->setTimeout(std::chrono::seconds(2));
     store_->set(fmt::format("failed/{}", rank()), first_line(error));

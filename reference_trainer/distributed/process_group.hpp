@@ -91,6 +91,7 @@ class ProcessGroup {
   std::mutex heartbeat_mu_;
   std::condition_variable heartbeat_cv_;
   bool stop_ = false;
+  bool failed_ = false;  // a collective failed or this rank stops on an error
   std::uint64_t rounds_ = 0;  // store keys of on_rank0 / check_same / agree, in call order
 };
 
