@@ -177,7 +177,7 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   }
   std::fprintf(stderr,
                "primecfg-train: see `primecfg-train --plan` with the same arguments for the breakdown\n");
-  remove_partial_checkpoints(cfg);
+  if (train::Launch::from_environment().rank == 0) remove_partial_checkpoints(cfg);  // rank 0 owns the folder
   return 1;
 }
 

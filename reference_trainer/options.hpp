@@ -2,7 +2,8 @@
 // through primecfg like the training config (so they get did-you-mean, ranges,
 // --help, provenance and a dump), from flags such as `--device=cuda` or
 // `--offload.cpu-threads=8`, and from a TOML file given with `--options=FILE`.
-// Nothing of the trainer is read from environment variables.
+// Nothing of the trainer is read from environment variables (a launcher's RANK,
+// WORLD_SIZE, ... say where the process stands, not how to run: distributed/launch.hpp).
 #pragma once
 
 #include <primecfg/describe.hpp>

@@ -216,17 +216,41 @@ void FullOffloadPipeline::start_host_pipeline() {
 
   // CPU threads: the cores this process may use, less one for the thread that
   // drives the GPU; bound to the GPU's NUMA node when it has one.
+  // Several ranks on one node share its cores: each takes its slice (cores / local
+  // ranks), and of its GPU's NUMA node the part that the ranks whose GPUs sit on that
+  // node do not take.
   cpu::ThreadPoolOptions po;
   const int usable = static_cast<int>(cpu::allowed_cpus().size());
-  po.threads = cpu_threads_ > 0 ? cpu_threads_ : std::max(1, usable - 1);
+  const int local = dp_ ? dp_->group().launch().local_world : 1;
+  const int local_rank = dp_ ? dp_->group().launch().local_rank : 0;
+  po.threads = cpu_threads_ > 0 ? cpu_threads_ : std::max(1, usable / local - 1);
   if (cuda) {
     const std::string bus = dev::pci_bus_id(device_);
     auto b = numa::find_gpu_binding(bus);
     if (!b.ok) throw run_error(fmt::format("offload = \"full\": {}", b.message));
     if (!b.message.empty()) std::fprintf(stderr, "primecfg-train: warning: %s\n", b.message.c_str());
     if (b.bind) {
-      po.cpus = b.cpus;
-      bind_cpus_ = b.cpus;
+      std::vector<int> cpus = b.cpus;
+      if (local > 1) {
+        std::vector<int> peers;  // local ranks (cuda:k is local rank k's) on this node
+        for (int k = 0; k < local; ++k) {
+          if (k == local_rank) {
+            peers.push_back(k);
+            continue;
+          }
+          auto other = numa::find_gpu_binding(
+              dev::pci_bus_id(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(k))));
+          if (other.bind && other.cpus == b.cpus) peers.push_back(k);
+        }
+        const auto me =
+            static_cast<std::size_t>(std::find(peers.begin(), peers.end(), local_rank) - peers.begin());
+        const std::size_t n = b.cpus.size(), p = peers.size();
+        cpus.assign(b.cpus.begin() + static_cast<std::ptrdiff_t>(me * n / p),
+                    b.cpus.begin() + static_cast<std::ptrdiff_t>((me + 1) * n / p));
+        if (cpu_threads_ == 0) po.threads = std::max(1, static_cast<int>(cpus.size()) - 1);
+      }
+      po.cpus = cpus;
+      bind_cpus_ = cpus;
     }
   }
   pool_ = std::make_unique<cpu::ThreadPool>(po);

@@ -215,6 +215,19 @@ for saved, resumed, mode_from, mode_to in (
         close(ref_final, state(work, 4), "resumed, step 4")
 
 
+@case("model.reduce_dtype = bfloat16 is used: close to one process, not the FP32 reduction's numbers")
+def _(work):
+    ref_metrics, _, ref_final = reference("none")
+    ok(torchrun(2, config(work, offload="none"), "--model.reduce-dtype=bfloat16"), "torchrun")
+    got = state(work, 4)
+    d = max((got[k].reshape(-1)[: ref_final[k].numel()] - ref_final[k].reshape(-1)).abs().max().item() for k in got)
+    if not 1e-6 < d < 1e-2:
+        raise AssertionError(f"bf16 reduction moved the weights by {d:.3g} from one process (want 1e-6..1e-2)")
+    for m, r in zip(metrics(work), ref_metrics):
+        if abs(m["loss"] - r["loss"]) > 1e-2 * abs(r["loss"]):
+            raise AssertionError(f"step {m['step']}: loss {m['loss']} vs {r['loss']}")
+
+
 @case("two nodes of two ranks each (loopback): the same as one process")
 def _(work):
     ref_metrics, _, ref_final = reference("optimizer")
