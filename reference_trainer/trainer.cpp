@@ -200,6 +200,8 @@ class Trainer {
     for (const std::string* s : {&opts_.resolved_config, &opts_.resolved_options})
       for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
     pg_->check_same("the config (the resolved [config] and primecfg-train's options)", h);
+    // One rank writes the traces (they would all go to the same paths).
+    if (pg_->rank() != 0) opts_.profile = ProfileOptions{};
   }
   // The run's folder: one writer, never two runs mixed; a resume names a complete
   // checkpoint, and later ones are set aside.
@@ -318,8 +320,8 @@ class Trainer {
     if (opts_.print && pg_)
       std::fprintf(
           stderr,
-          "primecfg-train: %d ranks (%s), FP32 state sharded over them, %lld of %lld micro-batches each\n",
-          pg_->world(), std::string(pg_->backend_name()).c_str(),
+          "primecfg-train: %d rank%s (%s), FP32 state sharded over them, %lld of %lld micro-batches each\n",
+          pg_->world(), pg_->world() == 1 ? "" : "s", std::string(pg_->backend_name()).c_str(),
           static_cast<long long>(loader_->options().batch_size / loader_->options().micro_batch_size /
                                  pg_->world()),
           static_cast<long long>(loader_->options().batch_size / loader_->options().micro_batch_size));

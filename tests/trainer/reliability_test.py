@@ -257,15 +257,24 @@ def _(work):
         expect(p, 2, "cannot write to standard output")
 
 
-@case("several ranks from a launcher are refused by name, not run as independent copies")
+@case("a launcher's variables that are malformed or inconsistent are usage errors naming them")
 def _(work):
-    env = dict(os.environ, WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
     plan = [TRAIN, "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]
-    p = subprocess.run(plan, capture_output=True, text=True, env=env)
-    expect(p, 2, "WORLD_SIZE=2", "one process only")
-    env["WORLD_SIZE"] = "1"  # one rank is a plain run
-    p = subprocess.run(plan, capture_output=True, text=True, env=env)
+    for env, needle in (
+        (dict(WORLD_SIZE="2"), "RANK is not"),
+        (dict(WORLD_SIZE="two", RANK="0"), "WORLD_SIZE=two"),
+        (dict(WORLD_SIZE="2", RANK="2"), "RANK=2"),
+        (dict(WORLD_SIZE="4", RANK="0", LOCAL_WORLD_SIZE="8"), "LOCAL_WORLD_SIZE=8"),
+        (dict(WORLD_SIZE="2", RANK="0", MASTER_PORT="70000"), "MASTER_PORT=70000"),
+        (dict(WORLD_SIZE="2", RANK="0", TORCHELASTIC_USE_AGENT_STORE="yes"), "TORCHELASTIC_USE_AGENT_STORE=yes"),
+    ):
+        p = subprocess.run(plan, capture_output=True, text=True, env=dict(os.environ, **env))
+        expect(p, 2, needle)
+    # --plan under a launcher plans its world: 2 ranks here.
+    p = subprocess.run(plan, capture_output=True, text=True, env=dict(os.environ, WORLD_SIZE="2", RANK="0"))
     expect(p, 0)
+    if "Ranks: 2 (WORLD_SIZE)" not in p.stdout:
+        raise AssertionError("--plan under WORLD_SIZE=2 does not plan 2 ranks:\n" + p.stdout[:600])
 
 
 @case("a TrainerConfig's settings are all applied or refused by name")
