@@ -242,16 +242,21 @@ def _(work):
     close(ref_final, state(work, 4), "2 nodes, step 4")
 
 
-def direct(world, cfg, port, extra_per_rank=None, steps_flag=()):
-    """Ranks started the way any launcher does: the variables, no torchrun."""
+def direct(world, cfg, port, extra_per_rank=None, steps_flag=(), file_limit=None):
+    """Ranks started the way any launcher does: the variables, no torchrun.
+    file_limit: {rank: bytes}, that rank's RLIMIT_FSIZE."""
+    import resource
+
     procs = []
     for r in range(world):
+        limit = (file_limit or {}).get(r)
+        pre = (lambda lim=limit: resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))) if limit else None
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         args = [TRAIN, "@", cfg, "--device=cpu", *steps_flag, *((extra_per_rank or {}).get(r, []))]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      errors="replace"))
+                                      errors="replace", preexec_fn=pre))
     return procs
 
 
@@ -309,6 +314,22 @@ def _(work):
 @case("rank 0 (the store's host) killed: the other exits, naming it")
 def _(work):
     fault(work, 0, signal.SIGKILL, 15, "primecfg-train[rank 1]: error:", "rank 0")
+
+
+@case("one rank's checkpoint write fails (file-size limit): every rank fails, no checkpoint folder is left")
+def _(work):
+    procs = direct(2, config(work), free_port(), file_limit={1: 64 * 1024})
+    errs = []
+    for r, p in enumerate(procs):
+        _, err = p.communicate(timeout=120)
+        errs.append(err)
+        if p.returncode == 0:
+            raise AssertionError(f"rank {r} exited 0")
+    if "rank 1 failed" not in errs[0] or "optimizer-00001-of-00002" not in errs[0]:
+        raise AssertionError("rank 0's error does not name rank 1's write:\n" + errs[0][-1500:])
+    left = os.listdir(os.path.join(work, "out", "checkpoints"))
+    if left:
+        raise AssertionError(f"left in checkpoints/: {left}")
 
 
 @case("a config that differs between ranks is refused at start, by every rank")
