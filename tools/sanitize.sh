@@ -67,7 +67,7 @@ if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
   if meson introspect --tests build-asan | grep -q '"name": "trainer"'; then
     targets+=(tests/trainer/trainer_tests reference_trainer/primecfg-train)
     trainer_tests=(trainer trainer-plan trainer-plan-json trainer-plan-bad-size trainer-plan-flag-alone
-                   trainer-plan-bad-model trainer-reliability)
+                   trainer-plan-bad-model trainer-reliability trainer-distributed)
   fi
   say "building ${#targets[@]} targets with ASan+UBSan"
   ninja -C build-asan -j "$jobs" "${targets[@]}"
