@@ -169,7 +169,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
   // largest padded parameter (one parameter is never split over buckets).
   i64 bucket = 0;
-  if (world > 1) {
+  if (w.a.sharded()) {
     bucket = std::max(w.a.bucket_bytes / w.reduce_bytes, max_padded);
     const i64 rb = w.reduce_bytes, out = (bucket + world - 1) / world;
     b.add("weight_shard", weight_shard,
@@ -317,7 +317,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   // gradients, the reduce-scatter buckets and the step's temporaries are freed: a
   // phase of its own over the persistent state, so that it counts as the max with the
   // backward peak, not on top of it (adding it would over-predict by a bucket).
-  if (world > 1) b.phase("weight_gather", with({"weight_gather"}));
+  if (w.a.sharded()) b.phase("weight_gather", with({"weight_gather"}));
   return b.done();
 }
 

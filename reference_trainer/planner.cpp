@@ -140,6 +140,7 @@ void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env) {
     a.world_source = "--plan-world-size";
   } else {
     a.world = env.world;
+    a.process_group = env.launched;
     // Without a launcher the error to fix names the option.
     a.world_source = env.several() ? "WORLD_SIZE" : "--plan-world-size";
   }

@@ -64,6 +64,9 @@ struct Assumptions {
   // them), and the size of a gradient reduce-scatter / weight all-gather bucket
   // (dist.bucket_mib). With world 1 the plan is the single-process one.
   std::int64_t world = 1;
+  // Under a launcher even one rank runs the sharded step (its buffers included).
+  bool process_group = false;
+  bool sharded() const { return world > 1 || process_group; }
   std::optional<std::int64_t> ranks_per_node;
   std::int64_t bucket_bytes = 25ll << 20;
   std::string world_source = "--plan-world-size", ranks_per_node_source = "--plan-ranks-per-node";

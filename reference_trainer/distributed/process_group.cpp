@@ -222,6 +222,13 @@ std::string ProcessGroup::next_key(std::string_view what) {
   return fmt::format("round/{}/{}", rounds_++, what);
 }
 
+std::vector<std::string> ProcessGroup::next_keys(std::string_view what) {
+  const std::string key = next_key(what);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world(); ++r) keys.push_back(fmt::format("{}/{}", key, r));
+  return keys;
+}
+
 std::string ProcessGroup::on_rank0(std::string_view what, const std::function<std::string()>& fn) {
   const std::string key = next_key(what);
   if (rank() == 0) {
@@ -247,9 +254,7 @@ std::string ProcessGroup::on_rank0(std::string_view what, const std::function<st
 }
 
 void ProcessGroup::check_same(std::string_view what, std::uint64_t value) {
-  const std::string key = next_key(what);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world(); ++r) keys.push_back(fmt::format("{}/{}", key, r));
+  const std::vector<std::string> keys = next_keys(what);
   std::vector<int> differ;
   try {
     store_->set(keys[static_cast<std::size_t>(rank())], fmt::format("{:016x}", value));
@@ -268,9 +273,7 @@ void ProcessGroup::check_same(std::string_view what, std::uint64_t value) {
 }
 
 void ProcessGroup::agree(std::string_view what, const std::string& error) {
-  const std::string key = next_key(what);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world(); ++r) keys.push_back(fmt::format("{}/{}", key, r));
+  const std::vector<std::string> keys = next_keys(what);
   std::string first;
   try {
     store_->set(keys[static_cast<std::size_t>(rank())], error);

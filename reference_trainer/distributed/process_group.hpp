@@ -80,6 +80,7 @@ class ProcessGroup {
   std::string who_failed();
   std::string who_failed_now();
   std::string next_key(std::string_view what);
+  std::vector<std::string> next_keys(std::string_view what);  // one key per rank
 
   Launch launch_;
   torch::Device device_;
@@ -91,7 +92,7 @@ class ProcessGroup {
   std::mutex heartbeat_mu_;
   std::condition_variable heartbeat_cv_;
   bool stop_ = false;
-  bool failed_ = false;  // a collective failed or this rank stops on an error
+  bool failed_ = false;       // a collective failed or this rank stops on an error
   std::uint64_t rounds_ = 0;  // store keys of on_rank0 / check_same / agree, in call order
 };
 
