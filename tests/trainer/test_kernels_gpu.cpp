@@ -91,7 +91,9 @@ void swiglu_case(const std::vector<std::int64_t>& sizes, bool shifted) {
   CAPTURE(shifted);
   CAPTURE(sizes.back());
   // A wide range of gates: silu's tails (sigmoid near 0 and 1) as well as its middle.
-  Tensor g = ((shifted ? misaligned(sizes) : torch::randn(sizes, bf16())) * 4).detach().requires_grad_(true);
+  // In place: a product would be a fresh (aligned) tensor.
+  Tensor g =
+      (shifted ? misaligned(sizes) : torch::randn(sizes, bf16())).mul_(4).detach().requires_grad_(true);
   Tensor u = torch::randn(sizes, bf16()).requires_grad_(true);
   Tensor d = torch::randn(sizes, bf16());
   Tensor m = fused::swiglu(g, u);
