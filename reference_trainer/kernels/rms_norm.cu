@@ -23,9 +23,9 @@ constexpr int kDwThreads = 256;
 // V = 8: rows are 16-byte aligned (cols % 8 == 0), lane i reads values [8i, 8i + 8) of
 // each 256; V = 1: any cols, lane i reads values i, i + 32, ...
 template <int V>
-__global__ void forward_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                               __nv_bfloat16* __restrict__ y, float* __restrict__ rstd, std::int64_t rows,
-                               int cols, float eps) {
+__global__ void rms_norm_forward_kernel(const __nv_bfloat16* __restrict__ x,
+                                        const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y,
+                                        float* __restrict__ rstd, std::int64_t rows, int cols, float eps) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -62,9 +62,9 @@ __global__ void forward_kernel(const __nv_bfloat16* __restrict__ x, const __nv_b
 }
 
 template <int V>
-__global__ void dx_kernel(const __nv_bfloat16* __restrict__ dy, const __nv_bfloat16* __restrict__ x,
-                          const __nv_bfloat16* __restrict__ w, const float* __restrict__ rstd,
-                          __nv_bfloat16* __restrict__ dx, std::int64_t rows, int cols) {
+__global__ void rms_norm_dx_kernel(const __nv_bfloat16* __restrict__ dy, const __nv_bfloat16* __restrict__ x,
+                                   const __nv_bfloat16* __restrict__ w, const float* __restrict__ rstd,
+                                   __nv_bfloat16* __restrict__ dx, std::int64_t rows, int cols) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -123,9 +123,10 @@ DwShape dw_shape(std::int64_t rows, std::int64_t cols, int v) {
 }
 
 template <int V>
-__global__ void dw_partial_kernel(const __nv_bfloat16* __restrict__ dy, const __nv_bfloat16* __restrict__ x,
-                                  const float* __restrict__ rstd, float* __restrict__ partial,
-                                  std::int64_t rows, int cols, int groups, int lanes) {
+__global__ void rms_norm_dw_partial_kernel(const __nv_bfloat16* __restrict__ dy,
+                                           const __nv_bfloat16* __restrict__ x,
+                                           const float* __restrict__ rstd, float* __restrict__ partial,
+                                           std::int64_t rows, int cols, int groups, int lanes) {
   __shared__ float sums[kDwThreads * V];
   const int group = threadIdx.x % groups, lane = threadIdx.x / groups;
   const int col = (blockIdx.x * groups + group) * V;
@@ -161,8 +162,8 @@ __global__ void dw_partial_kernel(const __nv_bfloat16* __restrict__ dy, const __
 }
 
 // dw[c] = sum over chunks of partial[chunk, c]: 32 columns per block, 8 chunk lanes.
-__global__ void dw_reduce_kernel(const float* __restrict__ partial, __nv_bfloat16* __restrict__ dw,
-                                 int chunks, int cols) {
+__global__ void rms_norm_dw_reduce_kernel(const float* __restrict__ partial, __nv_bfloat16* __restrict__ dw,
+                                          int chunks, int cols) {
   __shared__ float sums[8][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
   float t = 0.f;
@@ -194,10 +195,10 @@ void rms_norm_forward(const bf16* x, const bf16* w, bf16* y, float* rstd, std::i
   if (rows == 0) return;
   const int c = static_cast<int>(cols);
   if (vectorizable(cols, {x, w, y}))
-    forward_kernel<8><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    rms_norm_forward_kernel<8><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
         detail::dev(x), detail::dev(w), detail::dev(y), rstd, rows, c, eps);
   else
-    forward_kernel<1><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+    rms_norm_forward_kernel<1><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
         detail::dev(x), detail::dev(w), detail::dev(y), rstd, rows, c, eps);
   detail::check_launch("rms_norm_forward");
 }
@@ -214,10 +215,10 @@ void rms_norm_backward(const bf16* dy, const bf16* x, const bf16* w, const float
   const bool vec = vectorizable(cols, {dy, x, w, dx});
   if (rows > 0) {
     if (vec)
-      dx_kernel<8><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+      rms_norm_dx_kernel<8><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
           detail::dev(dy), detail::dev(x), detail::dev(w), rstd, detail::dev(dx), rows, c);
     else
-      dx_kernel<1><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+      rms_norm_dx_kernel<1><<<row_blocks(rows), 32 * kWarpsPerBlock, 0, stream>>>(
           detail::dev(dy), detail::dev(x), detail::dev(w), rstd, detail::dev(dx), rows, c);
     detail::check_launch("rms_norm_backward (dx)");
   }
@@ -225,13 +226,14 @@ void rms_norm_backward(const bf16* dy, const bf16* x, const bf16* w, const float
   const DwShape s = dw_shape(rows, cols, vec ? 8 : 1);
   const dim3 grid(s.tiles, s.chunks);
   if (vec)
-    dw_partial_kernel<8><<<grid, kDwThreads, 0, stream>>>(detail::dev(dy), detail::dev(x), rstd, workspace,
-                                                          rows, c, s.groups, s.lanes);
+    rms_norm_dw_partial_kernel<8><<<grid, kDwThreads, 0, stream>>>(detail::dev(dy), detail::dev(x), rstd,
+                                                                   workspace, rows, c, s.groups, s.lanes);
   else
-    dw_partial_kernel<1><<<grid, kDwThreads, 0, stream>>>(detail::dev(dy), detail::dev(x), rstd, workspace,
-                                                          rows, c, s.groups, s.lanes);
+    rms_norm_dw_partial_kernel<1><<<grid, kDwThreads, 0, stream>>>(detail::dev(dy), detail::dev(x), rstd,
+                                                                   workspace, rows, c, s.groups, s.lanes);
   detail::check_launch("rms_norm_backward (dw partial sums)");
-  dw_reduce_kernel<<<(c + 31) / 32, dim3(32, 8), 0, stream>>>(workspace, detail::dev(dw), s.chunks, c);
+  rms_norm_dw_reduce_kernel<<<(c + 31) / 32, dim3(32, 8), 0, stream>>>(workspace, detail::dev(dw), s.chunks,
+                                                                       c);
   detail::check_launch("rms_norm_backward (dw reduction)");
 }
 

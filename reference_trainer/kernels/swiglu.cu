@@ -24,8 +24,9 @@ __device__ inline void bwd(float d, float g, float u, float& dg, float& du) {
 }
 
 template <int V>
-__global__ void forward_kernel(const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
-                               __nv_bfloat16* __restrict__ out, std::int64_t n) {
+__global__ void swiglu_forward_kernel(const __nv_bfloat16* __restrict__ gate,
+                                      const __nv_bfloat16* __restrict__ up, __nv_bfloat16* __restrict__ out,
+                                      std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x * V;
   for (std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n;
        i += stride) {
@@ -43,10 +44,11 @@ __global__ void forward_kernel(const __nv_bfloat16* __restrict__ gate, const __n
 }
 
 template <int V>
-__global__ void backward_kernel(const __nv_bfloat16* __restrict__ dout,
-                                const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ up,
-                                __nv_bfloat16* __restrict__ dgate, __nv_bfloat16* __restrict__ dup,
-                                std::int64_t n) {
+__global__ void swiglu_backward_kernel(const __nv_bfloat16* __restrict__ dout,
+                                       const __nv_bfloat16* __restrict__ gate,
+                                       const __nv_bfloat16* __restrict__ up,
+                                       __nv_bfloat16* __restrict__ dgate, __nv_bfloat16* __restrict__ dup,
+                                       std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x * V;
   for (std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n;
        i += stride) {
@@ -86,10 +88,10 @@ bool vectorizable(std::int64_t n, std::initializer_list<const void*> ptrs) {
 void swiglu_forward(const bf16* gate, const bf16* up, bf16* out, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (vectorizable(n, {gate, up, out}))
-    forward_kernel<8>
+    swiglu_forward_kernel<8>
         <<<blocks(n, 8), kThreads, 0, stream>>>(detail::dev(gate), detail::dev(up), detail::dev(out), n);
   else
-    forward_kernel<1>
+    swiglu_forward_kernel<1>
         <<<blocks(n, 1), kThreads, 0, stream>>>(detail::dev(gate), detail::dev(up), detail::dev(out), n);
   detail::check_launch("swiglu_forward");
 }
@@ -98,10 +100,10 @@ void swiglu_backward(const bf16* dout, const bf16* gate, const bf16* up, bf16* d
                      std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (vectorizable(n, {dout, gate, up, dgate, dup}))
-    backward_kernel<8><<<blocks(n, 8), kThreads, 0, stream>>>(
+    swiglu_backward_kernel<8><<<blocks(n, 8), kThreads, 0, stream>>>(
         detail::dev(dout), detail::dev(gate), detail::dev(up), detail::dev(dgate), detail::dev(dup), n);
   else
-    backward_kernel<1><<<blocks(n, 1), kThreads, 0, stream>>>(
+    swiglu_backward_kernel<1><<<blocks(n, 1), kThreads, 0, stream>>>(
         detail::dev(dout), detail::dev(gate), detail::dev(up), detail::dev(dgate), detail::dev(dup), n);
   detail::check_launch("swiglu_backward");
 }
