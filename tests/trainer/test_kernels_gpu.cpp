@@ -115,13 +115,14 @@ void swiglu_case(const std::vector<std::int64_t>& sizes, bool shifted) {
 TEST_CASE("GPU kernels: fused RMSNorm matches ATen (values, dx, dweight; bf16; odd sizes)") {
   if (!have_kernels()) return;
   torch::manual_seed(3);
-  rms_norm_case({7, 1000}, false);       // hidden 1000, 7 rows: vector path
+  rms_norm_case({7, 1000}, false);       // hidden 1000, 7 rows: rows held in registers
   rms_norm_case({7, 1000}, true);        // misaligned: scalar path
   rms_norm_case({7, 1001}, false);       // odd width: scalar path
   rms_norm_case({2, 5, 3, 128}, false);  // QK-norm: head_dim 128 over [B, T, heads]
   rms_norm_case({3, 7, 2, 64}, false);   // head_dim 64
   rms_norm_case({2000, 128}, false);     // many rows: the weight gradient's partial sums over many blocks
-  rms_norm_case({333, 3072}, false);     // wide rows (several vectors per lane)
+  rms_norm_case({333, 3072}, false);     // wide rows: two passes over each, dweight on its own
+  rms_norm_case({5, 2048}, false);       // forward in registers, backward in two passes
 }
 
 TEST_CASE("GPU kernels: fused SwiGLU matches ATen (values, dgate, dup; bf16; odd sizes)") {
