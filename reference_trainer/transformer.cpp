@@ -1,5 +1,6 @@
 #include "transformer.hpp"
 
+#include "kernels/fused_ops.hpp"
 #include "loss_chunking.hpp"
 #include "safetensors.hpp"
 #include "strict_json.hpp"
@@ -271,14 +272,15 @@ Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
 Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor& x) {
   const auto& a = *c.args;
   const auto B = x.size(0), T = x.size(1);
-  // Attention
-  Tensor h = at::rms_norm(x, {a.hidden}, w.in_norm, a.rms_eps);
+  // Attention. The norms and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
+  // (kernels/fused_ops.hpp), ATen's operators elsewhere.
+  Tensor h = fused::rms_norm(x, w.in_norm, a.rms_eps);
   Tensor q = project(h, w.wq, w.bq).view({B, T, a.heads, a.head_dim});
   Tensor k = project(h, w.wk, w.bk).view({B, T, a.kv_heads, a.head_dim});
   Tensor v = project(h, w.wv, w.bv).view({B, T, a.kv_heads, a.head_dim});
   if (a.qk_norm()) {
-    q = at::rms_norm(q, {a.head_dim}, w.q_norm, a.rms_eps);
-    k = at::rms_norm(k, {a.head_dim}, w.k_norm, a.rms_eps);
+    q = fused::rms_norm(q, w.q_norm, a.rms_eps);
+    k = fused::rms_norm(k, w.k_norm, a.rms_eps);
   }
   q = rope(q, c.cos, c.sin).transpose(1, 2);  // [B, H, T, hd]
   k = rope(k, c.cos, c.sin).transpose(1, 2);
@@ -288,8 +290,8 @@ Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor&
   o = o.transpose(1, 2).reshape({B, T, a.heads * a.head_dim});
   Tensor x1 = x + project(o, w.wo, w.bo);
   // SwiGLU MLP
-  Tensor g = at::rms_norm(x1, {a.hidden}, w.post_norm, a.rms_eps);
-  Tensor m = torch::silu(project(g, w.w_gate, w.b_gate)) * project(g, w.w_up, w.b_up);
+  Tensor g = fused::rms_norm(x1, w.post_norm, a.rms_eps);
+  Tensor m = fused::swiglu(project(g, w.w_gate, w.b_gate), project(g, w.w_up, w.b_up));
   return x1 + project(m, w.w_down, w.b_down);
 }
 
@@ -533,7 +535,7 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     x = recompute ? CheckpointedBlock::apply(x, &b, &ctx) : block_forward(b, ctx, x);
   }
   before(a.layers);
-  return at::rms_norm(x, {a.hidden}, param("model.norm.weight"), a.rms_eps);
+  return fused::rms_norm(x, param("model.norm.weight"), a.rms_eps);
 }
 
 Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens,
