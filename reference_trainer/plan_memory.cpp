@@ -116,7 +116,7 @@ i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).pe
 
 }  // namespace
 
-BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm) {
+BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu) {
   const i64 D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
   BlockBytes b{};
   b.attn_norm = norm_saved(D, dt, fused_norm) + 4;  // x, rstd
@@ -125,7 +125,8 @@ BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm) {
                           : 0;                              // q, k before their norms, rstd
   b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;             // q, k, v, out, lse
   b.mlp_norm = norm_saved(D, dt, fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
-  b.mlp = 4 * I * dt;                                       // gate, silu, up, product
+  // gate, silu(gate) (not with the fused kernel), up, product
+  b.mlp = (fused_swiglu && dt == 2 ? 3 : 4) * I * dt;
   return b;
 }
 
@@ -208,7 +209,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
   // --- Activations of one micro-batch ----------------------------------------
-  const BlockBytes bb = block_bytes(s, dt, w.a.fused_rms_norm);
+  const BlockBytes bb = block_bytes(s, dt, w.a.fused_rms_norm, w.a.fused_swiglu);
   const i64 full_tok = bb.full(), ckpt_tok = D * dt;
   const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
   const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;

@@ -53,7 +53,7 @@ struct BlockBytes {
   i64 full() const { return attn_norm + qkv_in + qk_norm + sdpa + mlp_norm + mlp; }
 };
 
-BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm);
+BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu = false);
 
 // Blocks whose activations are checkpointed (none without model.ac).
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq);

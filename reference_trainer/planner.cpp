@@ -212,7 +212,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.reduce_bytes = static_cast<int>(w.reduce_bytes);
   p.assumptions = a;
 
-  const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm);
+  const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm, a.fused_swiglu);
   auto& act = p.activations;
   act.tokens = w.N;
   act.per_block_full = w.N * bb.full();

@@ -42,13 +42,23 @@ ModelShape shape_from_hf_config(const std::filesystem::path& config_json);
 // model.debug.num_layers applied. Throws plan_error.
 ModelShape resolve_model(const ModelConfig& model);
 
+// This primecfg-train has the fused CUDA kernels (reference_trainer/kernels/).
+#if defined(PRIMECFG_FUSED_KERNELS)
+inline constexpr bool kFusedKernels = true;
+#else
+inline constexpr bool kFusedKernels = false;
+#endif
+
 // Machine facts and allocator behaviour the prediction depends on. The defaults
 // describe the H200 machine and LibTorch's CUDA allocators.
 struct Assumptions {
   int compute_bytes = 2;       // bf16 compute (the trainer's default on CUDA); 4 for fp32
   bool cuda = true;            // pinned host buffers and cuBLAS workspace exist
   bool fused_rms_norm = true;  // CUDA: RMSNorm keeps its input; CPU: fp32 copies
-  bool fp32_out_gemm = true;   // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)
+  // bf16 on CUDA with the fused kernels: SwiGLU keeps gate and up for backward, not
+  // silu(gate) as ATen's silu(g) * u does.
+  bool fused_swiglu = kFusedKernels;
+  bool fp32_out_gemm = true;  // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)
   std::int64_t device_block = 512;             // CUDA caching allocator rounds every tensor up to this
   bool pinned_pow2 = true;                     // pinned host allocator rounds each tensor to a power of two
   std::int64_t cublas_workspace = 32ll << 20;  // one stream's cuBLAS workspace (sm90), in the allocator

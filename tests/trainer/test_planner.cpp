@@ -50,6 +50,7 @@ plan::Assumptions exact() {
   a.cuda_context = 0;
   a.allocator_slack = 0;
   a.host_runtime = 0;
+  a.fused_swiglu = false;  // the hand-computed figures below are ATen's SwiGLU
   return a;
 }
 
@@ -232,6 +233,21 @@ TEST_CASE("planner: RMSNorm without the fused kernel keeps FP32 copies") {
   auto p = plan::make_plan(fake_config("hand", 4), hand_shape(), a);
   CHECK(p.activations.per_block_full == 4 * (292 + 48 + 72 + 48));
   CHECK(p.mode(Offload::none).gpu.term("final_norm") == 4 * (8 * 8 + 4));
+}
+
+TEST_CASE("planner: the fused SwiGLU kernel keeps no silu(gate)") {
+  // ATen's silu(g) * u saves silu(g) for backward: intermediate x 2 B per token and
+  // block (16 x 2 here); the fused kernel recomputes it. FP32 compute keeps ATen's.
+  auto a = exact();
+  const auto aten = plan::make_plan(fake_config("hand", 4), hand_shape(), a);
+  a.fused_swiglu = true;
+  const auto fused = plan::make_plan(fake_config("hand", 4), hand_shape(), a);
+  CHECK(aten.activations.per_block_full - fused.activations.per_block_full == 4 * 16 * 2);
+  a.compute_bytes = 4;
+  const auto fp32 = plan::make_plan(fake_config("hand", 4), hand_shape(), a);
+  a.fused_swiglu = false;
+  CHECK(fp32.activations.per_block_full ==
+        plan::make_plan(fake_config("hand", 4), hand_shape(), a).activations.per_block_full);
 }
 
 TEST_CASE("planner: optimizers change the moments and the step") {
