@@ -219,6 +219,13 @@ int main(int argc, char** argv) {
   train::RunOptions run = run_options(opts);
   run.launch = launch;
   run.dist = opts.dist;
+  // Without a launcher nothing is reduced or gathered: a value given for it is said
+  // to have no effect rather than dropped without a word.
+  if (!launch.launched)
+    for (const auto& [path, from] : options.provenance)
+      if (path.rfind("dist.", 0) == 0 && !from.is_default())
+        std::fprintf(stderr, "%s: note: %s has no effect in one process (no ranks to reduce over)\n",
+                     from.to_string().c_str(), path.c_str());
   // One rank reports: the others' progress lines, notes and demo would repeat it.
   if (launch.rank != 0) run.print = run.demo = false;
   std::vector<std::string> args = line.config;

@@ -270,6 +270,9 @@ def _(work):
     ):
         p = subprocess.run(plan, capture_output=True, text=True, env=dict(os.environ, **env))
         expect(p, 2, needle)
+    # A sharded-run option without a launcher is said to have no effect, not dropped.
+    p = subprocess.run(plan + ["--dist.bucket-mib=4"], capture_output=True, text=True)
+    expect(p, 0, "dist.bucket_mib has no effect in one process")
     # --plan under a launcher plans its world: 2 ranks here.
     p = subprocess.run(plan, capture_output=True, text=True, env=dict(os.environ, WORLD_SIZE="2", RANK="0"))
     expect(p, 0)
