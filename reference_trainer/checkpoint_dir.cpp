@@ -255,6 +255,21 @@ std::string prepare_resume(const fs::path& output_dir, const fs::path& ckpt_root
          fmt::format("metrics of steps after {} moved to {}", step, aside.string());
 }
 
+void record_job(const fs::path& output_dir, const std::string& job_id) {
+  const fs::path path = output_dir / "torchrun_job", tmp = output_dir / "torchrun_job.tmp";
+  write_text(tmp, job_id + "\n");
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw checkpoint_error(fmt::format("{}: cannot replace: {}", path.string(), ec.message()));
+}
+
+bool written_by_job(const fs::path& output_dir, const std::string& job_id) {
+  std::error_code ec;
+  const fs::path path = output_dir / "torchrun_job";
+  if (job_id.empty() || !fs::is_regular_file(path, ec)) return false;
+  return read_all(path) == job_id + "\n";
+}
+
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_errno(path, "cannot open to sync");

@@ -71,6 +71,13 @@ void prepare_fresh_run(const std::filesystem::path& output_dir, const std::files
 std::string prepare_resume(const std::filesystem::path& output_dir, const std::filesystem::path& ckpt_root,
                            std::int64_t step);
 
+// torchrun's restarts of one job (--max-restarts): the job that claims output_dir
+// records its id there (<output_dir>/torchrun_job, written whole or not at all), so
+// that a restart of it knows the folder as its own and continues it, while a folder
+// of any other run stays under the rules of a new run.
+void record_job(const std::filesystem::path& output_dir, const std::string& job_id);
+bool written_by_job(const std::filesystem::path& output_dir, const std::string& job_id);
+
 // fsync of a file or a folder; throws naming the path.
 void fsync_path(const std::filesystem::path& path);
 

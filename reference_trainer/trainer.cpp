@@ -222,28 +222,56 @@ class Trainer {
     try {
       lock_.emplace(cfg_.output_dir);
       remove_stale_temporaries(ckpt_root_);
-      if (!cfg_.resume) {
-        prepare_fresh_run(cfg_.output_dir, ckpt_root_, cfg_.clean);
-        return;
-      }
-      const auto steps = complete_checkpoints(ckpt_root_);
-      resume_step_ = cfg_.resume->step;
-      if (!resume_step_) {
-        if (steps.empty()) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root_.string()));
-        resume_step_ = steps.back();
-      }
-      // Checked before anything moves: a mistyped step must not set later checkpoints aside.
-      if (std::find(steps.begin(), steps.end(), *resume_step_) == steps.end())
-        throw run_error(
-            fmt::format("resume: {} is not a complete checkpoint (complete ones: {})",
-                        step_dir(ckpt_root_, *resume_step_).string(),
-                        steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", "))));
-      if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root_, *resume_step_);
-          !note.empty() && opts_.print)
-        std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
+      const Launch& launch = opts_.launch;
+      if (launch.attempt > 0 && written_by_job(cfg_.output_dir, launch.job_id)) return continue_job();
+      claim_for_config();
+      // Only once the folder passed the checks: a restart must not take over a folder
+      // that its first attempt was refused.
+      if (!launch.job_id.empty()) record_job(cfg_.output_dir, launch.job_id);
     } catch (const checkpoint_error& e) {
       throw run_error(e.what());
     }
+  }
+
+  // A new run, or the [resume] the config asks for.
+  void claim_for_config() {
+    if (!cfg_.resume) {
+      prepare_fresh_run(cfg_.output_dir, ckpt_root_, cfg_.clean);
+      return;
+    }
+    const auto steps = complete_checkpoints(ckpt_root_);
+    resume_step_ = cfg_.resume->step;
+    if (!resume_step_) {
+      if (steps.empty()) throw run_error(fmt::format("resume: no checkpoint in {}", ckpt_root_.string()));
+      resume_step_ = steps.back();
+    }
+    // Checked before anything moves: a mistyped step must not set later checkpoints aside.
+    if (std::find(steps.begin(), steps.end(), *resume_step_) == steps.end())
+      throw run_error(
+          fmt::format("resume: {} is not a complete checkpoint (complete ones: {})",
+                      step_dir(ckpt_root_, *resume_step_).string(),
+                      steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", "))));
+    if (const std::string note = prepare_resume(cfg_.output_dir, ckpt_root_, *resume_step_);
+        !note.empty() && opts_.print)
+      std::fprintf(stderr, "primecfg-train: note: %s\n", note.c_str());
+  }
+
+  // torchrun restarted this job (--max-restarts) after a rank failed: the folder is the
+  // job's own, so the job goes on from its latest complete checkpoint, whatever [resume]
+  // says (that was where the first attempt started), or from the start when it has none.
+  // Either way the later metrics lines move aside, as for any resume.
+  void continue_job() {
+    const auto steps = complete_checkpoints(ckpt_root_);
+    const std::int64_t from = steps.empty() ? 0 : steps.back();
+    if (from > 0) resume_step_ = from;
+    const std::string moved = prepare_resume(cfg_.output_dir, ckpt_root_, from);
+    if (opts_.print)
+      std::fprintf(stderr, "primecfg-train: note: torchrun restart %d of job %s: %s%s%s\n",
+                   opts_.launch.attempt, opts_.launch.job_id.c_str(),
+                   from > 0
+                       ? fmt::format("continuing from step {}, its latest complete checkpoint", from).c_str()
+                       : "no complete checkpoint yet, starting over",
+                   moved.empty() ? "" : "; ", moved.c_str());
   }
 
   // A preset or a local HF directory (its config.json and weights); nothing is downloaded.
@@ -310,10 +338,11 @@ class Trainer {
     max_steps_ = cfg_.max_steps.value_or(endless_ ? 1000 : std::numeric_limits<std::int64_t>::max());
 
     fs::create_directories(cfg_.output_dir);
-    if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
-    if (!opts_.resolved_options.empty()) write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
-    if (!pg_ || pg_->rank() == 0)  // one writer of the metrics
+    if (!pg_ || pg_->rank() == 0) {  // one writer of the folder's files
+      if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
+      if (!opts_.resolved_options.empty()) write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
       reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
+    }
     flops_per_token_ = 6.0 * static_cast<double>(args.matmul_params()) +
                        12.0 * args.layers * args.heads * args.head_dim * static_cast<double>(seq_len);
     peak_ = peak_flops(setup_.device, opts_.peak_tflops);

@@ -49,6 +49,7 @@ Launch Launch::from_environment() {
   }
   l.attempt = int_var("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
   if (const char* a = env("GLOO_SOCKET_IFNAME")) l.gloo_interfaces = a;
+  if (const char* a = env("TORCHELASTIC_RUN_ID"); a && std::string_view(a) != "none") l.job_id = a;
   return l;
 }
 

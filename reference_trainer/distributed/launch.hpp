@@ -21,7 +21,11 @@ struct Launch {
   // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent hosts the store, every rank
   // is a client of it.
   bool agent_store = false;
-  int attempt = 0;              // TORCHELASTIC_RESTART_COUNT: keys of a restart are its own
+  int attempt = 0;  // TORCHELASTIC_RESTART_COUNT: keys of a restart are its own
+  // TORCHELASTIC_RUN_ID: torchrun's id of the job, the same in each of its restarts
+  // (--rdzv-id; --standalone makes one up). Empty without torchrun, "none" when a
+  // multi-node job was started without --rdzv-id: no id then.
+  std::string job_id;
   std::string gloo_interfaces;  // GLOO_SOCKET_IFNAME: comma-separated, empty: the default
 
   // Started by a launcher (RANK is set): the run goes through a process group, even

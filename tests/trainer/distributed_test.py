@@ -11,12 +11,15 @@ compares it with one process on the same global batch:
   continues as the straight run does;
 - two "nodes" of two ranks each (two torchrun invocations, --nnodes 2, loopback);
 - a rank that is killed or stopped makes the others exit, naming it, within the
-  timeout; a config that differs between ranks is refused at start.
+  timeout; a config that differs between ranks is refused at start;
+- under torchrun --max-restarts, a killed rank's job continues from its latest
+  checkpoint and ends as the straight run, and a restart never takes over a folder
+  its first attempt was refused.
 
 The tolerance (TOL) is what one reassociation of the gradient sums costs: the
 largest difference measured over all cases was about 1e-6 (docs/trainer.md).
 
-usage: distributed_test.py PRIMECFG_TRAIN
+usage: distributed_test.py PRIMECFG_TRAIN [WORDS]   (WORDS: run only the cases whose name has them)
 """
 
 import json
@@ -32,6 +35,7 @@ import torch
 from safetensors.torch import load_file
 
 TRAIN = sys.argv[1]
+ONLY = sys.argv[2] if len(sys.argv) > 2 else ""
 ROOT = tempfile.mkdtemp(prefix="distributed-")
 TOL = 2e-5  # absolute, on losses, norms, weights and optimizer state (values are O(1))
 passed, failed = 0, []
@@ -80,8 +84,8 @@ def one(cfg, *args):
     )
 
 
-def torchrun(world, cfg, *args, nnodes=1, node_rank=0, port=None, wait=True):
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}"]
+def torchrun(world, cfg, *args, nnodes=1, node_rank=0, port=None, wait=True, restarts=0):
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", f"--max-restarts={restarts}"]
     if nnodes == 1:
         cmd.append("--standalone")
     else:
@@ -148,6 +152,8 @@ def case(name):
     def wrap(fn):
         global passed
         global worst
+        if ONLY not in name:
+            return fn
         work = tempfile.mkdtemp(dir=ROOT)
         t = time.time()
         before, worst = worst, 0.0
@@ -342,6 +348,75 @@ def _(work):
             raise AssertionError(f"rank {r}: exit {p.returncode}\n{err[-2000:]}")
     if os.path.exists(os.path.join(work, "out", "metrics.jsonl")):
         raise AssertionError("a step ran")
+
+
+def children(pid):
+    """The processes whose parent is pid (torchrun's workers), from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return sorted(out)
+
+
+for interval in (2, 100000):
+
+    @case(f"torchrun --max-restarts: a rank killed {'after a checkpoint' if interval == 2 else 'before any checkpoint'}; "
+          "the restart continues, as the straight run")
+    def _(work, interval=interval):
+        steps = 24
+        ref = tempfile.mkdtemp(dir=ROOT)
+        ok(one(config(ref, steps=steps)), "one process")
+        cfg = config(work, steps=steps)
+        with open(cfg) as f:
+            text = f.read()
+        with open(cfg, "w") as f:
+            f.write(text.replace("interval = 2", f"interval = {interval}"))
+        p = torchrun(2, cfg, wait=False, restarts=1)
+        out = os.path.join(work, "out")
+        def due():  # step_4 saved, or (no checkpoints) 3 steps logged
+            if interval == 2:
+                return os.path.exists(os.path.join(out, "checkpoints", "step_4", "manifest.json"))
+            path = os.path.join(out, "metrics.jsonl")
+            return os.path.exists(path) and len(open(path).read().splitlines()) >= 3
+        t = time.time()
+        while not due() and p.poll() is None and time.time() - t < 120:
+            time.sleep(0.02)
+        workers = children(p.pid)
+        if p.poll() is not None or len(workers) != 2:
+            raise AssertionError(f"no two workers to kill (exit {p.poll()}, workers {workers})")
+        os.kill(workers[1], signal.SIGKILL)
+        _, err = p.communicate(timeout=300)
+        if p.returncode != 0:
+            raise AssertionError(f"the restarted job exited {p.returncode}\n{err[-3000:]}")
+        want = "continuing from step" if interval == 2 else "no complete checkpoint yet, starting over"
+        if "torchrun restart 1 of job" not in err or want not in err:
+            raise AssertionError(f"no note '{want}':\n" + err[-3000:])
+        got = metrics(work)
+        if [m["step"] for m in got] != list(range(1, steps + 1)):
+            raise AssertionError(f"metrics.jsonl steps: {[m['step'] for m in got]}")
+        if interval != 2 and not os.path.exists(os.path.join(out, "metrics.after_step_0.jsonl")):
+            raise AssertionError(f"the first attempt's metrics were not kept aside: {os.listdir(out)}")
+        same_steps(metrics(ref), got, "restarted")
+        close(state(ref, steps), state(work, steps), f"restarted, step {steps}")
+
+
+@case("torchrun --max-restarts: a folder the first attempt was refused stays refused, untouched")
+def _(work):
+    ok(one(config(work, steps=2)), "another run in the folder")
+    before = open(os.path.join(work, "out", "metrics.jsonl")).read()
+    p = torchrun(2, config(work, steps=4, offload="none"), restarts=1)
+    if p.returncode == 0 or p.stderr.count("holds another run") < 2:
+        raise AssertionError(f"exit {p.returncode}, want both attempts refused:\n{p.stderr[-3000:]}")
+    if open(os.path.join(work, "out", "metrics.jsonl")).read() != before:
+        raise AssertionError("the other run's metrics changed")
+    if sorted(os.listdir(os.path.join(work, "out", "checkpoints"))) != ["step_2"]:
+        raise AssertionError(f"checkpoints: {os.listdir(os.path.join(work, 'out', 'checkpoints'))}")
 
 
 @case("a batch the ranks cannot share evenly is an error naming data.batch_size")
