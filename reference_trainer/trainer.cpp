@@ -340,7 +340,8 @@ class Trainer {
     fs::create_directories(cfg_.output_dir);
     if (!pg_ || pg_->rank() == 0) {  // one writer of the folder's files
       if (!opts_.resolved_config.empty()) write_file(cfg_.output_dir / "config.toml", opts_.resolved_config);
-      if (!opts_.resolved_options.empty()) write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
+      if (!opts_.resolved_options.empty())
+        write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
       reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
     }
     flops_per_token_ = 6.0 * static_cast<double>(args.matmul_params()) +
@@ -548,6 +549,12 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   }
   if (setup.device.is_cuda() && !torch::cuda::is_available())
     throw run_error("device cuda requested but this LibTorch has no usable CUDA device");
+  if (setup.device.is_cuda() && setup.device.has_index() &&
+      setup.device.index() >= static_cast<int>(torch::cuda::device_count()))
+    throw run_error(fmt::format(
+        "device {}: this process sees {} GPU(s){}", dev, torch::cuda::device_count(),
+        opts.launch.several() ? " (each rank uses cuda:LOCAL_RANK: start at most that many ranks per node)"
+                              : ""));
   if (opts.offload.cpu_isa) {
     const cpu::Isa isa = *opts.offload.cpu_isa == CpuIsa::avx512 ? cpu::Isa::avx512
                          : *opts.offload.cpu_isa == CpuIsa::avx2 ? cpu::Isa::avx2
