@@ -4,8 +4,13 @@
 usage: report.py RESULTS_DIR OUT_MD --command CMD --commit SHA [--date ...]
 
 RESULTS_DIR holds, per row, primecfg-train's <name>/metrics.jsonl (names
-"<shape>-<mode>") and the PyTorch peer's <name>.json (names "<shape>-eager",
-"<shape>-compile"). Rows that are missing or failed are reported as such.
+"<shape>-<mode>") and the peers' <name>.json (torch_peer.py; names "<shape>-eager",
+"<shape>-compile", "<shape>-hf", "<shape>-liger"). Rows that are missing or failed are
+reported as such.
+
+The report is one section, "## Full benchmark run ...": it goes into OUT_MD before
+the first section already there (the newest first), and the rest of the file is kept
+as it was; OUT_MD is replaced whole, never left half written.
 """
 import argparse
 import datetime
@@ -20,7 +25,9 @@ SHAPES = [
     ("qwen0.6b-32k", "Qwen/Qwen3-0.6B", 32768),
 ]
 OURS = ["none", "optimizer", "full"]
-PEERS = ["eager", "compile"]
+PEERS = ["eager", "compile", "hf", "liger"]
+PEER_LABEL = {"eager": "PyTorch eager", "compile": "torch.compile", "hf": "HF transformers",
+              "liger": "HF transformers + Liger"}
 PARAMS = {"Qwen/Qwen3-0.6B": 596049920, "meta-llama/Llama-3.2-3B": 3212749824}
 WARMUP = 3  # steps left out of the medians
 
@@ -69,6 +76,19 @@ def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
 
+def insert_section(path, section):
+    """section before the first "## " of path (or a new file), the rest kept; atomic."""
+    old = open(path).read() if os.path.exists(path) else "# Performance\n"
+    lines = old.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    text = "".join(lines[:at]) + ("\n" if at and lines[at - 1].strip() else "") + section.rstrip("\n") + "\n\n" + \
+        "".join(lines[at:])
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -84,7 +104,8 @@ def main():
         j = peer(res, os.path.basename(p)[:-5])
         if j:
             gpu, torch_v = j["gpu"], j["torch"]
-            pcie = (j["pcie_h2d_gbs"], j["pcie_d2h_gbs"], j["pcie_duplex_gbs"])
+            if j.get("pcie_h2d_gbs") is not None:
+                pcie = (j["pcie_h2d_gbs"], j["pcie_d2h_gbs"], j["pcie_duplex_gbs"])
             break
 
     lines = ["| model | seq | run | step time (s) | tokens/s | MFU | peak GPU (GiB) | host RSS (GiB) | "
@@ -97,7 +118,7 @@ def main():
             name = f"{key}-{run}"
             r = ours(res, name) if run in OURS else peer(res, name)
             found[name] = r
-            label = f"primecfg `{run}`" if run in OURS else f"PyTorch {run}"
+            label = f"primecfg `{run}`" if run in OURS else PEER_LABEL[run]
             if r is None:
                 lines.append(f"| {model} | {seq} | {label} | {status(res, name)} | | | | | | |")
                 continue
@@ -105,7 +126,7 @@ def main():
             peak = r.get("peak", r.get("peak_device_mem_gib"))
             vs = fmt(r["tokens_per_s"] / e["tokens_per_s"], ".2f") + "x" if e else ""
             lines.append(f"| {model} | {seq} | {label} | {r['step_time_s']:.3f} | {r['tokens_per_s']:.0f} | "
-                         f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f')}% | {peak:.2f} | {fmt(rss, '.2f')} | "
+                         f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f') + '%' if r['mfu'] else ''} | {peak:.2f} | {fmt(rss, '.2f')} | "
                          f"{fmt(r.get('state'), '.2f')} | {vs} |")
     table = "\n".join(lines)
 
@@ -128,11 +149,13 @@ def main():
                     f"{p['cpu_update_s']:.3f} | {bound:.3f} | {f['step_time_s'] / bound:.2f} | "
                     f"{p.get('cpu_threads', 0):.0f} | {p['copy_wait_s']:.3f} | {p['drain_s']:.3f} |")
     for key, model, seq in SHAPES:
-        n, o, f, e, c = (found.get(f"{key}-{r}") for r in ("none", "optimizer", "full", "eager", "compile"))
-        if n and e:
-            notes.append(f"- {model} @ {seq}: `none` tokens/s = {n['tokens_per_s'] / e['tokens_per_s']:.2f}x "
-                         f"PyTorch eager" + (f", {n['tokens_per_s'] / c['tokens_per_s']:.2f}x torch.compile"
-                                             if c else "") + " (target: >= 1x eager).")
+        n, o, f = (found.get(f"{key}-{r}") for r in OURS)
+        c = found.get(f"{key}-compile")
+        peers = [(PEER_LABEL[r], found.get(f"{key}-{r}")) for r in PEERS]
+        if n and any(p for _, p in peers):
+            notes.append(f"- {model} @ {seq}: `none` tokens/s = " +
+                         ", ".join(f"{n['tokens_per_s'] / p['tokens_per_s']:.2f}x {label}" for label, p in peers if p) +
+                         " (target: >= 1.00x torch.compile" + ("" if c else ", which did not run") + ").")
         if n and o:
             notes.append(f"- {model} @ {seq}: `optimizer` step time = {o['step_time_s'] / n['step_time_s']:.3f}x "
                          f"`none` (target: <= 1.10x on the 0.6B shape at 8192).")
@@ -144,9 +167,9 @@ def main():
     pcie_line = (f"PCIe measured in the same run (pinned, 1 GiB): host->device {pcie[0]:.1f} GB/s, device->host "
                  f"{pcie[1]:.1f} GB/s, both at once {pcie[2]:.1f} GB/s." if pcie else "PCIe not measured.")
 
-    md = f"""# Performance
+    md = f"""## Full benchmark run: {a.date}, commit `{a.commit}`
 
-Measured on {gpu} on {a.date}, commit `{a.commit}`, PyTorch {torch_v} as the peer (same run).
+Measured on {gpu}, PyTorch {torch_v} for the peers (same run).
 
 Command (on the GPU machine, from the repository root):
 
@@ -154,7 +177,7 @@ Command (on the GPU machine, from the repository root):
 {a.command}
 ```
 
-## Trainer: step time, tokens/s, MFU and memory per offload mode
+### Trainer: step time, tokens/s, MFU and memory per offload mode
 
 One sample of `seq` tokens per step (fake data, fixed length, batch 1), bf16 weights and
 compute, FP32 masters, AdamW, no clipping, no activation checkpointing. Medians over the
@@ -163,15 +186,18 @@ steps after the first {WARMUP}. MFU uses prime-rl's formula (6 x matmul paramete
 the caching allocator's peak of allocated bytes (`torch.cuda.max_memory_allocated` for the
 peers). Host RSS is the process's resident set at its peak step; host FP32 state is what
 primecfg keeps in host RAM (masters, moments, accumulators, staging rings).
-The PyTorch peer (`bench/trainer/torch_peer.py`) runs the same model with bf16 weights,
-FP32 masters and FP32 gradients and `torch.optim.AdamW(fused=True)`, with the plain full-logits
-cross-entropy; "compile" compiles each block (one graph for all layers) and the loss.
+The peers (`bench/trainer/torch_peer.py`) train with bf16 weights, FP32 masters and FP32
+gradients and `torch.optim.AdamW(fused=True)`. PyTorch eager is the same model written in
+plain PyTorch with the full-logits cross-entropy; torch.compile compiles each of its blocks
+(one graph for all layers) and the loss; HF transformers is transformers' own model class of
+the same sizes (sdpa attention, its own loss), and "+ Liger" the same with Liger's kernels
+patched in (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy).
 
 {table}
 
 {pcie_line}
 
-## Full offload against its bounds
+### Full offload against its bounds
 
 GPU compute is the `none` step time of the same shape (forward, backward and a GPU AdamW
 step: a slight over-estimate of compute alone). PCIe time is the larger of the bytes sent
@@ -180,12 +206,11 @@ the fused CPU kernels per step. Target: step <= 1.15 x bound.
 
 {over_t}
 
-## Against the targets
+### Against the targets
 
 {chr(10).join(notes) if notes else "(no rows to compare)"}
 """
-    with open(a.out_md, "w") as f:
-        f.write(md)
+    insert_section(a.out_md, md)
     print(table)
     print()
     print(over_t)

@@ -5,8 +5,13 @@
 #
 # Runs the GPU tests and the GPU smoke (the default run), then for each shape
 # (Qwen3-0.6B at 8192, Llama-3.2-3B at 8192, Qwen3-0.6B at 32768) primecfg-train in the
-# three offload modes and the PyTorch peer (eager and torch.compile), prints one table
-# and writes docs/performance.md.
+# three offload modes and the peers (PyTorch eager, torch.compile, HF transformers, HF
+# transformers with Liger's kernels), prints one table and adds it to docs/performance.md
+# as the newest section (bench/trainer/report.py; the rest of the file is kept).
+#
+# Liger is not installed on the GPU machine: carry its wheel (pure Python) in .whl/,
+#   python3 -m pip download --no-deps -d .whl liger-kernel==VERSION
+# and name .whl in the device tool's carry; without it the Liger rows say so.
 #
 # Environment: PRIMECFG_BIN  folder holding a prebuilt primecfg-train and trainer_gpu_tests
 #                            (else the tree is built into build-bench with meson)
@@ -15,7 +20,7 @@
 #              BUDGET_S      seconds for all rows; rows that would not fit are skipped (900)
 #              COMMIT        commit named in the report (default: git rev-parse)
 #              SHAPES        subset of: qwen0.6b-8k llama3b-8k qwen0.6b-32k
-#              ROWS          order of the rows (shape:ours|eager|compile), see below
+#              ROWS          order of the rows (shape:ours|eager|compile|hf|liger), see below
 #              SKIP_SMOKE    set: no GPU tests and no default run
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -79,13 +84,20 @@ if [ -z "${SKIP_SMOKE:-}" ]; then
   grep -E "^primecfg-train|^step (1|50|100|150|200)/|done:|exact|warning" "$RES/default.log"
 fi
 
+# Liger from a carried wheel, beside the peers' python (nothing is fetched there).
+if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/liger-site \
+    "$ROOT"/.whl/liger_kernel-*.whl && export PYTHONPATH=/tmp/liger-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
 declare -A MODEL=([qwen0.6b-8k]=Qwen/Qwen3-0.6B [llama3b-8k]=meta-llama/Llama-3.2-3B [qwen0.6b-32k]=Qwen/Qwen3-0.6B)
 declare -A SEQ=([qwen0.6b-8k]=8192 [llama3b-8k]=8192 [qwen0.6b-32k]=32768)
 declare -A STEPS=([qwen0.6b-8k]=10 [llama3b-8k]=7 [qwen0.6b-32k]=7)
 declare -A LIMIT=([qwen0.6b-8k]=100 [llama3b-8k]=150 [qwen0.6b-32k]=120)
 # Most valuable rows first: a row that no longer fits the budget is skipped.
-ROWS=${ROWS:-"qwen0.6b-8k:ours qwen0.6b-8k:eager llama3b-8k:ours llama3b-8k:eager qwen0.6b-8k:compile
-  qwen0.6b-32k:ours qwen0.6b-32k:eager llama3b-8k:compile qwen0.6b-32k:compile"}
+ROWS=${ROWS:-"qwen0.6b-8k:ours qwen0.6b-8k:compile qwen0.6b-8k:eager llama3b-8k:ours llama3b-8k:compile
+  llama3b-8k:eager qwen0.6b-8k:hf qwen0.6b-8k:liger qwen0.6b-32k:ours qwen0.6b-32k:compile qwen0.6b-32k:eager
+  llama3b-8k:hf llama3b-8k:liger qwen0.6b-32k:hf qwen0.6b-32k:liger"}
 for row in $ROWS; do
   shape=${row%%:*} what=${row##*:}
   case " $SHAPES " in *" $shape "*) ;; *) continue ;; esac
@@ -97,8 +109,11 @@ for row in $ROWS; do
       grep -E "^step ${STEPS[$shape]}/|warning|error" "$RES/$shape-$mode.log" | tail -2
     done
   else
-    flag=""
-    [ "$what" = compile ] && flag=--compile
+    case $what in
+      compile) flag=--compile ;;
+      hf | liger) flag="--impl $what" ;;
+      *) flag="" ;;
+    esac
     step "$shape-$what" 240 "$PY" bench/trainer/torch_peer.py --model "${MODEL[$shape]}" \
       --seq-len "${SEQ[$shape]}" --steps 5 --warmup 3 $flag
     grep '^{' "$RES/$shape-$what.log" >"$RES/$shape-$what.json"
