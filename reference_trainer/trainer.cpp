@@ -224,7 +224,19 @@ class Trainer {
       remove_stale_temporaries(ckpt_root_);
       const Launch& launch = opts_.launch;
       if (launch.attempt > 0 && written_by_job(cfg_.output_dir, launch.job_id)) return continue_job();
-      claim_for_config();
+      try {
+        claim_for_config();
+      } catch (const std::exception& e) {
+        if (launch.attempt == 0) throw;
+        throw run_error(fmt::format(
+            "{} (torchrun restart {}: {})", e.what(), launch.attempt,
+            launch.job_id.empty()
+                ? "the job has no id, so its own folder cannot be told from another run's; start torchrun "
+                  "with --rdzv-id=<an id of the job> to have restarts continue it"
+                : fmt::format(
+                      "the folder was not claimed by this job ({}), so the restart does not take it over",
+                      launch.job_id)));
+      }
       // Only once the folder passed the checks: a restart must not take over a folder
       // that its first attempt was refused.
       if (!launch.job_id.empty()) record_job(cfg_.output_dir, launch.job_id);

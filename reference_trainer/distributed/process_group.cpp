@@ -46,7 +46,10 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
     so.waitWorkers = !launch.agent_store;
     so.timeout = timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-    // As torch.distributed does with torchrun's agent store: one namespace per restart.
+    // torchrun's agent store outlives a restart, with the keys of the attempt before:
+    // one namespace per attempt. (An agent that restarts its healthy workers because
+    // another node re-joined does not count that restart; its ranks then read the last
+    // attempt's addresses, fail to connect at once, and its own restart brings them level.)
     c10::intrusive_ptr<c10d::Store> base = tcp;
     if (launch.agent_store)
       base = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", launch.attempt), base);
