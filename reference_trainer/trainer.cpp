@@ -223,13 +223,14 @@ class Trainer {
       lock_.emplace(cfg_.output_dir);
       remove_stale_temporaries(ckpt_root_);
       const Launch& launch = opts_.launch;
-      if (launch.attempt > 0 && written_by_job(cfg_.output_dir, launch.job_id)) return continue_job();
+      const int restart = pg_ ? pg_->restart() : launch.attempt;
+      if (restart > 0 && written_by_job(cfg_.output_dir, launch.job_id)) return continue_job(restart);
       try {
         claim_for_config();
       } catch (const std::exception& e) {
-        if (launch.attempt == 0) throw;
+        if (restart == 0) throw;
         throw run_error(fmt::format(
-            "{} (torchrun restart {}: {})", e.what(), launch.attempt,
+            "{} (torchrun restart {}: {})", e.what(), restart,
             launch.job_id.empty()
                 ? "the job has no id, so its own folder cannot be told from another run's; start torchrun "
                   "with --rdzv-id=<an id of the job> to have restarts continue it"
@@ -272,14 +273,14 @@ class Trainer {
   // job's own, so the job goes on from its latest complete checkpoint, whatever [resume]
   // says (that was where the first attempt started), or from the start when it has none.
   // Either way the later metrics lines move aside, as for any resume.
-  void continue_job() {
+  void continue_job(int restart) {
     const auto steps = complete_checkpoints(ckpt_root_);
     const std::int64_t from = steps.empty() ? 0 : steps.back();
     if (from > 0) resume_step_ = from;
     const std::string moved = prepare_resume(cfg_.output_dir, ckpt_root_, from);
     if (opts_.print)
-      std::fprintf(stderr, "primecfg-train: note: torchrun restart %d of job %s: %s%s%s\n",
-                   opts_.launch.attempt, opts_.launch.job_id.c_str(),
+      std::fprintf(stderr, "primecfg-train: note: torchrun restart %d of job %s: %s%s%s\n", restart,
+                   opts_.launch.job_id.c_str(),
                    from > 0
                        ? fmt::format("continuing from step {}, its latest complete checkpoint", from).c_str()
                        : "no complete checkpoint yet, starting over",

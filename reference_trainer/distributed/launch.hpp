@@ -21,7 +21,7 @@ struct Launch {
   // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent hosts the store, every rank
   // is a client of it.
   bool agent_store = false;
-  int attempt = 0;  // TORCHELASTIC_RESTART_COUNT: keys of a restart are its own
+  int attempt = 0;  // TORCHELASTIC_RESTART_COUNT: this agent's restarts (ProcessGroup::restart)
   // TORCHELASTIC_RUN_ID: torchrun's id of the job, the same in each of its restarts
   // (--rdzv-id; --standalone makes one up). Empty without torchrun, "none" when a
   // multi-node job was started without --rdzv-id: no id then.

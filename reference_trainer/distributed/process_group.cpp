@@ -12,7 +12,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <random>
 #include <sstream>
+#include <thread>
 
 namespace primecfg::train {
 
@@ -36,6 +41,69 @@ std::string get_str(c10d::Store& store, const std::string& key) {
 
 }  // namespace
 
+// torchrun's agent store outlives a restart, with the keys of the attempt before, and
+// the agents need not agree on the restart count (one that restarts its healthy workers
+// because another node re-joined does not count it). So rank 0 names the round: a fresh
+// token under a fixed key, and a counter it ticks while the others look. A rank that
+// reads a token whose counter stands still has read the last round's (torchrun stops
+// every worker of a round before the next starts) and reads again.
+class RoundName {
+ public:
+  RoundName(c10d::Store& store, const Launch& launch, std::chrono::seconds timeout) {
+    if (launch.rank == 0) {
+      std::random_device rd;
+      token = fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), static_cast<std::uint32_t>(now_ms()));
+      store.set(kKey, std::vector<std::uint8_t>(token.begin(), token.end()));
+      ticker_ = std::thread([this, s = store.clone(), key = tick_key(token)] {
+        std::unique_lock lk(mu_);
+        while (!stop_) {
+          try {
+            s->add(key, 1);
+          } catch (const std::exception&) {
+            return;
+          }
+          cv_.wait_for(lk, std::chrono::milliseconds(50));
+        }
+      });
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      store.wait({kKey});
+      token = get_str(store, kKey);
+      const std::int64_t before = store.add(tick_key(token), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (store.add(tick_key(token), 0) > before) return;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw run_error(fmt::format(
+            "rank {}: no rank 0 of this round in torchrun's store at {}:{} within {} s (only the last "
+            "round's name is there)",
+            launch.rank, launch.master_addr, launch.master_port, timeout.count()));
+    }
+  }
+  // Rank 0 ticks until every rank has connected (after that nobody looks).
+  ~RoundName() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (ticker_.joinable()) ticker_.join();
+  }
+  RoundName(const RoundName&) = delete;
+  RoundName& operator=(const RoundName&) = delete;
+
+  std::string token;
+
+ private:
+  static constexpr const char* kKey = "primecfg/round";
+  static std::string tick_key(const std::string& t) { return "primecfg/round_tick/" + t; }
+  std::thread ticker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
 ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout)
     : launch_(launch), device_(device), timeout_(timeout) {
   try {
@@ -46,14 +114,14 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
     so.waitWorkers = !launch.agent_store;
     so.timeout = timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-    // torchrun's agent store outlives a restart, with the keys of the attempt before:
-    // one namespace per attempt. (An agent that restarts its healthy workers because
-    // another node re-joined does not count that restart; its ranks then read the last
-    // attempt's addresses, fail to connect at once, and its own restart brings them level.)
     c10::intrusive_ptr<c10d::Store> base = tcp;
-    if (launch.agent_store)
-      base = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", launch.attempt), base);
+    if (launch.agent_store) {
+      round_ = std::make_unique<RoundName>(*tcp, launch, timeout);
+      base = c10::make_intrusive<c10d::PrefixStore>("primecfg/round_" + round_->token, base);
+    }
     store_ = c10::make_intrusive<c10d::PrefixStore>("primecfg", base);
+  } catch (const run_error&) {
+    throw;
   } catch (const std::exception& e) {
     throw run_error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s: {}",
                                 launch.rank, launch.master_addr, launch.master_port, timeout.count(),
@@ -88,7 +156,9 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
     throw run_error(fmt::format("rank {}: cannot connect the {} process group of {} ranks: {}", launch.rank,
                                 device.is_cuda() ? "NCCL" : "Gloo", launch.world, first_line(e.what())));
   }
+  round_.reset();  // every rank has connected: nobody reads the round's name any more
   note_step(0);
+  restart_ = max_attempt();
   heartbeat_ = std::thread([this, store = store_->clone()] {
     const std::string key = fmt::format("alive/{}", rank());
     std::unique_lock lk(heartbeat_mu_);
@@ -289,6 +359,21 @@ void ProcessGroup::agree(std::string_view what, const std::string& error) {
     fail(what, e);
   }
   if (!first.empty()) throw run_error(first);
+}
+
+// The agents' restart counts may differ (RoundName): the round is a restart when any
+// rank's count says so.
+int ProcessGroup::max_attempt() {
+  const std::vector<std::string> keys = next_keys("the restart count");
+  int most = 0;
+  try {
+    store_->set(keys[static_cast<std::size_t>(rank())], std::to_string(launch_.attempt));
+    store_->wait(keys);
+    for (const std::string& k : keys) most = std::max(most, std::stoi(get_str(*store_, k)));
+  } catch (const std::exception& e) {
+    fail("agreeing on the restart count", e);
+  }
+  return most;
 }
 
 void ProcessGroup::note_step(std::int64_t step) {

@@ -33,6 +33,8 @@ class Backend;
 
 namespace primecfg::train {
 
+class RoundName;  // process_group.cpp
+
 class ProcessGroup {
  public:
   // Connects to the other ranks (rank 0 hosts the store, or torchrun's agent does when
@@ -43,6 +45,9 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  // torchrun's restart count of this round: the largest over the ranks (the agents
+  // need not agree), 0 without torchrun.
+  int restart() const { return restart_; }
   int rank() const { return launch_.rank; }
   int world() const { return launch_.world; }
   const Launch& launch() const { return launch_; }
@@ -81,12 +86,15 @@ class ProcessGroup {
   std::string who_failed_now();
   std::string next_key(std::string_view what);
   std::vector<std::string> next_keys(std::string_view what);  // one key per rank
+  int max_attempt();
 
   Launch launch_;
   torch::Device device_;
   std::chrono::seconds timeout_;
+  std::unique_ptr<RoundName> round_;  // torchrun's agent store: this round's key space
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  int restart_ = 0;
   std::int64_t step_ = 0;
   std::thread heartbeat_;
   std::mutex heartbeat_mu_;

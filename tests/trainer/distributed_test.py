@@ -406,6 +406,43 @@ for interval in (2, 100000):
         close(state(ref, steps), state(work, steps), f"restarted, step {steps}")
 
 
+@case("torchrun --max-restarts over two nodes (c10d rendezvous, --rdzv-id): a killed rank's job continues")
+def _(work):
+    steps = 24
+    ref = tempfile.mkdtemp(dir=ROOT)
+    ok(one(config(ref, steps=steps)), "one process")
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=job-{port}", "--no-python",
+           TRAIN, "@", config(work, steps=steps), "--device=cpu"]
+    agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+              for _ in range(2)]
+    try:
+        manifest = os.path.join(work, "out", "checkpoints", "step_4", "manifest.json")
+        t = time.time()
+        while not os.path.exists(manifest) and all(a.poll() is None for a in agents) and time.time() - t < 120:
+            time.sleep(0.02)
+        workers = children(agents[1].pid)
+        if any(a.poll() is not None for a in agents) or len(workers) != 1:
+            raise AssertionError(f"no worker to kill after step 4 (exits {[a.poll() for a in agents]})")
+        os.kill(workers[0], signal.SIGKILL)
+        errs = [a.communicate(timeout=300)[1] for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+            a.wait()
+    if any(a.returncode for a in agents):
+        raise AssertionError(f"agents exited {[a.returncode for a in agents]}\n" + "\n=====\n".join(e[-6000:] for e in errs))
+    if not any("continuing from step" in e for e in errs):
+        raise AssertionError("no note of the restart continuing:\n" + "\n".join(e[-1500:] for e in errs))
+    got = metrics(work)
+    if [m["step"] for m in got] != list(range(1, steps + 1)):
+        raise AssertionError(f"metrics.jsonl steps: {[m['step'] for m in got]}")
+    same_steps(metrics(ref), got, "restarted over two nodes")
+    close(state(ref, steps), state(work, steps), f"restarted over two nodes, step {steps}")
+
+
 @case("torchrun --max-restarts: a folder the first attempt was refused stays refused, untouched")
 def _(work):
     ok(one(config(work, steps=2)), "another run in the folder")
