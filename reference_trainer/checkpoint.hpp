@@ -62,20 +62,14 @@ struct TensorBundle {
   }
 };
 
-// A whole file, or an error naming it (a full disk must not pass as a checkpoint).
-// Whole or not at all: a failed write leaves the previous file as it was.
+// A whole file, or an error naming it (a full disk must not pass as a checkpoint);
+// a failed write leaves the previous file as it was (replace_file).
 inline void write_file(const fs::path& path, std::string_view text) {
-  const fs::path tmp = path.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  std::error_code ec;
-  if (!out) {
-    fs::remove(tmp, ec);
-    throw run_error(path.string() + ": write failed");
+  try {
+    replace_file(path, std::string(text));
+  } catch (const checkpoint_error& e) {
+    throw run_error(e.what());
   }
-  fs::rename(tmp, path, ec);
-  if (ec) throw run_error(path.string() + ": cannot replace: " + ec.message());
 }
 
 inline std::string_view hf_dtype_name(torch::ScalarType t) {

@@ -247,20 +247,26 @@ std::string prepare_resume(const fs::path& output_dir, const fs::path& ckpt_root
   if (moved.empty()) return note;
   const fs::path aside = unused_name(output_dir, fmt::format("metrics.after_step_{}", step), ".jsonl");
   write_text(aside, moved);
-  const fs::path tmp = output_dir / "metrics.jsonl.tmp";
-  write_text(tmp, keep);
-  fs::rename(tmp, metrics, ec);
-  if (ec) throw checkpoint_error(fmt::format("{}: cannot replace: {}", metrics.string(), ec.message()));
+  replace_file(metrics, keep);
   return note + (note.empty() ? "" : "; ") +
          fmt::format("metrics of steps after {} moved to {}", step, aside.string());
 }
 
-void record_job(const fs::path& output_dir, const std::string& job_id) {
-  const fs::path path = output_dir / "torchrun_job", tmp = output_dir / "torchrun_job.tmp";
-  write_text(tmp, job_id + "\n");
+void replace_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
   std::error_code ec;
+  try {
+    write_text(tmp, text);
+  } catch (const checkpoint_error&) {
+    fs::remove(tmp, ec);
+    throw;
+  }
   fs::rename(tmp, path, ec);
   if (ec) throw checkpoint_error(fmt::format("{}: cannot replace: {}", path.string(), ec.message()));
+}
+
+void record_job(const fs::path& output_dir, const std::string& job_id) {
+  replace_file(output_dir / "torchrun_job", job_id + "\n");
 }
 
 bool written_by_job(const fs::path& output_dir, const std::string& job_id) {

@@ -78,6 +78,10 @@ std::string prepare_resume(const std::filesystem::path& output_dir, const std::f
 void record_job(const std::filesystem::path& output_dir, const std::string& job_id);
 bool written_by_job(const std::filesystem::path& output_dir, const std::string& job_id);
 
+// text into path, whole or not at all: a temporary beside it, synced, then renamed
+// over it (a failed write leaves the old file as it was); throws naming the path.
+void replace_file(const std::filesystem::path& path, const std::string& text);
+
 // fsync of a file or a folder; throws naming the path.
 void fsync_path(const std::filesystem::path& path);
 
