@@ -150,8 +150,9 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
 }
 
 Transformer::LossChunks FullOffloadPipeline::loss_chunks(std::int64_t tokens) const {
-  return vocab_chunked_loss(tied_embeddings_, tokens) ? Transformer::LossChunks::vocabulary
-                                                      : Transformer::LossChunks::tokens;
+  return seams_.vocabulary_loss && vocab_chunked_loss(tied_embeddings_, tokens)
+             ? Transformer::LossChunks::vocabulary
+             : Transformer::LossChunks::tokens;
 }
 
 double FullOffloadPipeline::finish_step() {

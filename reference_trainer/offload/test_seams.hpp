@@ -18,6 +18,10 @@ struct FullOffload {
   // The worker holds that head share back until the next forward names the rows its
   // lookup reads, so that the lookup path runs every step.
   bool hold_head_share = false;
+  // With tied embeddings, the loss walks vocabulary chunks where vocab_chunked_loss
+  // says so (false: token chunks, as NoOffload and OptimizerOffload do, so that a
+  // comparison with them differs only in the update code).
+  bool vocabulary_loss = true;
 };
 
 // Read once by each FullOffload pipeline, when it is made.

@@ -8,7 +8,7 @@ compares it with one process on the same global batch:
   after the last step the weights, the FP32 masters and the moments (the ranks'
   pieces put back together);
 - a checkpoint saved by N ranks resumed on M ranks (and in another offload mode)
-  continues as the straight run does;
+  continues as one process resumed the same way does;
 - two "nodes" of two ranks each (two torchrun invocations, --nnodes 2, loopback);
 - a rank that is killed or stopped makes the others exit, naming it, within the
   timeout; a config that differs between ranks is refused at start;
@@ -182,6 +182,28 @@ def reference(offload, clip=True):
     return _references[offload, clip]
 
 
+_resumed_references = {}
+
+
+def resumed_reference(mode_from, mode_to, clip):
+    """One process running the same sequence as a resume case: 2 steps in mode_from,
+    then resumed at step 2 in mode_to. Compared with it, a sharded resume differs only
+    by the reassociated gradient sums, so TOL keeps its meaning. (A straight run in
+    mode_to would also measure how full's vocabulary-chunked loss rounds against the
+    token-chunked loss of none/optimizer in steps 1-2; Adam's first update
+    lr*g/(|g|+eps) magnifies that rounding by up to lr/eps where g is near 0, which
+    put one weight 5.8e-5 apart on some seeds and CPUs.)"""
+    if mode_from == mode_to:
+        ref_metrics, _, ref_final = reference(mode_to, clip)
+        return ref_metrics, ref_final
+    if (mode_from, mode_to) not in _resumed_references:
+        work = tempfile.mkdtemp(dir=ROOT)
+        ok(one(config(work, steps=2, offload=mode_from, clip=clip)), f"one process, {mode_from}, 2 steps")
+        ok(one(config(work, steps=4, offload=mode_to, resume=2, clip=clip)), f"one process, resumed in {mode_to}")
+        _resumed_references[mode_from, mode_to] = (metrics(work), state(work, 4))
+    return _resumed_references[mode_from, mode_to]
+
+
 for offload in ("none", "optimizer", "full"):
     for world in (1, 2, 4):  # 1: torchrun's one rank still goes through the process group
 
@@ -209,10 +231,10 @@ for saved, resumed, mode_from, mode_to in (
     (2, 2, "full", "none"),
 ):
 
-    @case(f"saved by {saved} ranks ({mode_from}), resumed on {resumed} ({mode_to}): continues as the straight run")
+    @case(f"saved by {saved} ranks ({mode_from}), resumed on {resumed} ({mode_to}): continues as one process does")
     def _(work, saved=saved, resumed=resumed, mode_from=mode_from, mode_to=mode_to):
         clip = mode_from == mode_to
-        ref_metrics, _, ref_final = reference(mode_to, clip)
+        ref_metrics, ref_final = resumed_reference(mode_from, mode_to, clip)
         run = (lambda w, c: one(c)) if saved == 1 else (lambda w, c: torchrun(w, c))
         ok(run(saved, config(work, steps=2, offload=mode_from, clip=clip)), f"first part on {saved}")
         again = config(work, steps=4, offload=mode_to, resume=2, clip=clip)

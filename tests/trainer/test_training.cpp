@@ -2,6 +2,7 @@
 // checkpoints cross modes, model-only resume keeps weights bit-identical, and
 // an HF-style directory loads.
 #include "safetensors.hpp"
+#include "test_seams.hpp"
 #include "trainer.hpp"
 
 #include <doctest/doctest.h>
@@ -104,19 +105,29 @@ bool bit_identical(const std::vector<std::pair<std::string, std::vector<float>>>
 
 }  // namespace
 
-// Tolerances. NoOffload and OptimizerOffload run the identical LibTorch update on
-// the CPU (the moment copies are no-ops there), so they must agree bit for bit.
-// FullOffload runs the fused CPU kernel instead of at::_fused_adamw_: the same
-// formula, but evaluated in a different order (e.g. m + (1-b1)(g-m) vs b1*m + (1-b1)g,
-// explicit FMAs), which changes a weight by about one FP32 ulp (~1e-8 at |w| ~ 0.05,
-// 6e-8 at 1) per step. Twenty steps of such differences, fed back through the
-// gradients, stay in the 1e-7 range on a host without AVX-512 (measured: 4.4e-7 on
-// weights, 3e-7 relative on the loss for AdamW; SignSGD came out bit-identical). On an
-// AVX-512 host LibTorch's CPU GEMMs block the LM head's two loss walks differently, and
-// one column of the tied embedding drifts by up to 1.6e-5 over the twenty steps (the
-// same at the commit before this tolerance, so not a strategy's doing). We allow 1e-4
-// absolute on weights (lr = 2e-3, so 1/20 of one update: a strategy that skipped,
-// repeated or misordered an update is off by ~lr) and 1e-5 relative on the loss.
+// What each comparison holds, and why.
+//
+// NoOffload and OptimizerOffload run the identical LibTorch update on the CPU (the
+// moment copies are no-ops there): they must agree bit for bit.
+//
+// FullOffload differs from them in two ways: its update is the fused CPU kernel
+// instead of at::_fused_adamw_ (the same formula evaluated in another order, about
+// one FP32 ulp of a weight per step), and with a tied embedding its loss walks the
+// vocabulary in chunks instead of the tokens (other GEMM blockings, so gradients
+// that differ in their last bits). The second is not a strategy's business and Adam
+// magnifies it without bound where it matters least: the first update is
+// lr * g / (|g| + eps), so for an element whose true gradient is about 0 (measured:
+// -8e-10) a rounding difference d in g moves the weight by up to lr * d / eps, i.e.
+// up to 2 * lr. Weights are therefore compared like with like: FullOffload with the
+// token walk (test seam), where only the update code differs; 20 steps of ulp-level
+// differences fed back through the gradients measured 2.1e-7 (AVX-512) and 2.4e-7
+// (ATEN_CPU_CAPABILITY=avx2) on the weights. We allow 2e-5 absolute (lr = 2e-3: a strategy that
+// skipped, repeated or misordered an update is off by about lr, 100 times more).
+//
+// FullOffload as it runs (the vocabulary walk) is compared on the losses: an element
+// that Adam moved far from the other run is one whose gradient is about 0, so the
+// loss is insensitive to it to first order (dL = sum_i g_i dw_i); the loss moves
+// only by the rounding of the walk itself, about 1e-7 relative. We allow 1e-5.
 TEST_CASE("equivalence: the three strategies give the same losses and weights (AdamW, SignSGD)") {
   for (int opt = 0; opt < 2; ++opt) {
     OptimizerConfig o = opt == 0 ? OptimizerConfig{adamw_no_clip()} : OptimizerConfig{sign_no_clip()};
@@ -124,15 +135,24 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
     auto none = run_sft(small_config(Offload::none, temp_dir("eq-none"), o), quiet());
     auto optim = run_sft(small_config(Offload::optimizer, temp_dir("eq-opt"), o), quiet());
     auto full = run_sft(small_config(Offload::full, temp_dir("eq-full"), o), quiet());
+    RunResult full_token_walk;
+    {
+      train::TestSeams seams({.vocabulary_loss = false});
+      full_token_walk = run_sft(small_config(Offload::full, temp_dir("eq-full-tokens"), o), quiet());
+    }
     REQUIRE(none.losses.size() == 20);
     // The run learns at all (otherwise agreement would be cheap).
     CHECK(none.losses.back() < none.losses.front() - 0.5);
     CHECK(none.losses == optim.losses);
     CHECK(bit_identical(none.weights, optim.weights));
-    Diff d = compare(full, none);
-    MESSAGE("full vs none: max loss rel diff " << d.loss_rel << ", max weight abs diff " << d.weight_abs);
-    CHECK(d.loss_rel < 1e-5);
-    CHECK(d.weight_abs < 1e-4);
+    Diff same_walk = compare(full_token_walk, none);
+    MESSAGE("full (token walk) vs none: max loss rel diff " << same_walk.loss_rel << ", max weight abs diff "
+                                                            << same_walk.weight_abs);
+    CHECK(same_walk.loss_rel < 1e-5);
+    CHECK(same_walk.weight_abs < 2e-5);
+    Diff as_run = compare(full, none);
+    MESSAGE("full (vocabulary walk) vs none: max loss rel diff " << as_run.loss_rel);
+    CHECK(as_run.loss_rel < 1e-5);
   }
 }
 
@@ -163,6 +183,8 @@ TEST_CASE("resume reproduces the uninterrupted run's losses exactly, and resumes
     if (mode != Offload::full) {
       CHECK(tail.losses == expected);  // exact: same update code, same data, same state
     } else {
+      // Other update code and (tied embedding) the vocabulary walk: the losses, as in
+      // the equivalence case above and for the reason given there.
       for (std::size_t i = 0; i < 10; ++i)
         CHECK(std::fabs(tail.losses[i] - expected[i]) <= 1e-5 * expected[i]);
     }
