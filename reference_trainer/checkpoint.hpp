@@ -241,13 +241,16 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
     const Manifest manifest = verify_checkpoint(dir, step);
-    // The model must be the run's: config.json describes the same parameters.
+    // The model must be the run's: config.json describes the same computation (not
+    // only the same parameter shapes: another rope_theta or rms_norm_eps loads fine
+    // and trains a different function).
     const ModelArgs saved = read_hf_config(dir / "config.json");
-    if (saved.params().size() != model.args().params().size() ||
-        saved.total_params() != model.args().total_params())
-      throw run_error(fmt::format("{}: a {} model with {} parameters, this run's has {}",
-                                  (dir / "config.json").string(), arch_name(saved.arch), saved.total_params(),
-                                  model.args().total_params()));
+    if (const auto diffs = computation_differences(saved, "the checkpoint", model.args(), "this run's model");
+        !diffs.empty())
+      throw run_error(
+          fmt::format("{}: the checkpoint's model is not this run's ({}); resume it with the model it "
+                      "was saved with",
+                      (dir / "config.json").string(), fmt::join(diffs, "; ")));
     auto mf = safetensors::file::open(dir / "model.safetensors");
     std::set<std::string> consumed;
     for (auto& p : model.params()) load_into(mf, p.name, p.tensor, consumed);

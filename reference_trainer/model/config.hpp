@@ -105,4 +105,11 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path);
 // The config.json that transformers (4.x and 5.x) and vLLM read back as this model.
 std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype);
 
+// Every config.json key whose value differs between two models in a way that changes
+// what the model computes (shapes, RoPE, norms' epsilon, biases, tying), as
+// "key: A in <a_name>, B in <b_name>" in config.json's names; token ids are not among
+// them. Empty when the two compute the same function of the same weights.
+std::vector<std::string> computation_differences(const ModelArgs& a, std::string_view a_name,
+                                                 const ModelArgs& b, std::string_view b_name);
+
 }  // namespace primecfg::train

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -390,6 +391,56 @@ std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
     out[key] = ordered(json::parse(*text));
   out["torch_dtype"] = torch_dtype;
   return json::dump(out, 2) + "\n";
+}
+
+std::vector<std::string> computation_differences(const ModelArgs& a, std::string_view a_name,
+                                                 const ModelArgs& b, std::string_view b_name) {
+  std::vector<std::string> out;
+  auto differ = [&](std::string_view key, const auto& x, const auto& y) {
+    if (x != y) out.push_back(fmt::format("{}: {} in {}, {} in {}", key, x, a_name, y, b_name));
+  };
+  differ("model_type", arch_name(a.arch), arch_name(b.arch));
+  differ("vocab_size", a.vocab_size, b.vocab_size);
+  differ("hidden_size", a.hidden, b.hidden);
+  differ("num_hidden_layers", a.layers, b.layers);
+  differ("num_attention_heads", a.heads, b.heads);
+  differ("num_key_value_heads", a.kv_heads, b.kv_heads);
+  differ("head_dim", a.head_dim, b.head_dim);
+  differ("intermediate_size", a.intermediate, b.intermediate);
+  differ("rope_theta", a.rope_theta, b.rope_theta);
+  differ("rms_norm_eps", a.rms_eps, b.rms_eps);
+  differ("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
+  differ("attention_bias", a.attention_bias, b.attention_bias);
+  differ("mlp_bias", a.mlp_bias, b.mlp_bias);
+  const RopeScaling &r = a.rope_scaling, &q = b.rope_scaling;
+  differ("rope_scaling.rope_type", rope_type_name(r.type), rope_type_name(q.type));
+  if (r.type == q.type && r.type != RopeScaling::Type::none) {
+    auto opt = [](const std::optional<double>& v) {
+      return v ? fmt::format("{}", *v) : std::string("unset");
+    };
+    differ("rope_scaling.factor", r.factor, q.factor);
+    if (r.type == RopeScaling::Type::llama3) {
+      differ("rope_scaling.low_freq_factor", r.low_freq_factor, q.low_freq_factor);
+      differ("rope_scaling.high_freq_factor", r.high_freq_factor, q.high_freq_factor);
+    }
+    if (r.type == RopeScaling::Type::llama3 || r.type == RopeScaling::Type::yarn)
+      differ("rope_scaling.original_max_position_embeddings", r.original_max_positions,
+             q.original_max_positions);
+    if (r.type == RopeScaling::Type::yarn) {
+      differ("rope_scaling.beta_fast", r.beta_fast, q.beta_fast);
+      differ("rope_scaling.beta_slow", r.beta_slow, q.beta_slow);
+      differ("rope_scaling.attention_factor", opt(r.attention_factor), opt(q.attention_factor));
+      differ("rope_scaling.mscale", opt(r.mscale), opt(q.mscale));
+      differ("rope_scaling.mscale_all_dim", opt(r.mscale_all_dim), opt(q.mscale_all_dim));
+      differ("rope_scaling.truncate", r.truncate, q.truncate);
+    }
+  }
+  // Any other input of the rotary embedding (max_position_embeddings, where a scaling
+  // reads it): the frequencies it yields are what the model computes with.
+  if (out.empty() &&
+      (a.rope_inv_freq() != b.rope_inv_freq() || a.rope_attention_scaling() != b.rope_attention_scaling()))
+    differ("max_position_embeddings", a.max_positions, b.max_positions);
+  return out;
 }
 
 }  // namespace primecfg::train

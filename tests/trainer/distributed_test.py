@@ -19,7 +19,9 @@ compares it with one process on the same global batch:
 The tolerance (TOL) is what one reassociation of the gradient sums costs: the
 largest difference measured over all cases was about 1e-6 (docs/trainer.md).
 
-usage: distributed_test.py PRIMECFG_TRAIN [WORDS]   (WORDS: run only the cases whose name has them)
+usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
+  WORDS: run only the cases whose name has them; FLAGs go to every primecfg-train
+  (CI runs the `full` cases once per --offload.cpu-isa the machine has).
 """
 
 import json
@@ -34,8 +36,11 @@ import time
 import torch
 from safetensors.torch import load_file
 
-TRAIN = sys.argv[1]
-ONLY = sys.argv[2] if len(sys.argv) > 2 else ""
+_args = sys.argv[1:]
+EXTRA = _args[_args.index("--") + 1 :] if "--" in _args else []
+_args = _args[: _args.index("--")] if "--" in _args else _args
+TRAIN = _args[0]
+ONLY = _args[1] if len(_args) > 1 else ""
 ROOT = tempfile.mkdtemp(prefix="distributed-")
 TOL = 2e-5  # absolute, on losses, norms, weights and optimizer state (values are O(1))
 passed, failed = 0, []
@@ -80,7 +85,7 @@ interval = 2
 
 def one(cfg, *args):
     return subprocess.run(
-        [TRAIN, "@", cfg, "--device=cpu", *args], capture_output=True, text=True, errors="replace", timeout=300
+        [TRAIN, "@", cfg, "--device=cpu", *EXTRA, *args], capture_output=True, text=True, errors="replace", timeout=300
     )
 
 
@@ -90,7 +95,7 @@ def torchrun(world, cfg, *args, nnodes=1, node_rank=0, port=None, wait=True, res
         cmd.append("--standalone")
     else:
         cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]
-    cmd += ["--no-python", TRAIN, "@", cfg, "--device=cpu", *args]
+    cmd += ["--no-python", TRAIN, "@", cfg, "--device=cpu", *EXTRA, *args]
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
@@ -282,7 +287,7 @@ def direct(world, cfg, port, extra_per_rank=None, steps_flag=(), file_limit=None
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        args = [TRAIN, "@", cfg, "--device=cpu", *steps_flag, *((extra_per_rank or {}).get(r, []))]
+        args = [TRAIN, "@", cfg, "--device=cpu", *EXTRA, *steps_flag, *((extra_per_rank or {}).get(r, []))]
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       errors="replace", preexec_fn=pre))
     return procs
@@ -436,7 +441,7 @@ def _(work):
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=job-{port}", "--no-python",
-           TRAIN, "@", config(work, steps=steps), "--device=cpu"]
+           TRAIN, "@", config(work, steps=steps), "--device=cpu", *EXTRA]
     agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
               for _ in range(2)]
     try:

@@ -6,7 +6,7 @@ used output_dir is refused, one writer per folder, a damaged checkpoint is named
 a NaN loss stops the run with valid metrics, a file-size limit is an error with no
 partial checkpoint left, special files do not hang, usage errors exit 2.
 
-usage: reliability_test.py PRIMECFG_TRAIN
+usage: reliability_test.py PRIMECFG_TRAIN [WORDS]   (WORDS: run only the cases whose name has them)
 """
 
 import json
@@ -19,6 +19,7 @@ import tempfile
 import time
 
 TRAIN = sys.argv[1]
+ONLY = sys.argv[2] if len(sys.argv) > 2 else ""
 ROOT = tempfile.mkdtemp(prefix="reliability-")
 passed, failed = 0, []
 
@@ -64,6 +65,8 @@ def steps_in(folder):
 def case(name):
     def wrap(fn):
         global passed
+        if ONLY not in name:
+            return fn
         work = os.path.join(ROOT, name.replace(" ", "_"))
         os.makedirs(work)
         try:
@@ -151,6 +154,87 @@ def _(work):
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x10]))
     expect(resume(work), 1, "optimizer.safetensors", "checksum")
+
+
+def xxh64(data, seed=0):
+    """XXH64 (the manifest's checksum), written from its published specification."""
+    M = (1 << 64) - 1
+    P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                          0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+    rotl = lambda x, r: ((x << r) | (x >> (64 - r))) & M
+    u64 = lambda i: int.from_bytes(data[i:i + 8], "little")
+    u32 = lambda i: int.from_bytes(data[i:i + 4], "little")
+
+    def rnd(acc, lane):
+        return (rotl((acc + lane * P2) & M, 31) * P1) & M
+
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + P1 + P2) & M, (seed + P2) & M, seed, (seed - P1) & M]
+        while i + 32 <= n:
+            v = [rnd(v[k], u64(i + 8 * k)) for k in range(4)]
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M
+        for x in v:
+            h = (((h ^ rnd(0, x)) * P1) + P4) & M
+    else:
+        h = (seed + P5) & M
+    h = (h + n) & M
+    while i + 8 <= n:
+        h = ((rotl(h ^ rnd(0, u64(i)), 27) * P1) + P4) & M
+        i += 8
+    if i + 4 <= n:
+        h = ((rotl(h ^ ((u32(i) * P1) & M), 23) * P2) + P3) & M
+        i += 4
+    while i < n:
+        h = (rotl(h ^ ((data[i] * P5) & M), 11) * P1) & M
+        i += 1
+    h ^= h >> 33
+    h = (h * P2) & M
+    h ^= h >> 29
+    h = (h * P3) & M
+    return h ^ (h >> 32)
+
+
+def rewrite_in_checkpoint(step, name, edit):
+    """Changes one file of a checkpoint and updates the manifest to match, as a
+    careless tool (or a person) would: the checksums no longer catch it."""
+    path = os.path.join(step, name)
+    with open(path) as f:
+        text = edit(f.read())
+    with open(path, "w") as f:
+        f.write(text)
+    data = text.encode()
+    mpath = os.path.join(step, "manifest.json")
+    with open(mpath) as f:
+        manifest = json.load(f)
+    manifest["files"][name] = {"bytes": len(data), "xxh64": f"{xxh64(data):016x}"}
+    with open(mpath, "w") as f:
+        json.dump(manifest, f, indent=2)
+
+
+@case("a checkpoint whose config.json changes the computation is refused, naming each key and both values")
+def _(work):
+    step = saved_run(work)
+    with open(os.path.join(step, "model.safetensors"), "rb") as f:  # the checksum helper is checked first
+        want = json.load(open(os.path.join(step, "manifest.json")))["files"]["model.safetensors"]["xxh64"]
+        assert f"{xxh64(f.read()):016x}" == want, "xxh64 in this test disagrees with the manifest"
+
+    def edit(text):
+        c = json.loads(text)
+        c["rope_theta"] = c["rope_theta"] * 10
+        c["rms_norm_eps"] = 0.1
+        return json.dumps(c, indent=2)
+
+    rewrite_in_checkpoint(step, "config.json", edit)
+    p = resume(work)
+    expect(p, 1, os.path.join(step, "config.json"), "rope_theta:", "rms_norm_eps: 0.1 in the checkpoint")
+    # Token ids do not change what the model computes: a checkpoint that only differs there resumes.
+    work2 = os.path.join(work, "ids")
+    os.makedirs(work2)
+    step = saved_run(work2)
+    rewrite_in_checkpoint(step, "config.json", lambda t: json.dumps(dict(json.loads(t), bos_token_id=7), indent=2))
+    expect(resume(work2), 0)
 
 
 @case("a truncated or missing checkpoint file is named on resume")
