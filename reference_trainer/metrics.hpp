@@ -15,8 +15,11 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -83,11 +86,15 @@ class Reporter {
   Reporter(const fs::path& out_dir, bool print, std::string_view mode)
       : path_(out_dir / "metrics.jsonl"), print_(print), mode_(mode) {
     fs::create_directories(out_dir);
-    jsonl_.open(path_, std::ios::app);
-    if (!jsonl_) throw run_error(path_.string() + ": cannot open for writing");
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw run_error(fmt::format("{}: cannot open for writing: {}", path_.string(), std::strerror(errno)));
     tty_ = ::isatty(::fileno(stderr));
   }
+  Reporter(const Reporter&) = delete;
+  Reporter& operator=(const Reporter&) = delete;
   ~Reporter() {
+    if (fd_ >= 0) ::close(fd_);
     if (tty_ && print_ && bar_shown_) std::fputc('\n', stderr);
   }
 
@@ -111,9 +118,7 @@ class Reporter {
       strict_json::ordered& pipe = line["pipeline"] = strict_json::ordered::object();
       for (const auto& [k, v] : m.pipeline) pipe[k] = rounded(v, "{:.6g}");
     }
-    jsonl_ << strict_json::dump(line) << '\n';
-    jsonl_.flush();
-    if (!jsonl_) throw run_error(path_.string() + ": write failed (disk full?)");
+    append_line(strict_json::dump(line) + '\n');
     if (!print_) return;
     std::string mfu = m.mfu ? fmt::format(" mfu {:.1f}%", *m.mfu * 100) : "";
     std::string stats =
@@ -134,8 +139,29 @@ class Reporter {
   }
 
  private:
+  // One line, whole or not at all: a write that fails part-way (disk full, file-size
+  // limit) is cut back to the last whole line, so that the file stays one JSON object
+  // a line and a later resume does not carry a torn line along.
+  void append_line(const std::string& text) {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw run_error(fmt::format("{}: {}", path_.string(), std::strerror(errno)));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        const bool cut = ::ftruncate(fd_, st.st_size) == 0;
+        throw run_error(fmt::format("{}: write failed: {}; {}", path_.string(), std::strerror(err),
+                                    cut ? "the file ends with the last whole line"
+                                        : "the last line may be cut (cutting it back failed too)"));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
   fs::path path_;
-  std::ofstream jsonl_;
+  int fd_ = -1;
   bool print_, tty_ = false, bar_shown_ = false;
   std::string mode_;
 };

@@ -294,6 +294,28 @@ def _(work):
     assert left == [], left
 
 
+@case("a metrics.jsonl write that fails mid-line leaves whole lines only; a resume carries no torn line")
+def _(work):
+    # A file-size limit that falls inside the second line written after a resume from
+    # step 16 (metrics.jsonl is then the largest file the run writes).
+    expect(train(toml(work, 16, ckpt="interval = 16")), 0)
+    out = os.path.join(work, "out")
+    first = open(os.path.join(out, "metrics.jsonl"), "rb").read()
+    line = len(first) // 16
+    limit = len(first) + line + line // 2
+    assert os.path.getsize(os.path.join(out, "config.toml")) < limit, "config.toml outgrew the limit"
+    p = train(toml(work, 24, ckpt="interval = 100000\n[resume]\nstep = 16"), limit=limit)
+    expect(p, 1, "metrics.jsonl: write failed", "the file ends with the last whole line")
+    data = open(os.path.join(out, "metrics.jsonl"), "rb").read()
+    assert data.endswith(b"\n") and len(data) < limit, (len(data), limit, data[-80:])
+    steps = [json.loads(x)["step"] for x in data.decode().splitlines()]
+    assert steps == list(range(1, 18)), steps
+    # Resumed again from step 16: what moves aside is whole lines too.
+    expect(train(toml(work, 18, ckpt="interval = 100000\n[resume]\nstep = 16")), 0)
+    aside = [json.loads(x)["step"] for x in open(os.path.join(out, "metrics.after_step_16.jsonl"))]
+    assert aside == [17], aside
+
+
 @case("a FIFO as data, config.json or weights is an error, not a hang")
 def _(work):
     fifo = os.path.join(work, "data.fifo")
