@@ -25,12 +25,16 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,6 +185,40 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   return 1;
 }
 
+// Host memory ran out (LibTorch's CPU allocator, or the C++ runtime): what failed, the
+// planner's host estimate, and what the machine and the process's limit allow.
+int report_host_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& options,
+                    const std::string& what) {
+  std::string first = what.substr(0, what.find('\n'));
+  if (const auto at = first.find("tried to allocate "); at != std::string::npos) {  // LibTorch's wording
+    const long long bytes = std::atoll(first.c_str() + at + 18);
+    if (bytes > 0) first += fmt::format(" ({:.1f} MiB)", static_cast<double>(bytes) / (1 << 20));
+  }
+  std::fprintf(stderr, "primecfg-train: error: host memory ran out: %s\n", first.c_str());
+  std::optional<std::int64_t> limit;
+  if (rlimit r{}; ::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    limit = static_cast<std::int64_t>(r.rlim_cur);
+  try {
+    auto a = machine(options);
+    train::plan::apply_ranks(a, options, train::Launch::from_environment());
+    auto plan = train::plan::make_plan(cfg, a);
+    const bool cpu =
+        options.device.value_or("") == "cpu" || !train::plan::cuda_device_memory(device_index(options));
+    std::fprintf(stderr, "primecfg-train: %s",
+                 train::plan::host_oom_advice(plan, cfg.model.offload, cpu, limit).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "primecfg-train: (no memory plan: %s)\n", e.what());
+  }
+  if (train::Launch::from_environment().rank == 0) remove_partial_checkpoints(cfg);
+  return 1;
+}
+
+// LibTorch's CPU allocator says "DefaultCPUAllocator: can't allocate memory".
+bool looks_like_host_oom(std::string_view what) {
+  return what.find("DefaultCPUAllocator") != std::string_view::npos ||
+         what.find("can't allocate memory") != std::string_view::npos;
+}
+
 bool looks_like_oom(std::string_view what) {
   return what.find("out of memory") != std::string_view::npos ||
          what.find("CUBLAS_STATUS_ALLOC_FAILED") != std::string_view::npos ||
@@ -226,6 +264,14 @@ int main(int argc, char** argv) {
       if (path.rfind("dist.", 0) == 0 && !from.is_default())
         std::fprintf(stderr, "%s: note: %s has no effect in one process (no ranks to reduce over)\n",
                      from.to_string().c_str(), path.c_str());
+  // Knobs that were environment variables are options now: one still set is not read.
+  if (launch.rank == 0)
+    for (const auto& v : train::kRetiredEnvironment)
+      if (const char* value = std::getenv(v.name); value != nullptr)
+        std::fprintf(stderr, "primecfg-train: note: environment variable %s=%s is not read any more: %s\n",
+                     v.name, value,
+                     v.replacement ? fmt::format("use {} instead", v.replacement).c_str()
+                                   : "no option replaces it (the behaviour it chose is fixed now)");
   // One rank reports: the others' progress lines, notes and demo would repeat it.
   if (launch.rank != 0) run.print = run.demo = false;
   std::vector<std::string> args = line.config;
@@ -317,11 +363,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 1;
   } catch (const c10::Error& e) {
+    if (looks_like_host_oom(e.what_without_backtrace()))
+      return report_host_oom(cfg.value, opts, e.what_without_backtrace());
     if (looks_like_oom(e.what_without_backtrace()))
       return report_oom(cfg.value, opts, e.what_without_backtrace());
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what_without_backtrace());
     return 1;
+  } catch (const std::bad_alloc& e) {
+    return report_host_oom(cfg.value, opts, std::string("an allocation failed (") + e.what() + ")");
   } catch (const std::exception& e) {
+    if (looks_like_host_oom(e.what())) return report_host_oom(cfg.value, opts, e.what());
     if (looks_like_oom(e.what())) return report_oom(cfg.value, opts, e.what());
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 1;

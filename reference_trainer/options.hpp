@@ -86,6 +86,34 @@ struct DistOptions {
 enum class ComputeDtype { bf16, fp32 };
 enum class PlanFormat { text, json };
 
+// Environment variables earlier versions of primecfg-train read, and what replaced
+// each: an old script that still sets one gets a note instead of silence.
+struct RetiredVariable {
+  const char* name;
+  const char* replacement;
+};
+inline constexpr RetiredVariable kRetiredEnvironment[] = {
+    {"PRIMECFG_PEAK_TFLOPS", "--peak-tflops"},
+    {"PRIMECFG_OFFLOAD_TIMEOUT_S", "--offload.timeout-s"},
+    {"PRIMECFG_OFFLOAD_RING_MB", "--offload.ring-mib"},
+    {"PRIMECFG_OFFLOAD_THREADS", "--offload.cpu-threads"},
+    {"PRIMECFG_CPU_ISA", "--offload.cpu-isa"},
+    {"PRIMECFG_PROFILE", "--profile.trace"},
+    {"PRIMECFG_PROFILE_CPU", "--profile.cpu-ops"},
+    {"PRIMECFG_HOST_TRACE", "--profile.host-trace"},
+    {"PRIMECFG_CPU_PREFETCH", nullptr},
+    {"PRIMECFG_CPU_STREAM_MIN", nullptr},
+    {"PRIMECFG_EVENT_POOL", nullptr},
+    {"PRIMECFG_OFFLOAD_DEFER", nullptr},
+    {"PRIMECFG_OFFLOAD_EARLY_HEAD", nullptr},
+    {"PRIMECFG_OFFLOAD_EDF", nullptr},
+    {"PRIMECFG_OFFLOAD_GROUP_UPDATES", nullptr},
+    {"PRIMECFG_OFFLOAD_HEAD_LAST", nullptr},
+    {"PRIMECFG_OFFLOAD_SPLIT_TIED", nullptr},
+    {"PRIMECFG_OFFLOAD_UPLOAD_THREAD", nullptr},
+    {"PRIMECFG_OFFLOAD_WINDOW_THREAD", nullptr},
+};
+
 struct TrainerOptions {
   std::optional<std::string> device = std::nullopt;
   std::optional<ComputeDtype> compute_dtype = std::nullopt;

@@ -379,6 +379,27 @@ std::string fit_refusal(const Plan& p, Offload mode) {
   return out;
 }
 
+std::string host_oom_advice(const Plan& p, Offload mode, bool cpu_device, std::optional<i64> limit) {
+  const auto& a = p.assumptions;
+  const ModePlan& m = p.mode(mode);
+  std::string out = fmt::format(
+      "host memory ran out with model.offload = \"{}\". The planner's host estimate for this config (it "
+      "models "
+      "a CUDA run): {} per process{}",
+      mode_name(mode), human(m.host.peak),
+      a.per_node() > 1 ? fmt::format(", {} for the {} ranks of a node", human(m.host_node), a.per_node())
+                       : "");
+  if (cpu_device)
+    out += fmt::format(
+        ", plus {} it puts on the device, which lives in host memory too on --device=cpu: about {} in all",
+        human(m.gpu.peak), human(m.host.peak + m.gpu.peak));
+  out += ".\n";
+  if (a.host_capacity)
+    out += fmt::format("This machine offers {} ({}).\n", human(*a.host_capacity), a.host_capacity_source);
+  if (limit) out += fmt::format("The process's address-space limit (ulimit -v) is {}.\n", human(*limit));
+  return out;
+}
+
 std::string oom_advice(const Plan& p, Offload mode) {
   const auto& a = p.assumptions;
   const ModePlan& failed = p.mode(mode);

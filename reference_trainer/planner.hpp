@@ -172,6 +172,12 @@ std::string fit_refusal(const Plan& p, Offload mode);
 // prediction for that mode and which mode (or setting) is predicted to fit.
 std::string oom_advice(const Plan& p, Offload mode);
 
+// The same after host memory ran out in `mode`: the planner's host estimate for the
+// config (per process and per node) and, on a CPU device, where the device's share
+// lives too (host memory), with what the machine offers (`limit`: the process's
+// address-space limit, if one is set).
+std::string host_oom_advice(const Plan& p, Offload mode, bool cpu_device, std::optional<std::int64_t> limit);
+
 std::string_view mode_name(Offload m);
 
 }  // namespace primecfg::train::plan

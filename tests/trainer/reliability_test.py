@@ -316,6 +316,29 @@ def _(work):
     assert aside == [17], aside
 
 
+@case("host memory that runs out is said plainly, with the allocation and the planner's host estimate")
+def _(work):
+    def small_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    p = subprocess.run(
+        [TRAIN, "--device=cpu", "--model.name=Qwen/Qwen3-0.6B", "--data.type=fake", "--data.seq-len=512",
+         "--data.batch-size=1", "--data.micro-batch-size=1", "--max-steps=30", f"--output-dir={work}/out"],
+        capture_output=True, text=True, errors="replace", timeout=300, preexec_fn=small_address_space)
+    expect(p, 1, "error: host memory ran out:", " MiB)", "The planner's host estimate for this config",
+           "on --device=cpu", "address-space limit (ulimit -v) is 3.00 GiB")
+
+
+@case("an environment variable the trainer used to read is noted, naming the option that replaced it")
+def _(work):
+    env = dict(os.environ, PRIMECFG_PEAK_TFLOPS="989", PRIMECFG_OFFLOAD_TIMEOUT_S="5", PRIMECFG_EVENT_POOL="0")
+    p = subprocess.run([TRAIN, "@", toml(work, 2), "--device=cpu"], capture_output=True, text=True,
+                       errors="replace", timeout=300, env=env)
+    expect(p, 0, "PRIMECFG_PEAK_TFLOPS=989 is not read any more: use --peak-tflops instead",
+           "PRIMECFG_OFFLOAD_TIMEOUT_S=5 is not read any more: use --offload.timeout-s instead",
+           "PRIMECFG_EVENT_POOL=0 is not read any more: no option replaces it")
+
+
 @case("a FIFO as data, config.json or weights is an error, not a hang")
 def _(work):
     fifo = os.path.join(work, "data.fifo")
