@@ -24,9 +24,11 @@
 #endif
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -36,6 +38,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -64,9 +67,17 @@ weight_decay = 0.0
 
 [scheduler]
 type = "cosine"
-warmup_steps = 20
+warmup_steps = @WARMUP@
 min_lr = 3e-4
 )toml";
+
+// The default's warm-up, and the embedded default with a given one.
+constexpr std::int64_t kDefaultWarmup = 20;
+std::string default_config(std::int64_t warmup) {
+  std::string text = kDefaultConfig + 1;
+  text.replace(text.find("@WARMUP@"), 8, std::to_string(warmup));
+  return text;
+}
 
 constexpr const char* kUsage =
     R"(usage: primecfg-train [@ config.toml ...] [--section.field=value ...] [options]
@@ -85,9 +96,53 @@ meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B; or
 HF directory (llama, qwen2, qwen3; every config.json key is used or refused by name).
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml
 and the options to <output_dir>/options.toml.
-
-Options (read through primecfg like the config: checked, with did-you-mean):
 )";
+
+// What each offload mode trades (the values come from the config's own description).
+constexpr const char* kOffloadTrade =
+    R"(      none: every tensor on the GPU; the fastest, the most GPU memory (FP32 masters,
+        gradients and Adam's two moments: 16 bytes a parameter besides the bf16 weights).
+      optimizer: Adam's moments (8 bytes a parameter) in pinned host memory, streamed
+        over PCIe each step; slower by the transfer that backward does not hide.
+      full: masters, moments and gradients in host memory, updated by the CPU; the GPU
+        keeps the bf16 weights and activations; the CPU update sets the step time.
+      `--plan` says which modes fit this machine and recommends one.
+)";
+
+// The config's sections and the fields set most often, from the config's own
+// descriptions (help_text), so that this summary cannot drift from the fields.
+std::string config_summary() {
+  const std::string all = primecfg::help_text<primecfg::SFTConfig>();
+  std::vector<std::string> entries;  // "  --flag ...\n      description\n"
+  for (std::size_t at = all.find("  --"); at != std::string::npos;) {
+    const std::size_t next = all.find("\n  --", at);
+    entries.push_back(all.substr(at, next == std::string::npos ? std::string::npos : next + 1 - at));
+    at = next == std::string::npos ? next : next + 1;
+  }
+  std::vector<std::string> sections;
+  for (const auto& e : entries) {
+    const std::string flag = e.substr(4, e.find_first_of(" \n", 4) - 4);
+    if (const auto dot = flag.find('.'); dot != std::string::npos) {
+      const std::string section = flag.substr(0, dot);
+      if (std::find(sections.begin(), sections.end(), section) == sections.end()) sections.push_back(section);
+    }
+  }
+  std::string out =
+      "\nThe config (SFTConfig; every field: `primecfg help --as sft`, docs/config-reference.md).\n";
+  out += fmt::format("Sections: {}.\nThe fields set most often:\n", fmt::join(sections, ", "));
+  for (const char* flag : {"model.name", "model.offload", "model.ac", "data.seq-len", "data.batch-size",
+                           "data.micro-batch-size", "optim.lr", "max-steps", "output-dir", "ckpt.interval"}) {
+    for (const auto& e : entries) {
+      const std::string head = std::string("  --") + flag;
+      if (e.rfind(head, 0) == 0 && (e[head.size()] == ' ' || e[head.size()] == '\n')) {
+        out += e;
+        if (std::string_view(flag) == "model.offload") out += kOffloadTrade;
+        break;
+      }
+    }
+  }
+  return out + "\nOptions (read through primecfg like the config: checked, with did-you-mean):\n";
+}
 
 // Prints to standard output; a write that fails (`> /dev/full`) is an error and exit 2,
 // as for the primecfg tool, never a silent 0.
@@ -185,6 +240,33 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   return 1;
 }
 
+// The loader's diagnostics and the trainer's own in one order (docs/errors.md): the
+// files as given (the embedded default first), then the command line, then defaults;
+// by line and column within a file.
+void in_file_order(std::vector<primecfg::diagnostic>& diags, const std::vector<std::string>& args,
+                   bool embedded_default) {
+  using primecfg::provenance;
+  std::vector<std::string> files;
+  if (embedded_default) files.push_back("<default config>");
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "@" && i + 1 < args.size())
+      files.push_back(args[++i]);
+    else if (args[i].size() > 1 && args[i][0] == '@')
+      files.push_back(args[i].substr(1));
+  }
+  auto key = [&](const primecfg::diagnostic& d) {
+    const provenance& p = d.where;
+    std::size_t file = files.size();
+    if (p.from == provenance::origin::file)
+      file = static_cast<std::size_t>(std::find(files.begin(), files.end(), p.file) - files.begin());
+    const int origin = p.from == provenance::origin::file           ? 0
+                       : p.from == provenance::origin::command_line ? 1
+                                                                    : 2;
+    return std::tuple(origin, file, p.line, p.column);
+  };
+  std::stable_sort(diags.begin(), diags.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+}
+
 // Host memory ran out (LibTorch's CPU allocator, or the C++ runtime): what failed, the
 // planner's host estimate, and what the machine and the process's limit allow.
 int report_host_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& options,
@@ -235,8 +317,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
   for (const auto& a : argv_list) {
     if (a == "--help" || a == "-h")
-      return print_out(std::string(kUsage) + help_text<train::TrainerOptions>());
-    if (a == "--print-default") return print_out(kDefaultConfig + 1);
+      return print_out(std::string(kUsage) + config_summary() + help_text<train::TrainerOptions>());
+    if (a == "--print-default") return print_out(default_config(kDefaultWarmup));
   }
   // Several ranks (torchrun, Slurm + torchrun): the launcher's variables say where this
   // process stands; without them the trainer runs alone.
@@ -280,9 +362,39 @@ int main(int argc, char** argv) {
   bool has_file = false;
   for (const auto& a : args) has_file |= !a.empty() && a[0] == '@';
   sources base;
-  if (!has_file) base.add_text("<default config>", kDefaultConfig);
+  std::optional<diagnostic> warmup_note;
+  if (!has_file) {
+    // The default's warm-up is only a default: it adapts to a --max-steps it does not
+    // fit (with a note); one the user gave is checked as written.
+    sources probe;
+    probe.add_text("<default config>", default_config(0));
+    const loaded<SFTConfig> first = load_command_line<SFTConfig>(args, probe);
+    std::int64_t warmup = kDefaultWarmup;
+    if (first.source_of("scheduler.warmup_steps").file == "<default config>" && first.value.max_steps &&
+        *first.value.max_steps <= kDefaultWarmup && *first.value.max_steps >= 1) {
+      warmup = *first.value.max_steps / 10;
+      const provenance steps_from = first.source_of("max_steps");
+      warmup_note = diagnostic{
+          severity::note,
+          error_kind::value_error,
+          "scheduler.warmup_steps",
+          {},
+          fmt::format(
+              "the embedded default's {} warm-up steps do not fit max_steps = {} ({}): shortened to {}, "
+              "a tenth of the run; --scheduler.warmup-steps sets it",
+              kDefaultWarmup, *first.value.max_steps,
+              steps_from.from == provenance::origin::command_line ? steps_from.file : steps_from.to_string(),
+              warmup),
+          ""};
+    }
+    base.add_text("<default config>", default_config(warmup));
+  }
 
   loaded<SFTConfig> cfg = load_command_line<SFTConfig>(args, base);
+  if (warmup_note) {
+    warmup_note->where = cfg.source_of("scheduler.warmup_steps");
+    cfg.diagnostics.insert(cfg.diagnostics.begin(), *warmup_note);
+  }
   std::string root = "SFTConfig";
   if (!cfg.ok()) {
     // A TrainerConfig (RL trainer) file with [data.fake] is accepted too.
@@ -305,6 +417,7 @@ int main(int argc, char** argv) {
   }
   auto support = train::check_support(cfg.value, cfg.provenance, launch.world);
   cfg.diagnostics.insert(cfg.diagnostics.end(), support.begin(), support.end());
+  in_file_order(cfg.diagnostics, args, !has_file);
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
   if (!cfg.ok()) return 1;
 
@@ -313,8 +426,9 @@ int main(int argc, char** argv) {
       auto a = machine(opts);
       train::plan::apply_ranks(a, opts, train::Launch::from_environment());
       auto plan = train::plan::make_plan(cfg.value, a);
-      return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan)
-                                                                   : train::plan::format_text(plan));
+      const auto advice = train::plan::advise(cfg.value, plan);
+      return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan, &advice)
+                                                                   : train::plan::format_text(plan, &advice));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "primecfg-train: error: %s\n", e.what());
       return 1;

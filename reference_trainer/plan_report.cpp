@@ -114,6 +114,20 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
   return l;
 }
 
+// The phase at a peak, in a column 12 characters wide (the rows above give it in full).
+std::string short_phase(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward", "forward"},           {"backward_head", "head bwd"},
+      {"backward_block", "block bwd"},  {"backward_embedding", "embed bwd"},
+      {"optimizer_step", "optim step"}, {"weight_gather", "all-gather"},
+      {"startup", "startup"},           {"step", "step"},
+      {"checkpoint", "checkpoint"},
+  };
+  for (const auto& [k, v] : l)
+    if (k == key) return v;
+  return key;
+}
+
 std::string label(const std::vector<std::pair<std::string, std::string>>& labels, const std::string& key) {
   for (const auto& [k, v] : labels)
     if (k == key) return v;
@@ -145,7 +159,7 @@ void mode_section(std::string& out, const std::vector<ModePlan>& modes) {
 
 }  // namespace
 
-std::string format_text(const Plan& p) {
+std::string format_text(const Plan& p, const Advice* advice) {
   const auto& a = p.assumptions;
   std::string out;
   out += fmt::format("Memory plan: {} ({})\n", p.model_name, shape_line(p));
@@ -195,7 +209,7 @@ std::string format_text(const Plan& p) {
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu.peak));
   out += "\n";
   out += fmt::format("  {:<34}", "  at");
-  for (const auto& m : p.modes) out += fmt::format("{:>13}", m.gpu.peak_phase.substr(0, 12));
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", short_phase(m.gpu.peak_phase));
   out += "\n";
   out += fmt::format("  {:<34}", "device total (+slack, context)");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu_total));
@@ -211,7 +225,7 @@ std::string format_text(const Plan& p) {
   for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host.peak));
   out += "\n";
   out += fmt::format("  {:<34}", "  at");
-  for (const auto& m : p.modes) out += fmt::format("{:>13}", m.host.peak_phase.substr(0, 12));
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", short_phase(m.host.peak_phase));
   out += "\n";
   if (a.world > 1) {
     out += fmt::format("  {:<34}", fmt::format("PER NODE ({} ranks)", a.per_node()));
@@ -236,13 +250,15 @@ std::string format_text(const Plan& p) {
     if (m.fits()) fit.emplace_back(mode_name(m.mode));
   out += "\n";
   if (!a.gpu_capacity || !a.host_capacity) out += "Capacity unknown for part of the machine: '?' above.\n";
-  if (fit.empty())
-    out += "No offload mode fits this machine with this config.\n";
-  else {
+  if (!fit.empty()) {
     std::string list;
     for (const auto& f : fit) list += (list.empty() ? "" : ", ") + f;
     out += fmt::format("Fits this machine: offload = {}\n", list);
   }
+  if (advice)
+    out += format_advice(*advice);
+  else if (fit.empty())
+    out += "No offload mode fits this machine with this config.\n";
   for (const auto& n : p.notes) out += "note: " + n + "\n";
   out += fmt::format(
       "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {}, pinned buffers rounded to "
@@ -289,7 +305,7 @@ ordered json_modes(const std::vector<ModePlan>& modes) {
 
 }  // namespace
 
-std::string format_json(const Plan& p) {
+std::string format_json(const Plan& p, const Advice* advice) {
   const auto& s = p.shape;
   const auto& a = p.assumptions;
   const auto& act = p.activations;
@@ -348,7 +364,12 @@ std::string format_json(const Plan& p) {
       {"fits", fits},
       {"notes", p.notes},
   };
-  return strict_json::dump(out) + "\n";
+  if (!advice) return strict_json::dump(out) + "\n";
+  ordered with = out;
+  with["recommendation"] = {{"mode", advice->mode ? ordered(mode_name(*advice->mode)) : ordered(nullptr)},
+                            {"summary", advice->summary},
+                            {"changes", advice->changes}};
+  return strict_json::dump(with) + "\n";
 }
 
 std::string fit_refusal(const Plan& p, Offload mode) {

@@ -161,8 +161,20 @@ Plan make_plan(const SFTConfig& cfg, const Assumptions& a);
 // The same for an already resolved shape (tests, and callers that know the shape).
 Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a);
 
-std::string format_text(const Plan& p);
-std::string format_json(const Plan& p);
+// What --plan recommends (plan_advice.cpp): the fastest mode that fits, with why;
+// where none fits, each change that makes one fit (model.ac, a shorter seq_len, a
+// smaller micro-batch, more ranks), found by planning the changed config.
+struct Advice {
+  std::optional<Offload> mode;       // the mode to use; nullopt when none fits
+  std::string summary;               // one paragraph
+  std::vector<std::string> changes;  // where none fits: what would make one fit
+};
+Advice advise(const SFTConfig& cfg, const Plan& p);
+std::string format_advice(const Advice& advice);
+
+// The plan as text and JSON; with `advice`, its recommendation too.
+std::string format_text(const Plan& p, const Advice* advice = nullptr);
+std::string format_json(const Plan& p, const Advice* advice = nullptr);
 
 // Before a run: empty when `mode` is predicted to fit (or the capacities are unknown),
 // else what does not fit, by how much, and which modes (or model.ac) are predicted to fit.

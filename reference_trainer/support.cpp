@@ -1,6 +1,12 @@
 #include "support.hpp"
 
+#include "model/config.hpp"
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <system_error>
 
 namespace primecfg::train {
 
@@ -165,6 +171,28 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (cfg.dry_run) c.error("dry_run", "a launcher setting; primecfg-train --plan predicts without training");
   if (!cfg.env_vars.empty())
     c.error("env_vars", "setting environment variables " + not_impl + " (set them in the shell)");
+
+  // The model: a preset or a local HF directory, judged here so that its errors come
+  // with the others, at model.name's place (nothing is downloaded).
+  if (!preset(m.name)) {
+    const std::filesystem::path dir(m.name);
+    std::error_code ec;
+    if (!std::filesystem::exists(dir / "config.json", ec)) {
+      c.error("model.name",
+              fmt::format("\"{}\" is neither a preset ({}) nor a local directory with config.json "
+                          "(nothing is downloaded; download it, e.g. `hf download {} --local-dir "
+                          "DIR`, and set model.name = DIR)",
+                          m.name, fmt::join(preset_names(), ", "), m.name));
+    } else {
+      try {
+        (void)read_hf_config(dir / "config.json");
+      } catch (const std::exception& e) {
+        c.error("model.name", e.what());
+      }
+    }
+  }
+  if (std::holds_alternative<FakeDataConfig>(cfg.data) && !cfg.max_steps)
+    c.error("max_steps", "fake data is endless; set max_steps");
 
   // Accepted so that prime-rl's configs load, but without effect in this trainer: said
   // once, where the user wrote them, so that no value is dropped without a word.

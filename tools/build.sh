@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Configures (once) and builds everything into build/: the library's tools,
-# the tests and, where LibTorch is installed, primecfg-train.
+# Configures (once) and builds into build/: everything (the library's tools, the
+# tests and, where LibTorch is installed, primecfg-train), or only the targets named
+# as arguments (tools/run.sh builds primecfg-train alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then
@@ -8,4 +9,4 @@ if [ ! -f build/build.ninja ]; then
 else
   meson configure build -Dtrainer=auto -Dtests=true >/dev/null
 fi
-ninja -C build -j"$(nproc)"
+ninja -C build -j"$(nproc)" "$@"

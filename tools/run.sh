@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh
-bash tools/build.sh
+# Only what the run needs: the tests are built by tools/test.sh.
+bash tools/build.sh reference_trainer/primecfg-train
 exec ./build/reference_trainer/primecfg-train "$@"
