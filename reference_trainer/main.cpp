@@ -128,7 +128,10 @@ std::string config_summary() {
     }
   }
   std::string out =
-      "\nThe config (SFTConfig; every field: `primecfg help --as sft`, docs/config-reference.md).\n";
+      "\nThe config (SFTConfig; every field: `primecfg help --as sft`, docs/config-reference.md). The "
+      "defaults "
+      "below are SFTConfig's, as in prime-rl; a run without a config file starts from the embedded default "
+      "(--print-default).\n";
   out += fmt::format("Sections: {}.\nThe fields set most often:\n", fmt::join(sections, ", "));
   for (const char* flag : {"model.name", "model.offload", "model.ac", "data.seq-len", "data.batch-size",
                            "data.micro-batch-size", "optim.lr", "max-steps", "output-dir", "ckpt.interval"}) {
