@@ -15,6 +15,7 @@
 #include <primecfg/detail/decode.hpp>
 #include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/key_depth.hpp>
+#include <primecfg/detail/parse_error.hpp>
 #include <primecfg/detail/utf8.hpp>
 #include <primecfg/detail/walk.hpp>
 #include <primecfg/error.hpp>

@@ -245,6 +245,29 @@ TEST_CASE("duplicate keys and tables are syntax errors") {
             .size() == 1);
 }
 
+// toml++ 3.3 garbles a quoted duplicate key ('"naname" ', marzer/tomlplusplus#300)
+// and points at the value: the report names the key as written, at the key.
+TEST_CASE("a duplicate key is named as written, at its line and column") {
+  struct duplicate {
+    std::string text, where, message;
+  };
+  for (const duplicate& c : std::vector<duplicate>{
+           {"name = \"a\"\n\"name\" = \"b\"\n", "test.toml:3:1",
+            "cannot redefine existing string '\"name\"'"},
+           {"[inner]\nx = 1\n  'x' = 2\n", "test.toml:4:3", "cannot redefine existing integer ''x''"},
+           {"small = 1\nsmall = 2\n", "test.toml:3:1", "cannot redefine existing integer 'small'"},
+           {"env = {A = \"1\", \"A\" = \"2\"}\n", "test.toml:2:17",
+            "cannot redefine existing string '\"A\"'"},
+           {"[inner]\n[\"inner\"]\n", "test.toml:3:1", "cannot redefine existing table '\"inner\"'"},
+       }) {
+    CAPTURE(c.text);
+    auto errors = testing::of_kind(load_text<Sample>(required_token + c.text), error_kind::toml_syntax);
+    REQUIRE(errors.size() == 1);
+    CHECK(at(errors[0]) == c.where);
+    CHECK(errors[0].message.find(c.message) != std::string::npos);
+  }
+}
+
 TEST_CASE("command line: every spelling of an override") {
   std::vector<std::string> args = {
       "--small=5",      "--name",        "from-cli",      "--flag", "--inner.y",      "2", "--limit", "None",

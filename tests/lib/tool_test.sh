@@ -61,6 +61,11 @@ printf 'max_steps = 3\n[model]\nname = = "x"\n' >"$tmp/syntax.toml"
 expect "a TOML syntax error" 1 "$primecfg" validate --as sft "$tmp/syntax.toml"
 contains "syntax position" "$tmp/err" "syntax.toml:3:8: error: invalid TOML"
 
+# toml++ 3.3 garbles a quoted duplicate key (marzer/tomlplusplus#300): named as written, at the key.
+printf '[model]\nname = "a"\n"name" = "b"\n' >"$tmp/dup.toml"
+expect "a duplicate quoted key" 1 "$primecfg" validate --as sft "$tmp/dup.toml"
+contains "the key as written, at the key" "$tmp/err" "dup.toml:3:1: error: invalid TOML: Error while parsing key-value pair: cannot redefine existing string '\"name\"' [toml_syntax]"
+
 expect "a missing file" 2 "$primecfg" validate --as sft "$tmp/nope.toml"
 contains "missing file message" "$tmp/err" "nope.toml: error: cannot open"
 expect "a directory" 2 "$primecfg" validate --as sft "$tmp"

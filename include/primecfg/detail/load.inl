@@ -149,10 +149,11 @@ inline std::optional<toml::table> parse_document(const std::string& text, const 
   try {
     return toml::parse(std::string_view(text), std::string_view(name));
   } catch (const toml::parse_error& e) {
+    toml_error_report r = describe_parse_error(text, e);  // toml++ 3.3's own text can be garbled
     diagnostic d;
     d.kind = error_kind::toml_syntax;
-    d.where = provenance::in_file(name, e.source().begin.line, e.source().begin.column);
-    d.message = fmt::format("invalid TOML: {}", e.description());
+    d.where = provenance::in_file(name, r.line, r.column);
+    d.message = fmt::format("invalid TOML: {}", r.message);
     out.push_back(std::move(d));
     return std::nullopt;
   }
