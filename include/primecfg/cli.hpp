@@ -13,6 +13,8 @@
 // The definitions are in detail/cli.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/did_you_mean.hpp>
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/header_only.hpp>

@@ -17,6 +17,8 @@
 // The definitions are in detail/describe.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_traits.hpp>

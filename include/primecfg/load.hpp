@@ -11,6 +11,8 @@
 // The definitions are in detail/load.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/decode.hpp>
 #include <primecfg/detail/header_only.hpp>

@@ -3,6 +3,8 @@
 // programs and are kept as opaque tables.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/describe.hpp>
 #include <primecfg/monitor.hpp>

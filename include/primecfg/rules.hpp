@@ -1,6 +1,8 @@
 // Cross-field rules shared by the SFT and RL trainer roots.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/detail/value_text.hpp>

@@ -1,6 +1,8 @@
 // SFTConfig: the root of `primecfg-train` (supervised fine-tuning).
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/describe.hpp>

@@ -2,6 +2,8 @@
 // [trainer] section of an RLConfig.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/describe.hpp>

@@ -21,6 +21,8 @@
 // The definitions are in detail/validate.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/equal.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
