@@ -114,6 +114,23 @@ expect "typed opaque values" 0 "$primecfg" dump --as sft "$tmp/lr.toml" --eval.f
 contains "a boolean" "$tmp/out" "flag = false"
 contains "an integer" "$tmp/out" "n = 6"
 
+# Floats are written as the shortest text that reads back as the same double,
+# everywhere: schema, dumps (TOML, JSON, kept tables) and error messages.
+printf '[optim]\nlr = -0.85\n[eval]\nx = 0.85\n' >"$tmp/floats.toml"
+expect "a float in an error message" 1 "$primecfg" validate --as sft "$tmp/floats.toml"
+contains "shortest input" "$tmp/err" "(input: -0.85)"
+expect "the schema" 0 "$primecfg" schema --as sft
+contains "shortest default in the schema" "$tmp/out" '"default" : 1e-06'
+contains "shortest default in the schema" "$tmp/out" '"default" : 0.9,'
+printf '[optim]\nlr = 0.85\n[eval]\nx = 0.85\n' >"$tmp/floats.toml"
+expect "a JSON dump" 0 "$primecfg" dump --as sft "$tmp/floats.toml" --format=json
+contains "shortest float in a JSON dump" "$tmp/out" '"lr" : 0.85,'
+expect "a TOML dump" 0 "$primecfg" dump --as sft "$tmp/floats.toml"
+contains "shortest float in a kept table" "$tmp/out" "x = 0.85"
+for f in "$tmp/err" "$tmp/out" "$root"/schemas/*.json; do
+  if grep -qE '[0-9]\.?[0-9]{15}' "$f"; then echo "FAIL: a float with 16 digits or more in $f"; failures=$((failures + 1)); fi
+done
+
 expect "help" 0 "$primecfg" help --as sft
 contains "help lists offload" "$tmp/out" "--model.offload {none|optimizer|full}"
 
