@@ -120,11 +120,27 @@ TEST_CASE("declared bounds are checked, for plain, optional and list values") {
   CHECK(error_at(r, "small").message == "must be greater than or equal to 0");
   CHECK(error_at(r, "rate").kind == error_kind::greater_than);
   CHECK(error_at(r, "limit").kind == error_kind::greater_than_equal);
-  CHECK(error_at(r, "sizes").kind == error_kind::greater_than_equal);
+  CHECK(error_at(r, "sizes[1]").kind == error_kind::greater_than_equal);
   CHECK(error_at(r, "inner.x").kind == error_kind::greater_than_equal);
   CHECK(error_at(r, "inner.y").kind == error_kind::less_than);
   auto high = load_text<Sample>(required_token + "rate = 1.5\n");
   CHECK(error_at(high, "rate").kind == error_kind::less_than_equal);
+}
+
+// A bound broken by one element of a list names that element and points at
+// it, as a type error in a list does (issue 26).
+TEST_CASE("a bound broken inside a list names the element, at the element") {
+  auto r = load_text<Sample>(required_token + "sizes = [32, 0, 99999, -1]\n");
+  REQUIRE(r.error_count() == 2);
+  auto zero = error_at(r, "sizes[1]");
+  CHECK(zero.kind == error_kind::greater_than_equal);
+  CHECK(at(zero) == "test.toml:2:14");
+  CHECK(zero.input == "0");
+  CHECK(at(error_at(r, "sizes[3]")) == "test.toml:2:24");
+  auto cli = load_text<Sample>(required_token, {"--sizes=[3, 0]"});
+  auto flag = error_at(cli, "sizes[1]");
+  CHECK(at(flag) == "command line --sizes");
+  CHECK(flag.input == "0");
 }
 
 TEST_CASE("enum values are checked and the allowed ones listed") {
@@ -180,6 +196,17 @@ TEST_CASE("tagged unions: default alternative, switching, bad tags, foreign keys
 
   auto foreign = load_text<Sample>(required_token + "[choice]\ntype = \"first\"\nb = \"x\"\n");
   CHECK(error_at(foreign, "choice.b").kind == error_kind::extra_forbidden);
+  // ... and the message says which alternative has the key (issue 26)
+  CHECK(error_at(foreign, "choice.b").message ==
+        "'b' belongs to choice.type = \"second\", not choice.type = \"first\" (set at test.toml:3:8); set "
+        "choice.type = \"second\" or remove 'b'");
+  CHECK(at(error_at(foreign, "choice.b")) == "test.toml:4:1");
+  auto by_default = load_text<Sample>(required_token, {"--choice.b=x"});
+  CHECK(error_at(by_default, "choice.b").message ==
+        "'b' belongs to choice.type = \"second\", not choice.type = \"first\" (its default); set "
+        "choice.type = \"second\" or remove 'b'");
+  auto unknown = load_text<Sample>(required_token + "[choice]\nzz = 1\n");
+  CHECK(error_at(unknown, "choice.zz").message.rfind("unknown key 'zz' in [choice]", 0) == 0);
 
   // A later file without `type` keeps the alternative an earlier file chose.
   primecfg::sources src;
@@ -266,6 +293,15 @@ TEST_CASE("a duplicate key is named as written, at its line and column") {
     CHECK(at(errors[0]) == c.where);
     CHECK(errors[0].message.find(c.message) != std::string::npos);
   }
+}
+
+TEST_CASE("command line: an array in a form that does not work names the one that does") {
+  auto r = load_text<Sample>(required_token, {"--sizes", "64,128"});
+  auto e = error_at(r, "sizes");
+  CHECK(e.kind == error_kind::array_type);
+  CHECK(e.message.find("on the command line an array is TOML: --sizes='[64, 128]'") != std::string::npos);
+  auto one = load_text<Sample>(required_token, {"--sizes=64"});
+  CHECK(error_at(one, "sizes").message.find("--sizes='[64]'") != std::string::npos);
 }
 
 TEST_CASE("command line: every spelling of an override") {

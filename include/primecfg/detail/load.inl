@@ -265,7 +265,7 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
       }
       ctx.file.clear();
       ctx.flag = layer.flag;
-      decode_fields(override_table(layer.name, layer.content), value, type, "", ctx, false);
+      decode_fields(override_table(layer.name, layer.content), value, type, "", ctx);
       continue;
     }
     std::string text = layer.content;
@@ -287,7 +287,7 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
     // Kept to the end: a later file that switches a union's `type` decodes
     // the fields this one set again, from their own nodes (decode.hpp).
     documents.push_back(std::move(*doc));
-    decode_fields(documents.back(), value, type, "", ctx, false);
+    decode_fields(documents.back(), value, type, "", ctx);
   }
   check_and_validate(value, type, diagnostics, provenance);
   sort_diagnostics(diagnostics, src);
