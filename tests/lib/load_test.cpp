@@ -30,6 +30,15 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
+// A rule that names a copy of a field instead of the field.
+struct CopyingRule {
+  std::int64_t steps = 5;
+  void validate(primecfg::validation& v) {
+    std::int64_t copy = steps;
+    if (copy > 1) v.error(copy, "too many steps");
+  }
+};
+
 }  // namespace
 
 TEST_CASE("no source at all: defaults, and the required field is missing") {
@@ -383,4 +392,21 @@ TEST_CASE("reports: compiler-style text with a summary, and JSON for tools") {
   CHECK(json.find("\"line\" : 3") != std::string::npos);
   CHECK(json.find("\"file\" : \"test.toml\"") != std::string::npos);
   CHECK(json.front() == '[');
+}
+
+// v.error(local_var, ...) used to print "<unknown field>" and nothing else
+// (issue 26); a temporary does not compile (compile_fail_test.sh).
+TEST_CASE("a rule that names a value that is not a field is an error naming the rule") {
+  auto r = load_text<CopyingRule>("");
+  INFO(primecfg::format_text(r.diagnostics, "CopyingRule"));
+  REQUIRE(r.error_count() == 2);
+  auto says = [&](const std::string& text) {
+    return std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [&](const primecfg::diagnostic& d) {
+      return d.message.find(text) != std::string::npos;
+    });
+  };
+  CHECK(says("too many steps"));
+  CHECK(says("names a value that is not a field of this config"));
+  CHECK(says("load_test.cpp:"));
+  CHECK(says("CopyingRule::validate"));
 }

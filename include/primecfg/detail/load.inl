@@ -299,7 +299,12 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
 
 template <class T>
 loaded<T> load(const sources& src) {
-  static_assert(detail::is_struct_v<T>, "primecfg::load<T>: T must be a config struct");
+  static_assert(
+      !std::is_class_v<T> || std::is_aggregate_v<T>,
+      "primecfg: a config struct must be an aggregate (T in the 'In instantiation of' line above): no "
+      "user-declared constructor, no private or protected field, no virtual function or base");
+  static_assert(!std::is_aggregate_v<T> || detail::is_struct_v<T>,
+                "primecfg::load<T>: T must be a config struct");
   loaded<T> result;
   detail::load_sources(&result.value, detail::ops_of<T>, src, result.diagnostics, result.provenance);
   return result;
