@@ -69,6 +69,9 @@ struct loaded {
   T value{};
   provenance_map provenance;  // dotted path -> where its value came from (absent: default)
   std::vector<diagnostic> diagnostics;
+  // load_command_line: `--help` or `-h` was given (print help_text<T>() and
+  // stop; the request is also an error, for programs that do not look here).
+  bool help_requested = false;
 
   // How many of the diagnostics are errors (not warnings or notes).
   std::size_t error_count() const;

@@ -28,6 +28,9 @@ out=$("$tmp/consumer" @ "$tmp/run.toml" --steps 3)
 [ "$out" = "steps=3 strategy=full" ] || { echo "FAIL: installed consumer printed '$out'"; exit 1; }
 if "$tmp/consumer" --steps 0 2>"$tmp/err"; then echo "FAIL: invalid config accepted"; exit 1; fi
 grep -q "steps: must be greater than or equal to 1" "$tmp/err" || { echo "FAIL: unexpected error text"; cat "$tmp/err"; exit 1; }
+# A program built on primecfg offers --help, generated from its fields.
+"$tmp/consumer" --help >"$tmp/help" || { echo "FAIL: consumer --help did not exit 0"; exit 1; }
+grep -q -- "--steps INT (>= 1)" "$tmp/help" || { echo "FAIL: consumer --help:"; cat "$tmp/help"; exit 1; }
 
 # 1a. The consumer's own standard: C++20 or later, never forced. A C++23
 # consumer is compiled as C++23 (no -std=c++20 from the .pc after its own), and

@@ -4,6 +4,7 @@
 #include "test_helpers.hpp"
 
 #include <primecfg/cli.hpp>
+#include <primecfg/help.hpp>
 #include <primecfg/load.hpp>
 #include <primecfg/report.hpp>
 
@@ -311,6 +312,26 @@ TEST_CASE("command line: an array in a form that does not work names the one tha
   CHECK(e.message.find("on the command line an array is TOML: --sizes='[64, 128]'") != std::string::npos);
   auto one = load_text<Sample>(required_token, {"--sizes=64"});
   CHECK(error_at(one, "sizes").message.find("--sizes='[64]'") != std::string::npos);
+}
+
+// A program built on the library can offer --help (issue 26).
+TEST_CASE("command line: --help and -h ask for help; the help text lists the bounds") {
+  for (const char* flag : {"--help", "-h"}) {
+    CAPTURE(flag);
+    auto r = load_text<Sample>(required_token, {"--small=1", flag});
+    CHECK(r.help_requested);
+    // also an error, so a program that does not look never runs as if it were not there
+    REQUIRE(r.error_count() == 1);
+    CHECK(at(r.diagnostics[0]) == std::string("command line ") + flag);
+    CHECK(r.diagnostics[0].message.find("asks for help") != std::string::npos);
+  }
+  auto plain = load_text<Sample>(required_token, {"--small=1"});
+  CHECK_FALSE(plain.help_requested);
+  CHECK(plain.ok());
+  std::string help = primecfg::help_text<Sample>();
+  CHECK(help.find("  --small INT (>= 0)\n      A bounded int32. (default: 3)\n") != std::string::npos);
+  CHECK(help.find("  --rate FLOAT (> 0, <= 1)\n") != std::string::npos);
+  CHECK(help.find("  --tiny INT\n") != std::string::npos);
 }
 
 TEST_CASE("command line: every spelling of an override") {
