@@ -9,6 +9,7 @@
 #include <primecfg/describe.hpp>
 #include <primecfg/monitor.hpp>
 #include <primecfg/opaque.hpp>
+#include <primecfg/rules.hpp>
 #include <primecfg/trainer.hpp>
 #include <primecfg/validate.hpp>
 
@@ -151,6 +152,7 @@ struct RLConfig {
   }
 
   void validate(validation& v) {
+    rules::no_protected_env_vars(v, env_vars);
     // prime-rl's shared weight broadcast has no inference_world_size: the
     // launcher computes it from [inference].
     if (weight_broadcast && v.is_set(weight_broadcast->inference_world_size))
