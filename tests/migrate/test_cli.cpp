@@ -114,7 +114,8 @@ TEST_CASE("cli: --fsdp-as=full") {
 TEST_CASE("cli: a failing write leaves the original intact and no temporary file") {
   fs::path d = scratch("fail");
   write(d / "a.toml", legacy);
-  for (const char* where : {"write", "rename"}) {
+  // each both with an unnamed temporary file (O_TMPFILE) and with a named one
+  for (const char* where : {"write", "rename", "no-tmpfile,write", "no-tmpfile,rename"}) {
     CAPTURE(where);
     auto o = faulty_tool(d, "-i --no-validate a.toml", where);
     CHECK(o.status == 2);
