@@ -42,6 +42,30 @@ struct CopyingRule {
 
 }  // namespace
 
+// docs/library.md used to say g++ 12 crashes on this; it does not. (Outside the
+// anonymous namespace: a described struct there does not link at -O0, as the
+// never-defined object its field names are read from gets internal linkage.)
+namespace braced {
+struct BracedDefaults {
+  std::int64_t rank = 16;
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"};
+  std::vector<std::string> saved = {};
+  static constexpr auto fields() {
+    using S = BracedDefaults;
+    return primecfg::describe(primecfg::field(&S::rank, "Rank."), primecfg::field(&S::targets, "Targets."),
+                              primecfg::field(&S::saved, "Saved."));
+  }
+};
+}  // namespace braced
+
+TEST_CASE("a braced std::vector<std::string> default compiles and loads") {
+  auto r = load_text<braced::BracedDefaults>("saved = [\"x\"]\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.targets.size() == 6);
+  CHECK(r.value.targets[5] == "up_proj");
+  CHECK(r.value.saved == std::vector<std::string>{"x"});
+}
+
 TEST_CASE("no source at all: defaults, and the required field is missing") {
   primecfg::loaded<Sample> r = primecfg::load<Sample>({});
   CHECK(r.value.small == 3);
