@@ -1,6 +1,8 @@
 // [ckpt] and [resume]: writing and reading training checkpoints.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/validate.hpp>
 

@@ -2,6 +2,8 @@
 // is absent, or `fake`); the RL trainer takes [data.fake] for benchmarks.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/validate.hpp>
 

@@ -17,6 +17,8 @@
 // The definitions are in detail/describe.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/fields.hpp>
 #include <primecfg/detail/type_traits.hpp>
@@ -25,6 +27,7 @@
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace primecfg {
 
@@ -78,8 +81,46 @@ concept described = requires {
 
 template <class T>
 constexpr struct_doc<T> build_doc();
+
 template <class T>
-constexpr bool fully_described(const struct_doc<T>& doc);
+inline constexpr struct_doc<T> built_doc = build_doc<T>();
+
+// A field's name as a template argument, so that the compiler prints it.
+template <std::size_t N>
+struct name_literal {
+  char text[N + 1]{};
+  constexpr name_literal(std::string_view s) {
+    for (std::size_t i = 0; i < N; ++i) text[i] = s[i];
+  }
+};
+
+// Instantiated only for a field that fields() describes no times or several:
+// the compiler's "In instantiation of" line names it (Field, its index and
+// type, and how many entries it has).
+template <class Struct, name_literal Field, class FieldType, std::size_t Index, int Entries>
+constexpr void every_field_needs_exactly_one_entry() {
+  static_assert(
+      Entries == 1,
+      "primecfg: every field needs exactly one primecfg::field(...) entry in fields(); the field is "
+      "Field in the 'In instantiation of' line above (Index, FieldType, and its Entries)");
+}
+
+template <class T, std::size_t I>
+constexpr void check_description() {
+  constexpr int entries = built_doc<T>.times_described[I];
+  if constexpr (entries != 1) {
+    constexpr std::string_view name = field_names<T>()[I];
+    every_field_needs_exactly_one_entry<T, name_literal<name.size()>(name),
+                                        std::remove_cvref_t<decltype(get_field<I>(std::declval<T&>()))>, I,
+                                        entries>();
+  }
+}
+
+template <class T, std::size_t... I>
+constexpr bool check_descriptions(std::index_sequence<I...>) {
+  (check_description<T, I>(), ...);
+  return true;
+}
 
 }  // namespace detail
 
@@ -103,10 +144,12 @@ constexpr auto describe(Entries... entries);
 // tree describes everything).
 template <class T>
 inline constexpr detail::struct_doc<T> doc_of = [] {
-  constexpr detail::struct_doc<T> doc = detail::build_doc<T>();
-  static_assert(!detail::described<T> || detail::fully_described(doc),
-                "primecfg: every field needs exactly one primecfg::field(...) entry in fields()");
-  return doc;
+  if constexpr (detail::described<T>) {
+    static_assert(!detail::built_doc<T>.foreign_entry,
+                  "primecfg: fields() describes a member that is not a field of this struct");
+    detail::check_descriptions<T>(std::make_index_sequence<detail::struct_doc<T>::size>{});
+  }
+  return detail::built_doc<T>;
 }();
 
 }  // namespace primecfg

@@ -4,6 +4,8 @@
 // The definitions are in detail/dump.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/field_names.hpp>
 #include <primecfg/detail/fields.hpp>

@@ -5,6 +5,8 @@
 // The definitions are in detail/error.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <fmt/format.h>
 
 #include <cstdint>

@@ -8,6 +8,8 @@
 //   if (cfg.model.ep.is(EpKeyword::auto_)) ... else use(cfg.model.ep.number());
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <cstdint>
 #include <type_traits>
 #include <variant>

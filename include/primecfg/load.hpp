@@ -11,10 +11,13 @@
 // The definitions are in detail/load.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/decode.hpp>
 #include <primecfg/detail/header_only.hpp>
 #include <primecfg/detail/key_depth.hpp>
+#include <primecfg/detail/parse_error.hpp>
 #include <primecfg/detail/utf8.hpp>
 #include <primecfg/detail/walk.hpp>
 #include <primecfg/error.hpp>
@@ -66,6 +69,9 @@ struct loaded {
   T value{};
   provenance_map provenance;  // dotted path -> where its value came from (absent: default)
   std::vector<diagnostic> diagnostics;
+  // load_command_line: `--help` or `-h` was given (print help_text<T>() and
+  // stop; the request is also an error, for programs that do not look here).
+  bool help_requested = false;
 
   // How many of the diagnostics are errors (not warnings or notes).
   std::size_t error_count() const;

@@ -1,6 +1,8 @@
 // [model]: what to train and how it is laid out in memory.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/int_or.hpp>
 #include <primecfg/offload.hpp>

@@ -1,6 +1,8 @@
 // [log] and [monitors]: where progress is reported.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 
 #include <cstdint>

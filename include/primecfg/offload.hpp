@@ -8,6 +8,8 @@
 //   });
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <string_view>
 #include <type_traits>
 #include <utility>

@@ -3,6 +3,8 @@
 // key, and kept as written so it can be dumped back; it is never checked.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/toml.hpp>
 
 namespace primecfg {

@@ -1,6 +1,8 @@
 // [optim]: the optimizer, a tagged union on `type` (AdamW when absent).
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/validate.hpp>

@@ -4,6 +4,8 @@
 // the definitions are in detail/report.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/header_only.hpp>
 #include <primecfg/error.hpp>
 

@@ -3,10 +3,13 @@
 // programs and are kept as opaque tables.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/describe.hpp>
 #include <primecfg/monitor.hpp>
 #include <primecfg/opaque.hpp>
+#include <primecfg/rules.hpp>
 #include <primecfg/trainer.hpp>
 #include <primecfg/validate.hpp>
 
@@ -149,6 +152,7 @@ struct RLConfig {
   }
 
   void validate(validation& v) {
+    rules::no_protected_env_vars(v, env_vars);
     // prime-rl's shared weight broadcast has no inference_world_size: the
     // launcher computes it from [inference].
     if (weight_broadcast && v.is_set(weight_broadcast->inference_world_size))

@@ -1,6 +1,8 @@
 // Cross-field rules shared by the SFT and RL trainer roots.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/detail/value_text.hpp>
@@ -12,9 +14,14 @@
 #include <fmt/format.h>
 #include <primecfg/detail/toml.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <variant>
 
 namespace primecfg::rules {
@@ -145,6 +152,24 @@ inline void resume_fits(validation& v, const std::optional<ResumeConfig>& resume
                                        "raise max_steps or resume from an earlier step",
                                        *resume->step, v.path_of(max_steps), detail::value_text(max_steps),
                                        v.source_of(max_steps).to_string()));
+}
+
+// prime-rl's reject_protected_env_vars (configs/shared.py, PROTECTED_ENV_VARS):
+// the launcher sets these in every process it starts, after env_vars, so a
+// value written there would never arrive. Refused in every env_vars (SFT,
+// trainer, RL), each where it is written.
+inline constexpr std::string_view protected_env_vars[] = {
+    "CUDA_VISIBLE_DEVICES", "PRL_RUN_ID",         "PRL_RUN_NAME",         "WANDB_RUN_ID",
+    "WANDB_SHARED_MODE",    "WANDB_SHARED_LABEL", "WANDB_SHARED_PRIMARY", "WANDB_SHARED_FINISHER"};
+
+inline void no_protected_env_vars(validation& v, const std::map<std::string, std::string>& env_vars) {
+  for (const auto& [name, value] : env_vars)
+    if (std::find(std::begin(protected_env_vars), std::end(protected_env_vars), name) !=
+        std::end(protected_env_vars))
+      v.error(value,
+              fmt::format("{} is set by the launcher (GPU placement, the run's identity, the shared W&B "
+                          "run) and cannot be overridden in env_vars; remove it",
+                          name));
 }
 
 inline bool custom_or_auto(ModelImpl impl) { return impl == ModelImpl::custom || impl == ModelImpl::auto_; }

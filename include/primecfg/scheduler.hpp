@@ -1,6 +1,8 @@
 // [scheduler]: the learning-rate schedule, a tagged union on `type`.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 
 #include <cstdint>

@@ -8,6 +8,8 @@
 // The definitions are in detail/schema.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/describe.hpp>
 #include <primecfg/detail/enum_names.hpp>
 #include <primecfg/detail/field_names.hpp>

@@ -1,6 +1,8 @@
 // SFTConfig: the root of `primecfg-train` (supervised fine-tuning).
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/describe.hpp>
@@ -115,6 +117,7 @@ struct SFTConfig {
     rules::scheduler_below_lr(v, scheduler, optim);
     rules::resume_fits(v, resume, max_steps);
     rules::data_path_replaces_name(v, data);
+    rules::no_protected_env_vars(v, env_vars);
     rules::trace_fits(v, trace_path, max_steps);
     auto data_rules = [&](const auto& d) {
       rules::micro_batches_divide(v, d);

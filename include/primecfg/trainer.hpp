@@ -2,6 +2,8 @@
 // [trainer] section of an RLConfig.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/checkpoint.hpp>
 #include <primecfg/data.hpp>
 #include <primecfg/describe.hpp>
@@ -266,6 +268,7 @@ struct TrainerConfig {
     rules::scheduler_fits(v, scheduler, max_steps);
     rules::scheduler_below_lr(v, scheduler, optim);
     rules::resume_fits(v, resume, max_steps);
+    rules::no_protected_env_vars(v, env_vars);
     rules::trace_fits(v, trace_path, max_steps);
     if (data.fake) rules::micro_batches_divide(v, *data.fake);
     if (model.lora && weight_broadcast.type != WeightBroadcastType::filesystem)

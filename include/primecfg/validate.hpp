@@ -21,6 +21,8 @@
 // The definitions are in detail/validate.inl.
 #pragma once
 
+#include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
+
 #include <primecfg/detail/equal.hpp>
 #include <primecfg/detail/value_text.hpp>
 #include <primecfg/error.hpp>
@@ -29,9 +31,12 @@
 
 #include <boost/pfr/core.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
+#include <source_location>
 #include <string>
 #include <typeindex>
 #include <utility>
@@ -47,53 +52,63 @@ class validation {
  public:
   validation(std::vector<diagnostic>& out, provenance_map& sources) : out_(&out), sources_(&sources) {}
 
+  // Every function below takes a field of the config being loaded, by
+  // reference (`v.error(cfg.steps, ...)`). A value that is not one (a local
+  // variable, a copy) has no path: the rule's call site (`rule`, filled in by
+  // the compiler) is then reported as an error, never a silent "<unknown
+  // field>". A temporary (`v.error(steps + 1, ...)`) does not compile.
+
   // Dotted path of a field of the config being validated.
   template <class F>
-  std::string path_of(const F& field) const;
+  std::string path_of(const F& field, std::source_location rule = std::source_location::current()) const;
 
   // Where the field's value came from.
   template <class F>
-  provenance source_of(const F& field) const;
+  provenance source_of(const F& field, std::source_location rule = std::source_location::current()) const;
 
   // True when a file or the command line set the field.
   template <class F>
-  bool is_set(const F& field) const;
+  bool is_set(const F& field, std::source_location rule = std::source_location::current()) const;
 
   // A diagnostic at the field's path and source (with its value as the input).
   template <class F>
-  void error(const F& field, std::string message);
+  void error(F&& field, std::string message, std::source_location rule = std::source_location::current());
   template <class F>
-  void warning(const F& field, std::string message);
+  void warning(F&& field, std::string message, std::source_location rule = std::source_location::current());
   template <class F>
-  void note(const F& field, std::string message);
+  void note(F&& field, std::string message, std::source_location rule = std::source_location::current());
 
   // A rule that needs `field` to hold `value`: a default is replaced (with a
   // note saying why); a value the user set is never silently overridden, it
   // is an error. Returns true when the field now holds `value`.
   template <class F, class V>
-  bool require_value(F& field, V&& value, std::string why);
+  bool require_value(F& field, V&& value, std::string why,
+                     std::source_location rule = std::source_location::current());
 
   // A value shared from another section (RL's top-level max_steps into
   // [trainer]): taken when `field` was not set, an error when it was set to
   // something else. Provenance follows the value.
   template <class F, class V>
-  void inherit(F& field, const V& value);
+  void inherit(F& field, const V& value, std::source_location rule = std::source_location::current());
 
   // inherit() of a value computed from `cause` (RL's output_dir / run.name into
   // trainer.output_dir); `what` names the computation in the conflict message.
   template <class F, class V, class C>
-  void inherit(F& field, const V& value, std::string_view what, const C& cause);
+  void inherit(F& field, const V& value, std::string_view what, const C& cause,
+               std::source_location rule = std::source_location::current());
 
   // Turns an optional section on with its defaults because `cause` (a shared
   // section) asks for it; its fields get their paths at once. A section the
   // user switched off ("None") stays off: that is an error naming `cause`.
   // Returns the section, or null when it stays off.
   template <class S, class C>
-  S* engage(std::optional<S>& section, const C& cause);
+  S* engage(std::optional<S>& section, const C& cause,
+            std::source_location rule = std::source_location::current());
 
   // inherit() for every field of a struct that the shared section set.
   template <class S>
-  void inherit_fields(S& target, const S& shared);
+  void inherit_fields(S& target, const S& shared,
+                      std::source_location rule = std::source_location::current());
 
   // Where the value at a dotted path came from (e.g. a union's "optim.type").
   provenance source_of_path(std::string_view path) const;
@@ -106,13 +121,18 @@ class validation {
 
  private:
   template <class F>
-  void report(severity level, const F& field, std::string message);
+  void report(severity level, const F& field, std::string message, std::source_location rule);
+
+  // The path of the value at `address`, or an error naming the rule that
+  // passed something that is not a field (once per call site).
+  std::string find_path(const void* address, std::type_index type, std::source_location rule) const;
 
   // Keyed by address and type: a struct and its first member share an address.
   std::map<std::pair<const void*, std::type_index>, std::string> paths_;
   std::vector<diagnostic>* out_;
   provenance_map* sources_;
   std::function<void()> reindex_;
+  mutable std::set<std::pair<std::string, std::uint_least32_t>> unknown_reported_;
 };
 
 }  // namespace primecfg

@@ -78,7 +78,8 @@ TEST_CASE("primecfg validate: JSON errors for tools") {
   bad::scratch tmp;
   auto r = validate({tmp.file("bad.toml", "[model]\noffload = \"ful\"\n"), "--errors=json"});
   expect_exit(r, 1);
-  CHECK(bad::contains(r.err, "\"kind\" : \"literal_error\""));
+  CHECK(bad::contains(r.out, "\"kind\" : \"literal_error\""));  // machine output: stdout
+  CHECK(bad::contains(r.err, "1 error in SFTConfig"));
 }
 
 TEST_CASE("primecfg validate: files that cannot be read exit 2") {
@@ -146,10 +147,11 @@ TEST_CASE("primecfg: a failed write of its output is an error and exit 2, never 
     expect_exit(r, 2);
     CHECK(bad::contains(r.err, "primecfg: error: cannot write to standard output"));
   }
-  // schema --out-dir into a folder that cannot hold the files
+  // schema --out-dir into a folder that cannot hold the files: the folder is named
   auto r = run({primecfg, "schema", "--out-dir", (tmp.dir() / "missing" / "deeper").string()});
   expect_exit(r, 2);
-  CHECK(bad::contains(r.err, "cannot write"));
+  CHECK(bad::contains(r.err, "primecfg: error: --out-dir " + (tmp.dir() / "missing" / "deeper").string() +
+                                 ": No such file or directory"));
 }
 
 TEST_CASE("primecfg validate: flags that name no field or a section exit 1") {

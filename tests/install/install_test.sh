@@ -28,6 +28,27 @@ out=$("$tmp/consumer" @ "$tmp/run.toml" --steps 3)
 [ "$out" = "steps=3 strategy=full" ] || { echo "FAIL: installed consumer printed '$out'"; exit 1; }
 if "$tmp/consumer" --steps 0 2>"$tmp/err"; then echo "FAIL: invalid config accepted"; exit 1; fi
 grep -q "steps: must be greater than or equal to 1" "$tmp/err" || { echo "FAIL: unexpected error text"; cat "$tmp/err"; exit 1; }
+# A program built on primecfg offers --help, generated from its fields.
+"$tmp/consumer" --help >"$tmp/help" || { echo "FAIL: consumer --help did not exit 0"; exit 1; }
+grep -q -- "--steps INT (>= 1)" "$tmp/help" || { echo "FAIL: consumer --help:"; cat "$tmp/help"; exit 1; }
+
+# 1a. The consumer's own standard: C++20 or later, never forced. A C++23
+# consumer is compiled as C++23 (no -std=c++20 from the .pc after its own), and
+# a C++17 one stops with primecfg's message, not with errors deep in the headers.
+for pcname in primecfg primecfg-compiled; do
+  case " $(pkg-config --cflags "$pcname") " in *" -std="*) echo "FAIL: $pcname.pc sets the C++ standard"; exit 1 ;; esac
+done
+printf '#include <primecfg/load.hpp>\nstatic_assert(__cplusplus > 202002L, "compiled as C++20, not C++23");\nint main() {}\n' \
+  >"$tmp/cxx23.cpp"
+# shellcheck disable=SC2086
+"$cxx" -std=c++23 -fsyntax-only "$tmp/cxx23.cpp" $(pkg-config --cflags primecfg) 2>"$tmp/cxx23.err" ||
+  { echo "FAIL: a C++23 consumer is not compiled as C++23:"; cat "$tmp/cxx23.err"; exit 1; }
+# shellcheck disable=SC2086
+if "$cxx" -std=c++17 -fsyntax-only "$source_root/tests/install/consumer/main.cpp" $flags 2>"$tmp/cxx17.err"; then
+  echo "FAIL: a C++17 consumer compiled"; exit 1
+fi
+grep -q "primecfg needs C++20 or later" "$tmp/cxx17.err" ||
+  { echo "FAIL: a C++17 consumer did not get primecfg's message:"; head -5 "$tmp/cxx17.err"; exit 1; }
 
 # 1b. The compiled loader through pkg-config: primecfg-compiled.pc gives the
 # defines, the static library and fmt; the consumer's own object file holds no

@@ -4,6 +4,7 @@
 #include "test_helpers.hpp"
 
 #include <primecfg/cli.hpp>
+#include <primecfg/help.hpp>
 #include <primecfg/load.hpp>
 #include <primecfg/report.hpp>
 
@@ -30,7 +31,40 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
+// A rule that names a copy of a field instead of the field.
+struct CopyingRule {
+  std::int64_t steps = 5;
+  void validate(primecfg::validation& v) {
+    std::int64_t copy = steps;
+    if (copy > 1) v.error(copy, "too many steps");
+  }
+};
+
 }  // namespace
+
+// docs/library.md used to say g++ 12 crashes on this; it does not. (Outside the
+// anonymous namespace: a described struct there does not link at -O0, as the
+// never-defined object its field names are read from gets internal linkage.)
+namespace braced {
+struct BracedDefaults {
+  std::int64_t rank = 16;
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"};
+  std::vector<std::string> saved = {};
+  static constexpr auto fields() {
+    using S = BracedDefaults;
+    return primecfg::describe(primecfg::field(&S::rank, "Rank."), primecfg::field(&S::targets, "Targets."),
+                              primecfg::field(&S::saved, "Saved."));
+  }
+};
+}  // namespace braced
+
+TEST_CASE("a braced std::vector<std::string> default compiles and loads") {
+  auto r = load_text<braced::BracedDefaults>("saved = [\"x\"]\n");
+  REQUIRE(r.ok());
+  CHECK(r.value.targets.size() == 6);
+  CHECK(r.value.targets[5] == "up_proj");
+  CHECK(r.value.saved == std::vector<std::string>{"x"});
+}
 
 TEST_CASE("no source at all: defaults, and the required field is missing") {
   primecfg::loaded<Sample> r = primecfg::load<Sample>({});
@@ -120,11 +154,27 @@ TEST_CASE("declared bounds are checked, for plain, optional and list values") {
   CHECK(error_at(r, "small").message == "must be greater than or equal to 0");
   CHECK(error_at(r, "rate").kind == error_kind::greater_than);
   CHECK(error_at(r, "limit").kind == error_kind::greater_than_equal);
-  CHECK(error_at(r, "sizes").kind == error_kind::greater_than_equal);
+  CHECK(error_at(r, "sizes[1]").kind == error_kind::greater_than_equal);
   CHECK(error_at(r, "inner.x").kind == error_kind::greater_than_equal);
   CHECK(error_at(r, "inner.y").kind == error_kind::less_than);
   auto high = load_text<Sample>(required_token + "rate = 1.5\n");
   CHECK(error_at(high, "rate").kind == error_kind::less_than_equal);
+}
+
+// A bound broken by one element of a list names that element and points at
+// it, as a type error in a list does (issue 26).
+TEST_CASE("a bound broken inside a list names the element, at the element") {
+  auto r = load_text<Sample>(required_token + "sizes = [32, 0, 99999, -1]\n");
+  REQUIRE(r.error_count() == 2);
+  auto zero = error_at(r, "sizes[1]");
+  CHECK(zero.kind == error_kind::greater_than_equal);
+  CHECK(at(zero) == "test.toml:2:14");
+  CHECK(zero.input == "0");
+  CHECK(at(error_at(r, "sizes[3]")) == "test.toml:2:24");
+  auto cli = load_text<Sample>(required_token, {"--sizes=[3, 0]"});
+  auto flag = error_at(cli, "sizes[1]");
+  CHECK(at(flag) == "command line --sizes");
+  CHECK(flag.input == "0");
 }
 
 TEST_CASE("enum values are checked and the allowed ones listed") {
@@ -180,6 +230,17 @@ TEST_CASE("tagged unions: default alternative, switching, bad tags, foreign keys
 
   auto foreign = load_text<Sample>(required_token + "[choice]\ntype = \"first\"\nb = \"x\"\n");
   CHECK(error_at(foreign, "choice.b").kind == error_kind::extra_forbidden);
+  // ... and the message says which alternative has the key (issue 26)
+  CHECK(error_at(foreign, "choice.b").message ==
+        "'b' belongs to choice.type = \"second\", not choice.type = \"first\" (set at test.toml:3:8); set "
+        "choice.type = \"second\" or remove 'b'");
+  CHECK(at(error_at(foreign, "choice.b")) == "test.toml:4:1");
+  auto by_default = load_text<Sample>(required_token, {"--choice.b=x"});
+  CHECK(error_at(by_default, "choice.b").message ==
+        "'b' belongs to choice.type = \"second\", not choice.type = \"first\" (its default); set "
+        "choice.type = \"second\" or remove 'b'");
+  auto unknown = load_text<Sample>(required_token + "[choice]\nzz = 1\n");
+  CHECK(error_at(unknown, "choice.zz").message.rfind("unknown key 'zz' in [choice]", 0) == 0);
 
   // A later file without `type` keeps the alternative an earlier file chose.
   primecfg::sources src;
@@ -243,6 +304,58 @@ TEST_CASE("duplicate keys and tables are syntax errors") {
   CHECK(testing::of_kind(load_text<Sample>(required_token + "[inner]\nx = 1\n[inner]\nx = 2\n"),
                          error_kind::toml_syntax)
             .size() == 1);
+}
+
+// toml++ 3.3 garbles a quoted duplicate key ('"naname" ', marzer/tomlplusplus#300)
+// and points at the value: the report names the key as written, at the key.
+TEST_CASE("a duplicate key is named as written, at its line and column") {
+  struct duplicate {
+    std::string text, where, message;
+  };
+  for (const duplicate& c : std::vector<duplicate>{
+           {"name = \"a\"\n\"name\" = \"b\"\n", "test.toml:3:1",
+            "cannot redefine existing string '\"name\"'"},
+           {"[inner]\nx = 1\n  'x' = 2\n", "test.toml:4:3", "cannot redefine existing integer ''x''"},
+           {"small = 1\nsmall = 2\n", "test.toml:3:1", "cannot redefine existing integer 'small'"},
+           {"env = {A = \"1\", \"A\" = \"2\"}\n", "test.toml:2:17",
+            "cannot redefine existing string '\"A\"'"},
+           {"[inner]\n[\"inner\"]\n", "test.toml:3:1", "cannot redefine existing table '\"inner\"'"},
+       }) {
+    CAPTURE(c.text);
+    auto errors = testing::of_kind(load_text<Sample>(required_token + c.text), error_kind::toml_syntax);
+    REQUIRE(errors.size() == 1);
+    CHECK(at(errors[0]) == c.where);
+    CHECK(errors[0].message.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("command line: an array in a form that does not work names the one that does") {
+  auto r = load_text<Sample>(required_token, {"--sizes", "64,128"});
+  auto e = error_at(r, "sizes");
+  CHECK(e.kind == error_kind::array_type);
+  CHECK(e.message.find("on the command line an array is TOML: --sizes='[64, 128]'") != std::string::npos);
+  auto one = load_text<Sample>(required_token, {"--sizes=64"});
+  CHECK(error_at(one, "sizes").message.find("--sizes='[64]'") != std::string::npos);
+}
+
+// A program built on the library can offer --help (issue 26).
+TEST_CASE("command line: --help and -h ask for help; the help text lists the bounds") {
+  for (const char* flag : {"--help", "-h"}) {
+    CAPTURE(flag);
+    auto r = load_text<Sample>(required_token, {"--small=1", flag});
+    CHECK(r.help_requested);
+    // also an error, so a program that does not look never runs as if it were not there
+    REQUIRE(r.error_count() == 1);
+    CHECK(at(r.diagnostics[0]) == std::string("command line ") + flag);
+    CHECK(r.diagnostics[0].message.find("asks for help") != std::string::npos);
+  }
+  auto plain = load_text<Sample>(required_token, {"--small=1"});
+  CHECK_FALSE(plain.help_requested);
+  CHECK(plain.ok());
+  std::string help = primecfg::help_text<Sample>();
+  CHECK(help.find("  --small INT (>= 0)\n      A bounded int32. (default: 3)\n") != std::string::npos);
+  CHECK(help.find("  --rate FLOAT (> 0, <= 1)\n") != std::string::npos);
+  CHECK(help.find("  --tiny INT\n") != std::string::npos);
 }
 
 TEST_CASE("command line: every spelling of an override") {
@@ -324,4 +437,21 @@ TEST_CASE("reports: compiler-style text with a summary, and JSON for tools") {
   CHECK(json.find("\"line\" : 3") != std::string::npos);
   CHECK(json.find("\"file\" : \"test.toml\"") != std::string::npos);
   CHECK(json.front() == '[');
+}
+
+// v.error(local_var, ...) used to print "<unknown field>" and nothing else
+// (issue 26); a temporary does not compile (compile_fail_test.sh).
+TEST_CASE("a rule that names a value that is not a field is an error naming the rule") {
+  auto r = load_text<CopyingRule>("");
+  INFO(primecfg::format_text(r.diagnostics, "CopyingRule"));
+  REQUIRE(r.error_count() == 2);
+  auto says = [&](const std::string& text) {
+    return std::any_of(r.diagnostics.begin(), r.diagnostics.end(), [&](const primecfg::diagnostic& d) {
+      return d.message.find(text) != std::string::npos;
+    });
+  };
+  CHECK(says("too many steps"));
+  CHECK(says("names a value that is not a field of this config"));
+  CHECK(says("load_test.cpp:"));
+  CHECK(says("CopyingRule::validate"));
 }

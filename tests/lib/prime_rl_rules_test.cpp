@@ -618,3 +618,23 @@ TEST_CASE("FP8 quantization keeps prime-rl's high-precision modules and grouped-
   CHECK(defaults.ignore_patterns.size() == 8);
   CHECK(defaults.ignore_patterns[2] == "mlp\\.gate\\.");
 }
+
+TEST_CASE("env_vars refuses the variables the launcher sets (prime-rl's reject_protected_env_vars)") {
+  auto sft = load_text<primecfg::SFTConfig>("[env_vars]\nHF_HOME = \"/h\"\nCUDA_VISIBLE_DEVICES = \"0,1\"\n");
+  auto e = error_at(sft, "env_vars.CUDA_VISIBLE_DEVICES");
+  CHECK(e.message.find("CUDA_VISIBLE_DEVICES is set by the launcher") == 0);
+  CHECK(e.where.to_string() == "test.toml:3:24");
+  CHECK(sft.error_count() == 1);  // HF_HOME is fine
+  for (const char* name : {"PRL_RUN_ID", "PRL_RUN_NAME", "WANDB_RUN_ID", "WANDB_SHARED_MODE",
+                           "WANDB_SHARED_LABEL", "WANDB_SHARED_PRIMARY", "WANDB_SHARED_FINISHER"}) {
+    CAPTURE(name);
+    auto flag = load_text<primecfg::TrainerConfig>("", {std::string("--env-vars.") + name + "=x"});
+    CHECK(error_at(flag, std::string("env_vars.") + name).where.to_string() ==
+          std::string("command line --env-vars.") + name);
+  }
+  auto rl = load_text<primecfg::RLConfig>(
+      "[env_vars]\nWANDB_RUN_ID = \"a\"\n[trainer.env_vars]\nPRL_RUN_ID = \"b\"\n");
+  CHECK(error_at(rl, "env_vars.WANDB_RUN_ID").kind == error_kind::value_error);
+  CHECK(error_at(rl, "trainer.env_vars.PRL_RUN_ID").kind == error_kind::value_error);
+  CHECK(load_text<primecfg::RLConfig>("[env_vars]\nCUDA_LAUNCH_BLOCKING = \"1\"\n").ok());
+}

@@ -56,6 +56,19 @@ TEST_CASE("cli: --check exits 1 when a file needs migrating, 0 when none does, 2
   fs::remove_all(d);
 }
 
+// toml++ 3.3 garbles a quoted duplicate key ('"naname" ', marzer/tomlplusplus#300).
+TEST_CASE("cli: a duplicate quoted key is named as written, at its line and column") {
+  fs::path d = scratch("duplicate");
+  const std::string text = "[model]\noptim_cpu_offload = false\n  \"optim_cpu_offload\" = true\n";
+  write(d / "dup.toml", text);
+  auto o = tool(d, "dup.toml");
+  CHECK(o.status == 2);
+  CHECK(o.err.find("dup.toml:3:3: error: not valid TOML: Error while parsing key-value pair: cannot redefine "
+                   "existing boolean '\"optim_cpu_offload\"'\n") != std::string::npos);
+  CHECK(read(d / "dup.toml") == text);
+  fs::remove_all(d);
+}
+
 TEST_CASE("cli: --in-place rewrites, keeps permissions, and a second run writes nothing") {
   fs::path d = scratch("inplace");
   write(d / "a.toml", legacy);
@@ -101,7 +114,8 @@ TEST_CASE("cli: --fsdp-as=full") {
 TEST_CASE("cli: a failing write leaves the original intact and no temporary file") {
   fs::path d = scratch("fail");
   write(d / "a.toml", legacy);
-  for (const char* where : {"write", "rename"}) {
+  // each both with an unnamed temporary file (O_TMPFILE) and with a named one
+  for (const char* where : {"write", "rename", "no-tmpfile,write", "no-tmpfile,rename"}) {
     CAPTURE(where);
     auto o = faulty_tool(d, "-i --no-validate a.toml", where);
     CHECK(o.status == 2);
@@ -172,8 +186,12 @@ TEST_CASE("cli: usage errors, unreadable and malformed files exit 2") {
   CHECK(missing.err.find("missing.toml: error: cannot read the file") != std::string::npos);
   auto malformed = tool(d, "bad.toml");
   CHECK(malformed.status == 2);
-  CHECK(malformed.err.find("bad.toml:1: error: not valid TOML") != std::string::npos);
-  CHECK(tool(d, "--help").status == 0);
+  CHECK(malformed.err.find("bad.toml:1:7: error: not valid TOML") != std::string::npos);
+  for (const char* help : {"--help", "-h"}) {
+    auto usage = tool(d, help);
+    CHECK(usage.status == 0);
+    CHECK(usage.out.rfind("usage: primecfg-migrate", 0) == 0);
+  }
   auto steps = tool(d, "--list-steps");
   CHECK(steps.out.find("0001_offload_to_single_field") != std::string::npos);
   fs::remove_all(d);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -500,5 +501,57 @@ TEST_CASE("in-place: inode flags (chattr) are kept; an immutable or append-only 
     CHECK(entries(d) == 1);
     REQUIRE(set_flags(f, plain));
   }
+  fs::remove_all(d);
+}
+
+// Issue 25: `-i` killed between writing its temporary file and the rename left
+// `.FILE.primecfg-migrate-XXXXXX` beside the file forever.
+TEST_CASE("in-place: a run killed before the rename leaves no temporary file (O_TMPFILE)") {
+  fs::path d = scratch("killed");
+  write(d / "a.toml", legacy);
+  auto o = faulty_tool(d, "-i --no-validate a.toml", "kill");
+  CHECK((o.status == -1 || o.status == 128 + SIGKILL));  // killed (the shell may report it)
+  CHECK(read(d / "a.toml") == legacy);
+  CHECK(entries(d) == 1);
+  // without O_TMPFILE the result is the same, and no temporary file stays either
+  CHECK(faulty_tool(d, "-i --no-validate a.toml", "no-tmpfile").status == 0);
+  CHECK(read(d / "a.toml") == legacy_done);
+  CHECK(entries(d) == 1);
+  fs::remove_all(d);
+}
+
+TEST_CASE("in-place: a temporary file left by a killed run is removed by the next run, with a note") {
+  fs::path d = scratch("stale");
+  write(d / "a.toml", legacy);
+  // where the file system has no O_TMPFILE, a killed run leaves its named temporary file
+  auto killed = faulty_tool(d, "-i --no-validate a.toml", "no-tmpfile,kill");
+  CHECK((killed.status == -1 || killed.status == 128 + SIGKILL));
+  CHECK(read(d / "a.toml") == legacy);
+  REQUIRE(entries(d) == 2);
+  std::string stale;
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().filename() != "a.toml") stale = e.path().filename().string();
+  CHECK(stale.rfind(".a.toml.primecfg-migrate-", 0) == 0);
+  // another file's temporary, and names that only look alike, are left alone
+  write(d / ".b.toml.primecfg-migrate-Ab3xYz", "b");
+  write(d / ".a.toml.primecfg-migrate-keep", "k");
+  write(d / "a.toml.primecfg-migrate-Ab3xYz", "c");
+  auto next = tool(d, "-i --no-validate a.toml");
+  CHECK(next.status == 0);
+  CHECK(next.err.find("a.toml: note: removed " + stale +
+                      ", a temporary file left by an earlier run that was interrupted\n") !=
+        std::string::npos);
+  CHECK(read(d / "a.toml") == legacy_done);
+  CHECK_FALSE(fs::exists(d / stale));
+  CHECK(fs::exists(d / ".b.toml.primecfg-migrate-Ab3xYz"));
+  CHECK(fs::exists(d / ".a.toml.primecfg-migrate-keep"));
+  CHECK(fs::exists(d / "a.toml.primecfg-migrate-Ab3xYz"));
+  CHECK(entries(d) == 4);
+  // a file that needs nothing is cleaned up too
+  write(d / ".a.toml.primecfg-migrate-Zz9999", "z");
+  auto clean = tool(d, "-i --no-validate a.toml");
+  CHECK(clean.status == 0);
+  CHECK(clean.err.find("note: removed") != std::string::npos);
+  CHECK(entries(d) == 4);
   fs::remove_all(d);
 }

@@ -11,8 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -141,7 +145,79 @@ std::string temp_name(const fs::path& dir, const std::string& name) {
   return (dir / leaf).string();
 }
 
+// The part of temp_name() before the random characters: every temporary this
+// tool makes for `name` in `dir` starts with it and has six characters more.
+std::string temp_prefix(const fs::path& dir, const std::string& name) {
+  std::string t = temp_name(dir, name);
+  return fs::path(t.substr(0, t.size() - 6)).filename().string();
+}
+
+// The file `path` resolves to (a symbolic link: the file it points to).
+bool resolve(const std::string& path, fs::path& target, std::string& err) {
+  std::error_code ec;
+  target = path;
+  if (fs::is_symlink(target, ec)) {
+    target = fs::canonical(target, ec);
+    if (ec) {
+      err = "cannot resolve the symbolic link: " + ec.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+// Gives the unnamed temporary file `fd` (O_TMPFILE) a name like temp_name()'s
+// in `dir`, for the rename; false with errno set when it cannot.
+bool link_unnamed(int fd, const fs::path& dir, const std::string& name, std::string& linked) {
+  const std::string pattern = temp_name(dir, name);
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  static constexpr char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::uint64_t seed =
+      static_cast<std::uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string candidate = pattern;
+    for (std::size_t i = candidate.size() - 6; i < candidate.size(); ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      candidate[i] = letters[(seed >> 33) % (sizeof letters - 1)];
+    }
+    // Through /proc (any user); without /proc mounted, AT_EMPTY_PATH (which needs
+    // CAP_DAC_READ_SEARCH).
+    int r = ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, candidate.c_str(), AT_SYMLINK_FOLLOW);
+    if (r != 0 && errno == ENOENT) r = ::linkat(fd, "", AT_FDCWD, candidate.c_str(), AT_EMPTY_PATH);
+    if (r == 0) {
+      linked = candidate;
+      return true;
+    }
+    if (errno != EEXIST) return false;
+  }
+  errno = EEXIST;
+  return false;
+}
+
 }  // namespace
+
+std::vector<std::string> remove_stale_temporaries(const std::string& path) {
+  std::vector<std::string> removed;
+  fs::path target;
+  std::string err;
+  if (!resolve(path, target, err)) return removed;
+  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = temp_prefix(dir, target.filename().string());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string leaf = it->path().filename().string();
+    if (leaf.size() != prefix.size() + 6 || leaf.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!std::all_of(leaf.begin() + static_cast<std::ptrdiff_t>(prefix.size()), leaf.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }))
+      continue;
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;
+    if (::unlink(it->path().c_str()) == 0)
+      removed.push_back(target.parent_path().empty() ? leaf : it->path().string());
+  }
+  return removed;
+}
 
 bool read_config(const std::string& path, std::uintmax_t max_bytes, read_result& out, std::string& err) {
   struct stat st {};
@@ -193,15 +269,8 @@ bool read_config(const std::string& path, std::uintmax_t max_bytes, read_result&
 bool write_in_place(const std::string& path, const struct stat& was, const std::string& data,
                     std::string& err) {
   // A symbolic link stays a link: the file it points to is rewritten.
-  std::error_code ec;
-  fs::path target = path;
-  if (fs::is_symlink(target, ec)) {
-    target = fs::canonical(target, ec);
-    if (ec) {
-      err = "cannot resolve the symbolic link: " + ec.message();
-      return false;
-    }
-  }
+  fs::path target;
+  if (!resolve(path, target, err)) return false;
   fd_guard old(::open(target.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
   if (old.fd < 0) {
     err = "cannot open " + target.string() + ": " + errno_text(errno);
@@ -249,29 +318,44 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
   xattr_map attrs;
   if (!read_xattrs(old.fd, attrs, err)) return false;
 
+  // The new content goes to an unnamed file (O_TMPFILE) where the file system
+  // allows it: a run killed before the rename leaves nothing behind. It gets a
+  // name only just before the rename. Elsewhere (EOPNOTSUPP, or EISDIR from an
+  // old kernel) a named temporary file is used from the start; one left by a
+  // killed run is removed by the next (remove_stale_temporaries).
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::string tmp = temp_name(dir, target.filename().string());
-  fd_guard fd(::mkostemp(tmp.data(), O_CLOEXEC));
-  if (fd.fd < 0) {
-    err = "cannot create a temporary file in " + dir.string() + ": " + errno_text(errno);
-    return false;
+  const std::string leaf = target.filename().string();
+  std::string tmp;  // the temporary file's name, once it has one
+  fd_guard fd;
+  if (!test_seams::inject_failure("no-tmpfile"))
+    fd.fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  const bool named = fd.fd < 0;
+  if (named) {
+    tmp = temp_name(dir, leaf);
+    fd.fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+    if (fd.fd < 0) {
+      err = "cannot create a temporary file in " + dir.string() + ": " + errno_text(errno);
+      return false;
+    }
   }
+  // How messages name it.
+  const std::string tmp_desc = named ? tmp : "the new file (unnamed, in " + dir.string() + ")";
   auto fail = [&](const std::string& what, int e) {
     err = what + (e != 0 ? ": " + errno_text(e) : std::string());
     if (fd.fd >= 0) ::close(fd.fd);
     fd.fd = -1;
-    ::unlink(tmp.c_str());
+    if (!tmp.empty()) ::unlink(tmp.c_str());
     return false;
   };
 
   std::size_t done = 0;
   while (done < data.size()) {
-    if (test_seams::inject_failure("write")) return fail("cannot write " + tmp, EIO);
+    if (test_seams::inject_failure("write")) return fail("cannot write " + tmp_desc, EIO);
     ssize_t n = ::write(fd.fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       const int e = errno;
-      return fail("cannot write " + tmp + (e == EFBIG ? " (the file size limit, ulimit -f)" : ""), e);
+      return fail("cannot write " + tmp_desc + (e == EFBIG ? " (the file size limit, ulimit -f)" : ""), e);
     }
     done += static_cast<std::size_t>(n);
   }
@@ -305,7 +389,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
     int tmp_flags = 0;
     if (::ioctl(fd.fd, FS_IOC_GETFLAGS, &tmp_flags) != 0) {
       const int e = errno;
-      return fail("cannot read the inode flags of " + tmp, e);
+      return fail("cannot read the inode flags of " + tmp_desc, e);
     }
     const int want = (tmp_flags & ~FS_FL_USER_MODIFIABLE) | (flags & FS_FL_USER_MODIFIABLE);
     if (want != tmp_flags && ::ioctl(fd.fd, FS_IOC_SETFLAGS, &want) != 0) {
@@ -315,7 +399,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
   }
   if (::fchmod(fd.fd, st.st_mode & 07777) != 0) {
     const int e = errno;
-    return fail("cannot set the mode of " + tmp, e);
+    return fail("cannot set the mode of " + tmp_desc, e);
   }
 
   // Check that it all took (the kernel may drop a setgid bit, say) before the
@@ -323,7 +407,7 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
   struct stat now {};
   if (::fstat(fd.fd, &now) != 0) {
     const int e = errno;
-    return fail("cannot stat " + tmp, e);
+    return fail("cannot stat " + tmp_desc, e);
   }
   if (now.st_uid != st.st_uid || now.st_gid != st.st_gid)
     return fail("the new file would not keep the owner and group of the old one", 0);
@@ -341,13 +425,18 @@ bool write_in_place(const std::string& path, const struct stat& was, const std::
 
   if (::fsync(fd.fd) != 0) {
     const int e = errno;
-    return fail("cannot flush " + tmp, e);
+    return fail("cannot flush " + tmp_desc, e);
+  }
+  if (test_seams::inject_failure("kill")) ::raise(SIGKILL);  // killed between the write and the rename
+  if (!named && !link_unnamed(fd.fd, dir, leaf, tmp)) {
+    const int e = errno;
+    return fail("cannot give the new file a name in " + dir.string(), e);
   }
   const int closed = ::close(fd.fd);
   fd.fd = -1;
   if (closed != 0) {
     const int e = errno;
-    return fail("cannot close " + tmp, e);
+    return fail("cannot close " + tmp_desc, e);
   }
 
   if (test_seams::inject_failure("change-original")) {  // another program writes the file meanwhile

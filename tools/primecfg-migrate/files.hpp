@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace primecfg::migrate {
 
@@ -35,5 +36,12 @@ bool read_config(const std::string& path, std::uintmax_t max_bytes, read_result&
 // `was` was taken; any failure to keep its metadata or to write the data.
 bool write_in_place(const std::string& path, const struct stat& was, const std::string& data,
                     std::string& err);
+
+// Removes the temporary files that write_in_place left beside `path` (the file
+// a symbolic link points to) in a run that was killed before its rename
+// (`.NAME.primecfg-migrate-XXXXXX`; only where the file system has no
+// O_TMPFILE, or in the instant between naming the new file and the rename).
+// Returns the paths removed.
+std::vector<std::string> remove_stale_temporaries(const std::string& path);
 
 }  // namespace primecfg::migrate

@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
   const std::uintmax_t max_bytes = loader_max_bytes();
 
   for (const std::string& path : c.files) {
+    if (c.m == mode::in_place)
+      for (const std::string& stale : remove_stale_temporaries(path))
+        std::cerr << path << ": note: removed " << stale
+                  << ", a temporary file left by an earlier run that was interrupted\n";
     read_result in;
     std::string err;
     if (!read_config(path, max_bytes, in, err)) {

@@ -3,6 +3,7 @@
 #include "steps.hpp"
 
 #include <primecfg/detail/key_depth.hpp>
+#include <primecfg/detail/parse_error.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -17,6 +18,7 @@ bool file_result::failed() const {
 std::string format(std::string_view file, const finding& d) {
   std::string out(file);
   if (d.line > 0) out += ":" + std::to_string(d.line);
+  if (d.line > 0 && d.column > 0) out += ":" + std::to_string(d.column);
   out += ": ";
   out += to_string(d.lvl);
   out += ": ";
@@ -38,10 +40,12 @@ std::optional<toml::table> parse(const std::string& text, std::vector<finding>& 
   try {
     return toml::parse(text);
   } catch (const toml::parse_error& e) {
+    // toml++ 3.3's own text can be garbled (detail/parse_error.hpp).
+    primecfg::detail::toml_error_report r = primecfg::detail::describe_parse_error(text, e);
     std::string msg = ours ? "internal error: the migrated text is not valid TOML (" : "not valid TOML: ";
-    msg += e.description();
+    msg += r.message;
     if (ours) msg += "); nothing was changed";
-    diags.push_back({level::error, ours ? 0 : static_cast<std::size_t>(e.source().begin.line), msg});
+    diags.push_back({level::error, ours ? 0 : static_cast<std::size_t>(r.line), msg, ours ? 0 : r.column});
     return std::nullopt;
   }
 }

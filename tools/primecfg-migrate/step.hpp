@@ -28,6 +28,7 @@ struct finding {
   level lvl = level::note;
   std::size_t line = 0;  // 1-based; 0 when the message is about the whole file
   std::string message;
+  std::size_t column = 0;  // 1-based, in characters; 0 when not known
 };
 
 std::string_view to_string(level l);

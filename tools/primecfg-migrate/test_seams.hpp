@@ -10,7 +10,9 @@ namespace primecfg::migrate::test_seams {
 
 // Whether the in-place write is to fail at `where`: "write" (writing the temporary
 // file), "change-original" (another program appends to the original before the
-// rename), "rename" (replacing the original).
+// rename), "rename" (replacing the original), "no-tmpfile" (the file system has
+// no O_TMPFILE: a named temporary file is used), "kill" (the process is killed
+// between writing the temporary file and the rename).
 bool inject_failure(std::string_view where);
 
 }  // namespace primecfg::migrate::test_seams

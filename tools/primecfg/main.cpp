@@ -79,6 +79,7 @@ bool parse_options(int argc, char** argv, options& opt, std::string& error) {
     return false;
   }
   opt.command = args[0];
+  if (opt.command == "--help" || opt.command == "-h") opt.command = "usage";
   for (std::size_t i = 1; i < args.size(); ++i) {
     std::string a = args[i];
     auto value_of = [&](std::string_view name) -> std::optional<std::string> {
@@ -163,9 +164,18 @@ int run_command(const options& opt, std::string_view root_name) {
 
   bool unreadable = false;
   for (const auto& d : cfg.diagnostics) unreadable = unreadable || d.kind == primecfg::error_kind::file_error;
-  if (opt.json_errors)
-    fmt::print(stderr, "{}", primecfg::format_json(cfg.diagnostics));
-  else
+  // Machine output goes to stdout (`primecfg validate f --errors=json | jq`):
+  // the JSON report of validate, and of a dump that fails (then it is all
+  // stdout holds). A dump that succeeds owns stdout, so its notes and
+  // warnings go to stderr. Text reports are diagnostics: stderr.
+  bool report_on_stdout = opt.json_errors && (opt.command == "validate" || unreadable || !cfg.ok());
+  if (opt.json_errors) {
+    fmt::print(report_on_stdout ? stdout : stderr, "{}", primecfg::format_json(cfg.diagnostics));
+    // A failure still says so where people look.
+    if (report_on_stdout && cfg.error_count() > 0)
+      fmt::print(stderr, "{} error{} in {} (the JSON report is on standard output)\n", cfg.error_count(),
+                 cfg.error_count() == 1 ? "" : "s", root_name);
+  } else
     fmt::print(stderr, "{}", primecfg::format_text(cfg.diagnostics, root_name));
   if (unreadable) return exit_usage;
   if (!cfg.ok()) return exit_invalid;
@@ -179,24 +189,31 @@ int run_command(const options& opt, std::string_view root_name) {
   return exit_ok;
 }
 
+// Each schema goes to a temporary beside it, renamed over it once written.
+// A failure names the folder and the schema, not the temporary.
 int write_schemas(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    fmt::print(stderr, "primecfg: error: --out-dir {}: {}\n", dir, ec ? ec.message() : "not a directory");
+    return exit_usage;
+  }
   auto write = [&](const std::string& name, const std::string& text) {
     std::filesystem::path target = std::filesystem::path(dir) / name;
     std::filesystem::path tmp = target;
     tmp += ".tmp";
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary);
     out << text;
     out.close();  // a full disk shows up here, not before
-    std::error_code ec;
     if (!out) {
-      fmt::print(stderr, "{}: error: cannot write {}\n", tmp.string(),
+      fmt::print(stderr, "primecfg: error: cannot write {} in {}: {}\n", name, dir,
                  errno ? std::strerror(errno) : "write failed");
       std::filesystem::remove(tmp, ec);
       return false;
     }
     std::filesystem::rename(tmp, target, ec);
     if (ec) {
-      fmt::print(stderr, "{}: error: cannot write: {}\n", target.string(), ec.message());
+      fmt::print(stderr, "primecfg: error: cannot write {} in {}: {}\n", name, dir, ec.message());
       std::filesystem::remove(tmp, ec);
       return false;
     }
@@ -214,6 +231,10 @@ int run(int argc, char** argv) {
   if (!parse_options(argc, argv, opt, error)) {
     fmt::print(stderr, "primecfg: error: {}\n\n{}", error, usage);
     return exit_usage;
+  }
+  if (opt.command == "usage") {  // primecfg --help, primecfg -h
+    fmt::print("{}", usage);
+    return exit_ok;
   }
   if (opt.command == "reference") {
     fmt::print(

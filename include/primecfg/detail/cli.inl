@@ -18,8 +18,9 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
                                                                 std::span<const std::string> args,
                                                                 sources& src, std::vector<diagnostic>& errors,
                                                                 bool bare_arguments_are_files);
-// The arguments left over after the files and flags, as errors.
-PRIMECFG_LOADER_API void refuse_arguments(const std::vector<std::string>& rest,
+// The arguments left over after the files and flags, as errors; true when
+// one of them is --help or -h.
+PRIMECFG_LOADER_API bool refuse_arguments(const std::vector<std::string>& rest,
                                           std::vector<diagnostic>& errors);
 
 }  // namespace detail
@@ -209,6 +210,10 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
       files.push_back(arg.substr(1));
       continue;
     }
+    if (arg == "-h") {  // never a file: the caller decides (load_command_line: help)
+      positional.push_back(arg);
+      continue;
+    }
     if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0) {
       (bare_arguments_are_files ? files : positional).push_back(arg);
       continue;
@@ -250,6 +255,10 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
                                                r.suggestion, r.suggestion)));
         continue;
       case flag_kind::unknown:
+        if (arg == "--help") {  // unless a field is named help: the caller decides
+          positional.push_back(arg);
+          continue;
+        }
         errors.push_back(command_line_error(
             error_kind::extra_forbidden, flag,
             fmt::format("'{}' names no config field{}", flag,
@@ -294,12 +303,28 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
   return positional;
 }
 
-PRIMECFG_LOADER_API void refuse_arguments(const std::vector<std::string>& rest,
+PRIMECFG_LOADER_API bool refuse_arguments(const std::vector<std::string>& rest,
                                           std::vector<diagnostic>& errors) {
-  for (const std::string& arg : rest)
+  bool help = false;
+  for (const std::string& arg : rest) {
+    if (arg == "--help" || arg == "-h") {
+      // Not an error for a program that prints help_text<T>() when asked
+      // (loaded::help_requested); one that does not must not run as if the
+      // flag were not there.
+      if (!help)
+        errors.push_back(command_line_error(
+            error_kind::extra_forbidden, arg,
+            fmt::format("'{}' asks for help; this program does not print it (primecfg::loaded::"
+                        "help_requested, primecfg::help_text)",
+                        arg)));
+      help = true;
+      continue;
+    }
     errors.push_back(
         command_line_error(error_kind::extra_forbidden, arg,
                            fmt::format("unexpected argument '{}' (give config files as '@ {}')", arg, arg)));
+  }
+  return help;
 }
 
 }  // namespace detail
@@ -315,9 +340,11 @@ std::vector<std::string> parse_command_line(std::span<const std::string> args, s
 template <class T>
 loaded<T> load_command_line(std::span<const std::string> args, sources base) {
   std::vector<diagnostic> errors;
-  detail::refuse_arguments(detail::parse_command_line(detail::ops_of<T>, args, base, errors, false), errors);
+  bool help = detail::refuse_arguments(
+      detail::parse_command_line(detail::ops_of<T>, args, base, errors, false), errors);
   loaded<T> result = load<T>(base);
   result.diagnostics.insert(result.diagnostics.begin(), errors.begin(), errors.end());
+  result.help_requested = help;
   return result;
 }
 

@@ -324,8 +324,38 @@ inline std::size_t decode_name(const toml::node& node, std::span<const std::stri
 
 // ---------------------------------------------------------------- structs ---
 
+// The tagged union whose active alternative a table is decoded onto (its
+// `type` names the alternative); null for a plain struct.
+struct union_in_use {
+  const union_ops* ops;
+  std::size_t active;
+};
+
+// A key that names no field of the active alternative but a field of another:
+// which `type` has it. Empty when none does.
+inline std::string foreign_union_key(const toml::key& key, const std::string& parent, const union_in_use& u,
+                                     decode_context& ctx) {
+  std::vector<std::string_view> owners;
+  for (std::size_t k = 0; k < u.ops->tags.size(); ++k) {
+    if (k == u.active) continue;
+    std::span<const std::string_view> names = u.ops->alternatives[k]->record->shape->names;
+    if (std::find(names.begin(), names.end(), key.str()) != names.end()) owners.push_back(u.ops->tags[k]);
+  }
+  if (owners.empty()) return {};
+  std::string type_path = join_path(parent, "type");
+  std::string tags;
+  for (std::size_t k = 0; k < owners.size(); ++k)
+    tags += fmt::format("{}\"{}\"", k == 0 ? "" : k + 1 == owners.size() ? " or " : ", ", owners[k]);
+  auto set = ctx.sources->find(type_path);
+  std::string active_where = set == ctx.sources->end() ? std::string("its default")
+                                                       : fmt::format("set at {}", set->second.to_string());
+  return fmt::format("'{}' belongs to {} = {}, not {} = \"{}\" ({}); set {} = \"{}\" or remove '{}'",
+                     key.str(), type_path, tags, type_path, u.ops->tags[u.active], active_where, type_path,
+                     owners[0], key.str());
+}
+
 inline void report_unknown_key(const toml::key& key, const toml::node& value, const std::string& parent,
-                               const struct_shape& shape, decode_context& ctx, bool is_union) {
+                               const struct_shape& shape, decode_context& ctx, const union_in_use* in_union) {
   std::string path = join_path(parent, key.str());
   for (const retired_key& r : shape.retired) {
     if (r.key != key.str()) continue;
@@ -344,8 +374,16 @@ inline void report_unknown_key(const toml::key& key, const toml::node& value, co
     ctx.out->back().where = ctx.where(key);
     return;
   }
+  if (in_union) {
+    std::string message = foreign_union_key(key, parent, *in_union, ctx);
+    if (!message.empty()) {
+      ctx.error(error_kind::extra_forbidden, path, value, std::move(message), false);
+      ctx.out->back().where = ctx.where(key);
+      return;
+    }
+  }
   std::vector<std::string_view> candidates(shape.names.begin(), shape.names.end());
-  if (is_union) candidates.push_back("type");
+  if (in_union) candidates.push_back("type");
   std::string hint = closest_match(key.str(), candidates);
   std::string where = parent.empty() ? std::string("at the top level") : fmt::format("in [{}]", parent);
   ctx.error(error_kind::extra_forbidden, path, value,
@@ -363,8 +401,17 @@ inline void check_bounds(void* value, const type_ops& type, const field_doc& doc
     if (void* contents = type.optional->get(value))
       check_bounds(contents, *type.element, doc, path, node, ctx);
   } else if (type.kind == value_kind::list) {
-    for (std::size_t i = 0, n = type.list->size(value); i < n; ++i)
-      check_bounds(type.list->at(value, i), *type.element, doc, path, node, ctx);
+    // Each element is named (sizes[1]) and placed at its own node; a command-line
+    // value arrives as text and is read again for its elements.
+    const toml::array* array = node.as_array();
+    std::unique_ptr<toml::table> parsed;
+    if (!array && ctx.from_command_line() && node.is_string() && (parsed = parse_cli_value(node)))
+      array = parsed->get("v")->as_array();
+    for (std::size_t i = 0, n = type.list->size(value); i < n; ++i) {
+      const toml::node* element = array && i < array->size() ? array->get(i) : &node;
+      check_bounds(type.list->at(value, i), *type.element, doc, fmt::format("{}[{}]", path, i), *element,
+                   ctx);
+    }
   } else if (type.kind == value_kind::integer || type.kind == value_kind::floating) {
     double v = numeric_value(value, type);
     for (std::size_t i = 0; i < doc.bound_count; ++i) {
@@ -387,13 +434,14 @@ inline void check_bounds(void* value, const type_ops& type, const field_doc& doc
 // their field, then checked against its bounds; unknown keys reported.
 // One key of a table onto the struct at `object`.
 inline void decode_entry(const toml::key& key, const toml::node& value, void* object, const type_ops& type,
-                         const std::string& path, decode_context& ctx, bool is_union) {
+                         const std::string& path, decode_context& ctx, const union_in_use* in_union) {
   const struct_shape& shape = *type.record->shape;
+  const bool is_union = in_union != nullptr;
   if (is_union && key.str() == "type") return;  // the union consumed it
   std::size_t i = 0;
   while (i < shape.names.size() && shape.names[i] != key.str()) ++i;
   if (i == shape.names.size()) {
-    report_unknown_key(key, value, path, shape, ctx, is_union);
+    report_unknown_key(key, value, path, shape, ctx, in_union);
     return;
   }
   std::string field_path = join_path(path, key.str());
@@ -409,17 +457,19 @@ inline void decode_entry(const toml::key& key, const toml::node& value, void* ob
 }
 
 inline void decode_fields(const toml::table& table, void* object, const type_ops& type,
-                          const std::string& path, decode_context& ctx, bool is_union) {
-  for (auto&& entry : table) decode_entry(entry.first, entry.second, object, type, path, ctx, is_union);
+                          const std::string& path, decode_context& ctx,
+                          const union_in_use* in_union = nullptr) {
+  for (auto&& entry : table) decode_entry(entry.first, entry.second, object, type, path, ctx, in_union);
 }
 
 // The union at `path` switched from the alternative tagged `old_tag` to
 // `alternative` (by the `type` at `tag`): the fields earlier sources set are
 // decoded again onto it, each from where it was written. A field the new
 // alternative does not have is an error naming both places.
-inline void carry_union_fields(void* alternative, const type_ops& alternative_type, std::string_view new_tag,
-                               std::string_view old_tag, const std::string& path, const toml::node& tag,
-                               decode_context& ctx) {
+inline void carry_union_fields(void* alternative, const type_ops& alternative_type,
+                               const union_in_use& in_union, std::string_view old_tag,
+                               const std::string& path, const toml::node& tag, decode_context& ctx) {
+  std::string_view new_tag = in_union.ops->tags[in_union.active];
   auto found = ctx.union_fields.find(path);
   if (found == ctx.union_fields.end()) return;
   std::vector<decode_context::union_field> earlier = std::move(found->second);
@@ -433,7 +483,7 @@ inline void carry_union_fields(void* alternative, const type_ops& alternative_ty
     const toml::key& key = *f.key;
     const toml::node& value = *f.value;
     if (std::find(shape.names.begin(), shape.names.end(), key.str()) != shape.names.end()) {
-      decode_entry(key, value, alternative, alternative_type, path, ctx, true);
+      decode_entry(key, value, alternative, alternative_type, path, ctx, &in_union);
       continue;
     }
     std::string field_path = join_path(path, key.str());
@@ -478,12 +528,34 @@ inline void decode_union(const toml::table& table, void* out, const type_ops& ty
       if (!earlier.empty()) ctx.union_fields[path] = std::move(earlier);
       u.emplace(out, index);
       ctx.record(tag_path, *tag);
-      carry_union_fields(u.active(out), *u.alternatives[index], u.tags[index], u.tags[previous], path, *tag,
-                         ctx);
+      carry_union_fields(u.active(out), *u.alternatives[index], union_in_use{&u, index}, u.tags[previous],
+                         path, *tag, ctx);
     }
     ctx.record(tag_path, *tag);
   }
-  decode_fields(table, u.active(out), *u.alternatives[u.index(out)], path, ctx, true);
+  union_in_use in_use{&u, u.index(out)};
+  decode_fields(table, u.active(out), *u.alternatives[in_use.active], path, ctx, &in_use);
+}
+
+// `--sizes='[64, 128]'` for `--sizes 64,128`: the flag's text as a TOML array,
+// its items quoted where the elements are strings.
+inline std::string cli_array_example(const toml::node& node, const type_ops& element, std::string_view flag) {
+  std::string text = node.is_string() ? std::string(node.as_string()->get()) : node_text(node);
+  bool quoted = element.kind == value_kind::string || element.kind == value_kind::path ||
+                element.kind == value_kind::enumeration;
+  std::string items;
+  for (std::size_t start = 0; start <= text.size();) {
+    std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) {
+      if (quoted && item.front() != '"' && item.front() != '\'') item = quote_toml_string(item);
+      items += (items.empty() ? "" : ", ") + item;
+    }
+    start = comma + 1;
+  }
+  return fmt::format("{}='[{}]'", flag, items);
 }
 
 // ------------------------------------------------------------ dispatcher ---
@@ -592,6 +664,9 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
       const auto* array = node.as_array();
       if (!array) {
         wrong_type(error_kind::array_type, "an array", path, node, ctx);
+        if (ctx.from_command_line())
+          ctx.out->back().message += fmt::format("; on the command line an array is TOML: {}",
+                                                 cli_array_example(node, *type.element, ctx.flag));
         return;
       }
       // Replaced whole: unions in the old elements are forgotten.
@@ -646,7 +721,7 @@ inline void decode_value(const toml::node& node, void* out, const type_ops& type
       if (type.kind == value_kind::tagged_union)
         decode_union(*table, out, type, path, ctx);
       else
-        decode_fields(*table, out, type, path, ctx, false);
+        decode_fields(*table, out, type, path, ctx);
       return;
     }
   }

@@ -123,14 +123,6 @@ constexpr struct_doc<T> build_doc() {
   return out;
 }
 
-template <class T>
-constexpr bool fully_described(const struct_doc<T>& doc) {
-  if (doc.foreign_entry) return false;
-  for (int t : doc.times_described)
-    if (t != 1) return false;
-  return true;
-}
-
 }  // namespace detail
 
 }  // namespace primecfg

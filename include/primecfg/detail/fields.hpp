@@ -53,7 +53,10 @@ constexpr std::size_t grow_field_count() noexcept {
 
 template <class T>
 constexpr std::size_t count_fields() noexcept {
-  static_assert(std::is_aggregate_v<T>, "primecfg: a config struct is an aggregate");
+  static_assert(
+      std::is_aggregate_v<T>,
+      "primecfg: a config struct must be an aggregate (T in the 'In instantiation of' line above): no "
+      "user-declared constructor, no private or protected field, no virtual function or base");
   // T{x} also compiles as a copy of T (x converts to T&), so one initialiser
   // says nothing; two tell a one-field struct from a bigger one.
   if constexpr (!takes_initializers<T, 2>) {

@@ -33,6 +33,21 @@ std::string type_hint() {
   }
 }
 
+// A field's bounds for --help: "1..65535", ">= 0", "> 0, <= 1"; empty when none.
+inline std::string bounds_text(const field_doc& doc) {
+  const bound* lower = nullptr;
+  const bound* upper = nullptr;
+  for (std::size_t i = 0; i < doc.bound_count; ++i)
+    (doc.bounds[i].kind == bound::ge || doc.bounds[i].kind == bound::gt ? lower : upper) = &doc.bounds[i];
+  if (doc.bound_count == 2 && lower && upper && lower->kind == bound::ge && upper->kind == bound::le)
+    return fmt::format("{}..{}", lower->value, upper->value);
+  static constexpr std::string_view ops[] = {">=", ">", "<=", "<"};
+  std::string out;
+  for (std::size_t i = 0; i < doc.bound_count; ++i)
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", ops[doc.bounds[i].kind], doc.bounds[i].value);
+  return out;
+}
+
 inline std::string kebab(std::string s) {
   for (char& c : s)
     if (c == '_') c = '-';
@@ -74,7 +89,9 @@ void help_for_struct(std::string& out, const S& defaults, const std::string& pre
             out += fmt::format("  --{} / --no-{}\n      {} (default: {})\n", flag, flag, doc.description,
                                value_text(value));
           } else if constexpr (is_scalar_leaf_v<innermost_t<F>>) {
-            out += fmt::format("  --{} {}\n      {} (default: {})\n", flag, type_hint<F>(), doc.description,
+            std::string bounds = bounds_text(doc);
+            out += fmt::format("  --{} {}{}\n      {} (default: {})\n", flag, type_hint<F>(),
+                               bounds.empty() ? "" : fmt::format(" ({})", bounds), doc.description,
                                value_text(value));
           } else {
             out += fmt::format("  --{}.<key> ...\n      {}\n", flag, doc.description);

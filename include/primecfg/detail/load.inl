@@ -149,10 +149,11 @@ inline std::optional<toml::table> parse_document(const std::string& text, const 
   try {
     return toml::parse(std::string_view(text), std::string_view(name));
   } catch (const toml::parse_error& e) {
+    toml_error_report r = describe_parse_error(text, e);  // toml++ 3.3's own text can be garbled
     diagnostic d;
     d.kind = error_kind::toml_syntax;
-    d.where = provenance::in_file(name, e.source().begin.line, e.source().begin.column);
-    d.message = fmt::format("invalid TOML: {}", e.description());
+    d.where = provenance::in_file(name, r.line, r.column);
+    d.message = fmt::format("invalid TOML: {}", r.message);
     out.push_back(std::move(d));
     return std::nullopt;
   }
@@ -264,7 +265,7 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
       }
       ctx.file.clear();
       ctx.flag = layer.flag;
-      decode_fields(override_table(layer.name, layer.content), value, type, "", ctx, false);
+      decode_fields(override_table(layer.name, layer.content), value, type, "", ctx);
       continue;
     }
     std::string text = layer.content;
@@ -286,7 +287,7 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
     // Kept to the end: a later file that switches a union's `type` decodes
     // the fields this one set again, from their own nodes (decode.hpp).
     documents.push_back(std::move(*doc));
-    decode_fields(documents.back(), value, type, "", ctx, false);
+    decode_fields(documents.back(), value, type, "", ctx);
   }
   check_and_validate(value, type, diagnostics, provenance);
   sort_diagnostics(diagnostics, src);
@@ -298,7 +299,12 @@ PRIMECFG_LOADER_API void load_sources(void* value, const type_ops& type, const s
 
 template <class T>
 loaded<T> load(const sources& src) {
-  static_assert(detail::is_struct_v<T>, "primecfg::load<T>: T must be a config struct");
+  static_assert(
+      !std::is_class_v<T> || std::is_aggregate_v<T>,
+      "primecfg: a config struct must be an aggregate (T in the 'In instantiation of' line above): no "
+      "user-declared constructor, no private or protected field, no virtual function or base");
+  static_assert(!std::is_aggregate_v<T> || detail::is_struct_v<T>,
+                "primecfg::load<T>: T must be a config struct");
   loaded<T> result;
   detail::load_sources(&result.value, detail::ops_of<T>, src, result.diagnostics, result.provenance);
   return result;

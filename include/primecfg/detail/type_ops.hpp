@@ -293,8 +293,14 @@ constexpr type_ops make_type_ops() {
   } else if constexpr (is_struct_v<T>) {
     t.kind = value_kind::record;
     t.record = &record_ops_of<T>;
+  } else if constexpr (std::is_class_v<T> && !std::is_aggregate_v<T>) {
+    static_assert(
+        sizeof(T) == 0,
+        "primecfg: a config struct must be an aggregate (T in the 'In instantiation of' line above): "
+        "no user-declared constructor, no private or protected field, no virtual function or base");
   } else {
-    static_assert(sizeof(T) == 0, "primecfg: unsupported field type");
+    static_assert(sizeof(T) == 0,
+                  "primecfg: unsupported field type (T in the 'In instantiation of' line above)");
   }
   return t;
 }

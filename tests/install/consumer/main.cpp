@@ -1,6 +1,7 @@
 // A program of another trainer: its own config struct around primecfg's
 // ModelConfig, built against an installed primecfg (or the subproject).
 #include <primecfg/cli.hpp>
+#include <primecfg/help.hpp>
 #include <primecfg/model.hpp>
 #include <primecfg/report.hpp>
 
@@ -21,6 +22,11 @@ struct MyTrainerConfig {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   auto cfg = primecfg::load_command_line<MyTrainerConfig>(args);
+  if (cfg.help_requested) {
+    std::printf("usage: consumer [@ FILE...] [--key=value...]\n\n%s",
+                primecfg::help_text<MyTrainerConfig>().c_str());
+    return 0;
+  }
   if (!cfg.ok()) {
     std::fputs(primecfg::format_text(cfg.diagnostics, "MyTrainerConfig").c_str(), stderr);
     return 1;
