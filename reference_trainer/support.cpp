@@ -193,6 +193,19 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   }
   if (std::holds_alternative<FakeDataConfig>(cfg.data) && !cfg.max_steps)
     c.error("max_steps", "fake data is endless; set max_steps");
+  // Each rank runs whole micro-batches of the global batch.
+  std::visit(
+      [&](const auto& d) {
+        const std::int64_t micro = d.micro_batch_size > 0 ? d.batch_size / d.micro_batch_size : 0;
+        if (world > 1 && micro > 0 && micro % world != 0)
+          c.error(
+              "data.batch_size",
+              fmt::format("data.batch_size = {} with data.micro_batch_size = {} makes {} micro-batches per "
+                          "step, which {} ranks cannot share evenly; make batch_size a multiple of "
+                          "micro_batch_size x {}",
+                          d.batch_size, d.micro_batch_size, micro, world, world));
+      },
+      cfg.data);
 
   // Accepted so that prime-rl's configs load, but without effect in this trainer: said
   // once, where the user wrote them, so that no value is dropped without a word.
