@@ -35,8 +35,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <primecfg/detail/call_site.hpp>
 #include <set>
-#include <source_location>
 #include <string>
 #include <typeindex>
 #include <utility>
@@ -60,55 +60,53 @@ class validation {
 
   // Dotted path of a field of the config being validated.
   template <class F>
-  std::string path_of(const F& field, std::source_location rule = std::source_location::current()) const;
+  std::string path_of(const F& field, detail::call_site rule = detail::call_site::current()) const;
 
   // Where the field's value came from.
   template <class F>
-  provenance source_of(const F& field, std::source_location rule = std::source_location::current()) const;
+  provenance source_of(const F& field, detail::call_site rule = detail::call_site::current()) const;
 
   // True when a file or the command line set the field.
   template <class F>
-  bool is_set(const F& field, std::source_location rule = std::source_location::current()) const;
+  bool is_set(const F& field, detail::call_site rule = detail::call_site::current()) const;
 
   // A diagnostic at the field's path and source (with its value as the input).
   template <class F>
-  void error(F&& field, std::string message, std::source_location rule = std::source_location::current());
+  void error(F&& field, std::string message, detail::call_site rule = detail::call_site::current());
   template <class F>
-  void warning(F&& field, std::string message, std::source_location rule = std::source_location::current());
+  void warning(F&& field, std::string message, detail::call_site rule = detail::call_site::current());
   template <class F>
-  void note(F&& field, std::string message, std::source_location rule = std::source_location::current());
+  void note(F&& field, std::string message, detail::call_site rule = detail::call_site::current());
 
   // A rule that needs `field` to hold `value`: a default is replaced (with a
   // note saying why); a value the user set is never silently overridden, it
   // is an error. Returns true when the field now holds `value`.
   template <class F, class V>
   bool require_value(F& field, V&& value, std::string why,
-                     std::source_location rule = std::source_location::current());
+                     detail::call_site rule = detail::call_site::current());
 
   // A value shared from another section (RL's top-level max_steps into
   // [trainer]): taken when `field` was not set, an error when it was set to
   // something else. Provenance follows the value.
   template <class F, class V>
-  void inherit(F& field, const V& value, std::source_location rule = std::source_location::current());
+  void inherit(F& field, const V& value, detail::call_site rule = detail::call_site::current());
 
   // inherit() of a value computed from `cause` (RL's output_dir / run.name into
   // trainer.output_dir); `what` names the computation in the conflict message.
   template <class F, class V, class C>
   void inherit(F& field, const V& value, std::string_view what, const C& cause,
-               std::source_location rule = std::source_location::current());
+               detail::call_site rule = detail::call_site::current());
 
   // Turns an optional section on with its defaults because `cause` (a shared
   // section) asks for it; its fields get their paths at once. A section the
   // user switched off ("None") stays off: that is an error naming `cause`.
   // Returns the section, or null when it stays off.
   template <class S, class C>
-  S* engage(std::optional<S>& section, const C& cause,
-            std::source_location rule = std::source_location::current());
+  S* engage(std::optional<S>& section, const C& cause, detail::call_site rule = detail::call_site::current());
 
   // inherit() for every field of a struct that the shared section set.
   template <class S>
-  void inherit_fields(S& target, const S& shared,
-                      std::source_location rule = std::source_location::current());
+  void inherit_fields(S& target, const S& shared, detail::call_site rule = detail::call_site::current());
 
   // Where the value at a dotted path came from (e.g. a union's "optim.type").
   provenance source_of_path(std::string_view path) const;
@@ -121,11 +119,11 @@ class validation {
 
  private:
   template <class F>
-  void report(severity level, const F& field, std::string message, std::source_location rule);
+  void report(severity level, const F& field, std::string message, detail::call_site rule);
 
   // The path of the value at `address`, or an error naming the rule that
   // passed something that is not a field (once per call site).
-  std::string find_path(const void* address, std::type_index type, std::source_location rule) const;
+  std::string find_path(const void* address, std::type_index type, detail::call_site rule) const;
 
   // Keyed by address and type: a struct and its first member share an address.
   std::map<std::pair<const void*, std::type_index>, std::string> paths_;

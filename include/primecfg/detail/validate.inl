@@ -6,7 +6,7 @@
 namespace primecfg {
 
 inline std::string validation::find_path(const void* address, std::type_index type,
-                                         std::source_location rule) const {
+                                         detail::call_site rule) const {
   auto it = paths_.find({address, type});
   if (it != paths_.end()) return it->second;
   if (unknown_reported_.insert({rule.file_name(), rule.line()}).second) {
@@ -23,18 +23,18 @@ inline std::string validation::find_path(const void* address, std::type_index ty
 }
 
 template <class F>
-std::string validation::path_of(const F& field, std::source_location rule) const {
+std::string validation::path_of(const F& field, detail::call_site rule) const {
   return find_path(static_cast<const void*>(&field), std::type_index(typeid(F)), rule);
 }
 
 template <class F>
-provenance validation::source_of(const F& field, std::source_location rule) const {
+provenance validation::source_of(const F& field, detail::call_site rule) const {
   auto it = sources_->find(path_of(field, rule));
   return it == sources_->end() ? provenance{} : it->second;
 }
 
 template <class F>
-bool validation::is_set(const F& field, std::source_location rule) const {
+bool validation::is_set(const F& field, detail::call_site rule) const {
   return !source_of(field, rule).is_default();
 }
 
@@ -45,24 +45,24 @@ bool validation::is_set(const F& field, std::source_location rule) const {
                 "not a temporary or a computed value")
 
 template <class F>
-void validation::error(F&& field, std::string message, std::source_location rule) {
+void validation::error(F&& field, std::string message, detail::call_site rule) {
   PRIMECFG_REQUIRE_FIELD(F);
   report(severity::error, field, std::move(message), rule);
 }
 template <class F>
-void validation::warning(F&& field, std::string message, std::source_location rule) {
+void validation::warning(F&& field, std::string message, detail::call_site rule) {
   PRIMECFG_REQUIRE_FIELD(F);
   report(severity::warning, field, std::move(message), rule);
 }
 template <class F>
-void validation::note(F&& field, std::string message, std::source_location rule) {
+void validation::note(F&& field, std::string message, detail::call_site rule) {
   PRIMECFG_REQUIRE_FIELD(F);
   report(severity::note, field, std::move(message), rule);
 }
 #undef PRIMECFG_REQUIRE_FIELD
 
 template <class F, class V>
-bool validation::require_value(F& field, V&& value, std::string why, std::source_location rule) {
+bool validation::require_value(F& field, V&& value, std::string why, detail::call_site rule) {
   F wanted(std::forward<V>(value));
   if (detail::deep_equal(field, wanted)) return true;
   if (is_set(field, rule)) {
@@ -78,7 +78,7 @@ bool validation::require_value(F& field, V&& value, std::string why, std::source
 }
 
 template <class F, class V>
-void validation::inherit(F& field, const V& value, std::source_location rule) {
+void validation::inherit(F& field, const V& value, detail::call_site rule) {
   F wanted(value);
   if (is_set(field, rule)) {
     if (!detail::deep_equal(field, wanted))
@@ -94,7 +94,7 @@ void validation::inherit(F& field, const V& value, std::source_location rule) {
 
 template <class F, class V, class C>
 void validation::inherit(F& field, const V& value, std::string_view what, const C& cause,
-                         std::source_location rule) {
+                         detail::call_site rule) {
   F wanted(value);
   if (is_set(field, rule)) {
     if (!detail::deep_equal(field, wanted))
@@ -109,7 +109,7 @@ void validation::inherit(F& field, const V& value, std::string_view what, const 
 }
 
 template <class S, class C>
-S* validation::engage(std::optional<S>& section, const C& cause, std::source_location rule) {
+S* validation::engage(std::optional<S>& section, const C& cause, detail::call_site rule) {
   if (section) return &*section;
   if (is_set(section, rule)) {
     error(section,
@@ -125,7 +125,7 @@ S* validation::engage(std::optional<S>& section, const C& cause, std::source_loc
 }
 
 template <class S>
-void validation::inherit_fields(S& target, const S& shared, std::source_location rule) {
+void validation::inherit_fields(S& target, const S& shared, detail::call_site rule) {
   if constexpr (detail::is_struct_v<S>) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (inherit_fields(detail::get_field<I>(target), detail::get_field<I>(shared), rule), ...);
@@ -146,7 +146,7 @@ inline void validation::add_field(const void* address, std::type_index type, std
 }
 
 template <class F>
-void validation::report(severity level, const F& field, std::string message, std::source_location rule) {
+void validation::report(severity level, const F& field, std::string message, detail::call_site rule) {
   diagnostic d;
   d.level = level;
   d.kind = error_kind::value_error;
