@@ -1,8 +1,20 @@
 // Where a rule called the validation API: file, line and function, filled in by
-// the compiler as a default argument. std::source_location would do, but
-// libstdc++ 12 declares it only for compilers with __builtin_source_location,
-// which clang 14 (Debian 12's) lacks; __builtin_FILE/LINE/FUNCTION work in both.
+// the compiler as a default argument. std::source_location where the standard
+// library offers it; libstdc++ 12 declares it only for compilers with
+// __builtin_source_location, which clang 14 (Debian 12's) lacks, so there
+// __builtin_FILE/LINE/FUNCTION stand in (the function without its class).
 #pragma once
+
+#include <version>
+
+#if defined(__cpp_lib_source_location)
+#include <source_location>
+
+namespace primecfg::detail {
+using call_site = std::source_location;
+}  // namespace primecfg::detail
+
+#else
 
 namespace primecfg::detail {
 
@@ -25,3 +37,5 @@ class call_site {
 };
 
 }  // namespace primecfg::detail
+
+#endif
