@@ -4,9 +4,9 @@
 // rejects what the trainer does not implement, and trains. Without config files
 // it runs the embedded default: a tiny model learning to reverse text on the CPU.
 #include "command_line.hpp"
-#include "machine_memory.hpp"
 #include "options.hpp"
-#include "planner.hpp"
+#include "planner/machine.hpp"
+#include "planner/planner.hpp"
 #include "support.hpp"
 #include "trainer.hpp"
 

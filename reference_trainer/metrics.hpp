@@ -3,9 +3,9 @@
 // Used by trainer.cpp only.
 #pragma once
 
-#include "device_streams.hpp"
+#include "base/device_streams.hpp"
+#include "base/strict_json.hpp"
 #include "options.hpp"
-#include "strict_json.hpp"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>

@@ -6,6 +6,8 @@
 // WORLD_SIZE, ... say where the process stands, not how to run: distributed/launch.hpp).
 #pragma once
 
+#include "distributed/launch.hpp"
+
 #include <primecfg/describe.hpp>
 #include <primecfg/validate.hpp>
 
@@ -186,6 +188,32 @@ struct TrainerOptions {
     }
     return n;
   }
+};
+
+// How to run, beyond the config: what the command line (TrainerOptions and the program's
+// own flags) or a test decided. The loop passes it down to the pipelines, so it lives
+// here, with the vocabulary every folder may include, and not in trainer.hpp.
+struct RunOptions {
+  std::optional<std::string> device;  // "cpu" or "cuda[:i]"; default: cuda when present
+  std::optional<bool> bf16;           // compute dtype; default: bf16 on CUDA, FP32 on CPU
+  bool print = true;                  // per-step progress on stderr
+  bool demo = false;                  // print a few generated reversals at the end
+  bool collect_weights = false;       // return the final FP32 masters in RunResult
+  std::string resolved_config;        // written to <output_dir>/config.toml when not empty
+  std::string resolved_options;       // written to <output_dir>/options.toml when not empty
+  // Instead of training: the logits of the first micro-batch of the data, written to this
+  // safetensors file with its input_ids, positions and targets (a check against
+  // transformers; tests/trainer/hf_parity_test.py).
+  std::optional<std::filesystem::path> dump_logits;
+  // The offload pipelines (ring sizes, CPU threads, timeouts), profiling, and the
+  // device's peak FLOP/s for MFU: primecfg-train's options (options.hpp).
+  OffloadOptions offload;
+  ProfileOptions profile;
+  std::optional<double> peak_tflops;
+  // Where this process stands among the launcher's ranks (one process: world 1), and
+  // how a sharded run moves gradients and weights.
+  Launch launch;
+  DistOptions dist;
 };
 
 }  // namespace primecfg::train

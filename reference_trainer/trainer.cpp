@@ -9,20 +9,20 @@
 // when the update runs, per offload strategy, in offload/ (offload/pipeline.hpp).
 #include "trainer.hpp"
 
-#include "checkpoint.hpp"
-#include "checkpoint_dir.hpp"
-#include "cpu_optim/cpu_optim.hpp"
-#include "data.hpp"
-#include "device_streams.hpp"
-#include "distributed/data_parallel.hpp"
+#include "base/device_streams.hpp"
+#include "base/safetensors.hpp"
+#include "checkpoint/dir.hpp"
+#include "checkpoint/tensors.hpp"
+#include "data/loader.hpp"
 #include "distributed/process_group.hpp"
-#include "loss_chunking.hpp"
+#include "distributed/zero2.hpp"
 #include "metrics.hpp"
-#include "offload/copies.hpp"
+#include "nn/loss_chunking.hpp"
+#include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
-#include "optimizer_math.hpp"
-#include "safetensors.hpp"
-#include "transformer.hpp"
+#include "offload/shared/copies.hpp"
+#include "optim/cpu/cpu_optim.hpp"
+#include "optim/math.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -179,7 +179,7 @@ class Trainer {
     load_model();
     if (pg_) {
       const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
-      dp_ = std::make_unique<DataParallel>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
+      dp_ = std::make_unique<Zero2>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
       dp_->broadcast_weights();
     }
     load_data();
@@ -524,7 +524,7 @@ class Trainer {
   std::optional<data::Loader> loader_;
   OptSettings opt_;
   std::unique_ptr<ProcessGroup> pg_;  // a sharded run's ranks (none: one process)
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<Zero2> dp_;
   std::unique_ptr<Pipeline<Strategy>> state_;
   bool ac_ = false;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;

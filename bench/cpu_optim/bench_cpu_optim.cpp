@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu_optim/cpu_optim.hpp"
-#include "numa/numa_binding.hpp"
+#include "offload/full/numa/numa_binding.hpp"
+#include "optim/cpu/cpu_optim.hpp"
 
 #ifndef PRIMECFG_BENCH_PEER
 #define PRIMECFG_BENCH_PEER "python3 bench/cpu_optim/torch_adamw_peer.py"

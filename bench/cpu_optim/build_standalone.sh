@@ -21,9 +21,9 @@ fi
 pids=()
 compile() { "$cxx" "${flags[@]}" "$@" & pids+=($!); }
 for f in cpu_optim kernels_avx2 kernels_avx512 thread_pool; do
-  compile "${kflags[@]}" -c "$root/reference_trainer/cpu_optim/$f.cpp" -o "$out/$f.o"
+  compile "${kflags[@]}" -c "$root/reference_trainer/optim/cpu/$f.cpp" -o "$out/$f.o"
 done
-compile -DPRIMECFG_HAVE_HWLOC=$hw -c "$root/reference_trainer/numa/numa_binding.cpp" -o "$out/numa_binding.o"
+compile -DPRIMECFG_HAVE_HWLOC=$hw -c "$root/reference_trainer/offload/full/numa/numa_binding.cpp" -o "$out/numa_binding.o"
 for f in main test_kernels test_pool test_numa; do
   compile -c "$root/tests/cpu_optim/$f.cpp" -o "$out/t_$f.o"
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of primecfg-train's benchmark: the same model, batch and dtypes.
 
-Same architecture as reference_trainer/transformer.cpp (RMSNorm, RoPE, grouped-query
+Same architecture as reference_trainer/nn/transformer.cpp (RMSNorm, RoPE, grouped-query
 attention through scaled_dot_product_attention, optional QK-norm, SwiGLU), bf16
 weights and compute, FP32 master weights with FP32 gradients, and
 torch.optim.AdamW(fused=True) on the masters, as primecfg-train's offload = "none".

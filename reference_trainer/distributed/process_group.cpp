@@ -1,6 +1,6 @@
 #include "distributed/process_group.hpp"
 
-#include "trainer.hpp"
+#include "base/run_error.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

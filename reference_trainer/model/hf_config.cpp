@@ -1,7 +1,7 @@
 // config.json, read strictly and written for checkpoints (model/config.hpp).
 #include "model/config.hpp"
 
-#include "strict_json.hpp"
+#include "base/strict_json.hpp"
 
 #include <fmt/format.h>
 

@@ -10,14 +10,15 @@
 // Internal to primecfg-train.
 #pragma once
 
-#include "distributed/data_parallel.hpp"
-#include "offload/full_offload.hpp"
-#include "offload/no_offload.hpp"
-#include "offload/optimizer_offload.hpp"
-#include "offload/param_state.hpp"
-#include "optimizer_math.hpp"
-#include "trainer.hpp"
-#include "transformer.hpp"
+#include "base/run_error.hpp"
+#include "distributed/zero2.hpp"
+#include "nn/transformer.hpp"
+#include "offload/full/full_offload.hpp"
+#include "offload/none/no_offload.hpp"
+#include "offload/optimizer/optimizer_offload.hpp"
+#include "offload/shared/param_state.hpp"
+#include "optim/math.hpp"
+#include "options.hpp"
 
 #include <primecfg/offload.hpp>
 
@@ -31,7 +32,7 @@ namespace primecfg::train {
 
 template <class P>
 concept offload_pipeline =
-    std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&, DataParallel*> &&
+    std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&, Zero2*> &&
     requires(P& p, const P& cp, double lr, std::int64_t n, bool last, const std::vector<std::int64_t>& ids) {
   typename P::strategy;  // its offload strategy (<primecfg/offload.hpp>)
   // The FP32 state, per parameter (checkpoints read and write it).

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_optim/thread_pool.hpp"
-#include "numa/numa_binding.hpp"
+#include "offload/full/numa/numa_binding.hpp"
+#include "optim/cpu/thread_pool.hpp"
 
 namespace cpu = primecfg::train::cpu;
 namespace numa = primecfg::train::numa;

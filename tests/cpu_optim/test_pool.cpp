@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_optim/cpu_optim.hpp"
+#include "optim/cpu/cpu_optim.hpp"
 
 namespace cpu = primecfg::train::cpu;
 

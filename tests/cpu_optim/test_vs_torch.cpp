@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu_optim/cpu_optim.hpp"
+#include "optim/cpu/cpu_optim.hpp"
 
 namespace cpu = primecfg::train::cpu;
 

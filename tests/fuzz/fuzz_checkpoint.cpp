@@ -1,4 +1,4 @@
-// Fuzz target: what resume reads before any tensor (reference_trainer/checkpoint_dir.hpp):
+// Fuzz target: what resume reads before any tensor (reference_trainer/checkpoint/dir.hpp):
 // manifest.json, verified against a fixed checkpoint folder, and the metadata of
 // trainer_state.safetensors, read through the real safetensors reader.
 //
@@ -9,10 +9,10 @@
 //    inside the folder;
 //  - parse_trainer_state either gives a position with the folder's step and
 //    scheduler_step <= step, all non-negative, or throws checkpoint_error naming the file.
-#include "checkpoint_dir.hpp"
+#include "base/safetensors.hpp"
+#include "checkpoint/dir.hpp"
 #include "fuzz_check.hpp"
 #include "memfile.hpp"
-#include "safetensors.hpp"
 
 #include <unistd.h>
 

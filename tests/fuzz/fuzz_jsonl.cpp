@@ -1,5 +1,5 @@
 // Fuzz target: the trainer's JSONL reader (data::make_jsonl,
-// reference_trainer/data.hpp) and the packer behind it, on arbitrary files,
+// reference_trainer/data/loader.hpp) and the packer behind it, on arbitrary files,
 // through an in-memory file so that the real reading path runs.
 //
 // The first byte picks the limits (vocabulary: the byte tokenizer's 260 or a
@@ -16,10 +16,10 @@
 //  - the shuffled order is a permutation, the same every time it is asked for;
 //  - a few batches of the loader (packed and not) have the declared shapes,
 //    targets inside the vocabulary or -100, and loss_tokens that count them.
-#include "data.hpp"
+#include "base/strict_json.hpp"
+#include "data/loader.hpp"
 #include "fuzz_check.hpp"
 #include "memfile.hpp"
-#include "strict_json.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Fuzz target: the trainer's safetensors reader (safetensors::file::open,
-// reference_trainer/safetensors.hpp) on arbitrary files, through an in-memory
+// reference_trainer/base/safetensors.hpp) on arbitrary files, through an in-memory
 // file so that the real open/mmap path runs.
 //
 // Properties checked, beyond "no crash, no sanitizer report":
@@ -9,9 +9,9 @@
 //  - writing the tensors and metadata again (safetensors::write, what the
 //    trainer's checkpoints use) and reading that back gives the same names,
 //    dtypes, shapes, bytes and metadata.
+#include "base/safetensors.hpp"
 #include "fuzz_check.hpp"
 #include "memfile.hpp"
-#include "safetensors.hpp"
 
 #include <cstddef>
 #include <cstdint>

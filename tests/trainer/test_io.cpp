@@ -1,6 +1,6 @@
 // safetensors and data packing: the trainer's plain C++ parts (JSON: test_strict_json.cpp).
-#include "data.hpp"
-#include "safetensors.hpp"
+#include "base/safetensors.hpp"
+#include "data/loader.hpp"
 #include "support.hpp"
 
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// The fused CUDA kernels (reference_trainer/kernels) against ATen: RMSNorm and SwiGLU
+// The fused CUDA kernels (reference_trainer/nn/kernels) against ATen: RMSNorm and SwiGLU
 // values and gradients for bf16 inputs, at sizes that take the vector path (rows of a
 // multiple of 8 values) and the scalar one (odd sizes, misaligned data). Skips where
 // there is no CUDA device or the build has no kernels (no nvcc).
@@ -10,7 +10,7 @@
 // largest reference value rather than the element's: |got - ref| <= |ref| / 256 +
 // 1e-4 * max|ref|. A wrong formula (a missing rstd factor, a row or column summed
 // twice or not at all) is off by far more.
-#include "kernels/fused_ops.hpp"
+#include "nn/kernels/fused_ops.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/cuda.h>

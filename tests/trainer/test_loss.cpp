@@ -5,7 +5,7 @@
 // walks sum in different orders, and MKL's threads may too from one call to the
 // next), and the rows handed over must be the final head gradient, in order,
 // covering the vocabulary once.
-#include "transformer.hpp"
+#include "nn/transformer.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>

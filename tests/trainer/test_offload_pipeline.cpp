@@ -2,12 +2,12 @@
 // the staging ring's allocation order, and a run whose staging ring holds only one
 // gradient at a time, which makes the backward hooks wait for the CPU worker at
 // almost every parameter. The result must not change, bit for bit.
-#include "staging_ring.hpp"
-#include "strict_json.hpp"
-#include "task_thread.hpp"
+#include "base/staging_ring.hpp"
+#include "base/strict_json.hpp"
+#include "base/task_thread.hpp"
+#include "optim/update_groups.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
-#include "update_groups.hpp"
 
 #include <doctest/doctest.h>
 

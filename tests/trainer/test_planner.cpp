@@ -2,11 +2,11 @@
 // shape, the ordering of the modes, activation checkpointing, allocator rounding,
 // the model shapes against the trainer's real model, the JSON output, the
 // out-of-memory advice, and sharded runs (the FP32 state per rank, host per node).
+#include "base/strict_json.hpp"
 #include "distributed/launch.hpp"
-#include "machine_memory.hpp"
 #include "options.hpp"
-#include "planner.hpp"
-#include "strict_json.hpp"
+#include "planner/machine.hpp"
+#include "planner/planner.hpp"
 #include "trainer.hpp"
 
 #include <doctest/doctest.h>

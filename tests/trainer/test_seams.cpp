@@ -1,4 +1,4 @@
-// The tests' side of reference_trainer/offload/test_seams.hpp: switches a test case
+// The tests' side of reference_trainer/offload/shared/test_seams.hpp: switches a test case
 // sets for the runs it makes (TestSeams below) and puts back when it ends.
 #include "test_seams.hpp"
 

@@ -1,10 +1,10 @@
-// Sets the FullOffload test seams (reference_trainer/offload/test_seams.hpp) for the
+// Sets the FullOffload test seams (reference_trainer/offload/shared/test_seams.hpp) for the
 // runs made while it lives:
 //
 //   train::TestSeams seams({.defer = true});
 #pragma once
 
-#include "offload/test_seams.hpp"
+#include "offload/shared/test_seams.hpp"
 
 namespace primecfg::train {
 

@@ -1,12 +1,12 @@
-// strict_json (reference_trainer/strict_json.hpp): nlohmann/json read strictly.
+// strict_json (reference_trainer/base/strict_json.hpp): nlohmann/json read strictly.
 // Each refusal is checked with its place (line, column), and again through the
 // readers that use it (config.json, JSONL, safetensors headers, manifest.json),
 // which must name the file and, where there is one, the key.
-#include "checkpoint_dir.hpp"
-#include "data.hpp"
+#include "base/safetensors.hpp"
+#include "base/strict_json.hpp"
+#include "checkpoint/dir.hpp"
+#include "data/loader.hpp"
 #include "model/config.hpp"
-#include "safetensors.hpp"
-#include "strict_json.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Training runs on the CPU: the three offload strategies agree, resume is exact,
 // checkpoints cross modes, model-only resume keeps weights bit-identical, and
 // an HF-style directory loads.
-#include "safetensors.hpp"
+#include "base/safetensors.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
 

@@ -1,0 +1,118 @@
+// The optimizer state in a checkpoint, saved by any number of ranks and read back by
+// any other number:
+//   one process:  optimizer.safetensors, each tensor in its parameter's shape;
+//   N ranks:      optimizer-RRRRR-of-NNNNN.safetensors, one per rank, each tensor the
+//                 rank's 1-D piece of the flattened parameter (distributed/shard_layout.hpp).
+// Tensors are named master.<param>, m1.<param>, m2.<param>. Reading takes, for every
+// tensor, the elements this process holds out of whichever files have them; every
+// file must hold exactly the tensors of this run's model and optimizer.
+//
+// Used by checkpoint.hpp only.
+#pragma once
+
+#include "base/run_error.hpp"
+#include "base/safetensors.hpp"
+#include "distributed/shard_layout.hpp"
+#include "offload/shared/param_state.hpp"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace primecfg::train {
+
+inline std::string optimizer_file_name(int rank, int world) {
+  return world == 1 ? std::string("optimizer.safetensors")
+                    : fmt::format("optimizer-{:05}-of-{:05}.safetensors", rank, world);
+}
+
+// The optimizer tensors of one ParamState, by checkpoint name.
+inline std::vector<std::pair<std::string, Tensor>> optimizer_tensors(ParamState& s) {
+  std::vector<std::pair<std::string, Tensor>> out{{"master." + s.p->name, s.master}};
+  if (s.m1.defined()) out.emplace_back("m1." + s.p->name, s.m1);
+  if (s.m2.defined()) out.emplace_back("m2." + s.p->name, s.m2);
+  return out;
+}
+
+inline torch::ScalarType torch_dtype(const safetensors::file& f, const safetensors::tensor_info& t) {
+  if (t.type != safetensors::dtype::F32)
+    throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(),
+                                t.name, safetensors::dtype_name(t.type)));
+  return torch::kFloat32;
+}
+
+// Reads the optimizer state that `saved_world` ranks wrote into `dir` into `states`
+// (all of each tensor, or this rank's piece of it).
+inline void read_optimizer_state(const std::filesystem::path& dir, int saved_world,
+                                 std::vector<ParamState>& states, std::string_view optimizer) {
+  std::vector<safetensors::file> files;
+  for (int r = 0; r < saved_world; ++r) {
+    files.push_back(safetensors::file::open(dir / optimizer_file_name(r, saved_world)));
+    const auto& md = files.back().metadata();
+    auto it = md.find("optimizer");
+    if (it == md.end() || it->second != optimizer)
+      throw run_error(fmt::format(
+          "{}: optimizer state is {}, the config asks for {} (set ckpt.skip_optimizer to load weights only)",
+          files.back().path().string(), it == md.end() ? "unnamed" : it->second, optimizer));
+  }
+  // Every file holds exactly this run's tensors, each in the shape its writer had.
+  std::set<std::string> names;
+  for (auto& s : states)
+    for (auto& [name, t] : optimizer_tensors(s)) {
+      names.insert(name);
+      const std::int64_t numel = s.p->tensor.numel();
+      for (auto& f : files) {
+        const auto* info = f.find(name);
+        if (!info)
+          throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
+                                      f.path().string(), name));
+        torch_dtype(f, *info);
+        std::vector<std::int64_t> want(s.p->tensor.sizes().begin(), s.p->tensor.sizes().end());
+        if (saved_world > 1) want = {ShardSpan::of(numel, 0, saved_world).per_rank};
+        if (info->shape != want)
+          throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}] ({} rank{})",
+                                      f.path().string(), name, fmt::join(info->shape, ", "),
+                                      fmt::join(want, ", "), saved_world, saved_world > 1 ? "s" : ""));
+      }
+    }
+  for (auto& f : files)
+    for (const auto& t : f.tensors())
+      if (!names.count(t.name))
+        throw run_error(fmt::format("{}: tensor {} is not part of this run's model or optimizer",
+                                    f.path().string(), t.name));
+
+  torch::NoGradGuard ng;
+  for (auto& s : states) {
+    const std::int64_t numel = s.p->tensor.numel();
+    // The elements [first, first + count) of the flattened parameter are this process's.
+    const std::int64_t first = s.shard ? s.shard->offset : 0;
+    const std::int64_t count = s.shard ? s.shard->length : numel;
+    const std::int64_t saved_piece = ShardSpan::of(numel, 0, saved_world).per_rank;
+    for (auto& [name, dst] : optimizer_tensors(s)) {
+      Tensor flat_dst = dst.view({-1});
+      if (s.shard) flat_dst.zero_();  // the padding
+      for (std::int64_t e = first; e < first + count;) {
+        const int r = saved_world == 1 ? 0 : static_cast<int>(e / saved_piece);
+        const std::int64_t in_file = saved_world == 1 ? e : e - r * saved_piece;
+        const std::int64_t n = std::min(first + count - e, saved_world == 1 ? count : saved_piece - in_file);
+        const auto* info = files[static_cast<std::size_t>(r)].find(name);
+        Tensor src = torch::from_blob(const_cast<std::byte*>(info->data), {info->numel()}, torch::kFloat32)
+                         .narrow(0, in_file, n);
+        if (!torch::isfinite(src).all().item<bool>())
+          throw run_error(fmt::format("{}: tensor {} holds NaN or infinite values",
+                                      files[static_cast<std::size_t>(r)].path().string(), name));
+        flat_dst.narrow(0, e - first, n).copy_(src);
+        e += n;
+      }
+    }
+  }
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,287 @@
+// Checkpoints of the run's tensors: what save_checkpoint writes into a step folder
+// and load_checkpoint reads back, checked name by name (the folder's layout, manifest,
+// lock and pruning are checkpoint_dir.hpp's). Used by trainer.cpp only.
+#pragma once
+
+#include "base/run_error.hpp"
+#include "base/safetensors.hpp"
+#include "checkpoint/dir.hpp"
+#include "checkpoint/shards.hpp"
+#include "distributed/zero2.hpp"
+#include "nn/transformer.hpp"
+#include "offload/pipeline.hpp"
+#include "optim/math.hpp"
+
+#include <primecfg/checkpoint.hpp>
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace primecfg::train {
+
+using torch::Tensor;
+namespace fs = std::filesystem;
+
+inline safetensors::dtype st_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32:
+      return safetensors::dtype::F32;
+    case torch::kBFloat16:
+      return safetensors::dtype::BF16;
+    case torch::kFloat16:
+      return safetensors::dtype::F16;
+    case torch::kInt64:
+      return safetensors::dtype::I64;
+    case torch::kUInt8:
+      return safetensors::dtype::U8;
+    default:
+      throw run_error("checkpoint: unsupported dtype");
+  }
+}
+
+// Tensors to write, kept alive (and on the CPU, contiguous) until written.
+struct TensorBundle {
+  std::vector<Tensor> keep;
+  std::vector<safetensors::entry> entries;
+  void add(const std::string& name, const Tensor& t) {
+    Tensor c = t.detach().to(torch::kCPU).contiguous();
+    keep.push_back(c);
+    entries.push_back({name, st_dtype(c.scalar_type()),
+                       std::vector<std::int64_t>(c.sizes().begin(), c.sizes().end()), c.data_ptr(),
+                       c.nbytes()});
+  }
+};
+
+// A whole file, or an error naming it (a full disk must not pass as a checkpoint);
+// a failed write leaves the previous file as it was (replace_file).
+inline void write_file(const fs::path& path, std::string_view text) {
+  try {
+    replace_file(path, std::string(text));
+  } catch (const checkpoint_error& e) {
+    throw run_error(e.what());
+  }
+}
+
+inline std::string_view hf_dtype_name(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kFloat16 ? "float16" : "float32";
+}
+
+// The tokenizer and generation settings of the HF directory the run started from, so
+// that a checkpoint is a model directory that HF and vLLM can use as it is.
+inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, const fs::path& to) {
+  if (!source_dir) return;
+  for (const char* name :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+        "merges.txt", "generation_config.json", "chat_template.jinja", "added_tokens.json"}) {
+    std::error_code ec;
+    const fs::path from = *source_dir / name;
+    if (!fs::is_regular_file(from, ec)) continue;
+    fs::copy_file(from, to / name, fs::copy_options::overwrite_existing, ec);
+    if (ec)
+      throw run_error(fmt::format("{}: cannot copy into the checkpoint: {}", from.string(), ec.message()));
+  }
+}
+
+// Writes step pos.step into <root>/step_N (through a temporary folder and one rename).
+// Sharded (`dp`): every rank writes its optimizer file, rank 0 the rest and then,
+// once every rank has written, the manifest; a rank that fails makes all fail, and
+// the temporary folder is removed.
+template <offload_pipeline Pipeline>
+void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, const OptSettings& opt,
+                     const TrainPosition& pos, const CheckpointConfig& cfg,
+                     const std::optional<fs::path>& source_dir, Zero2* dp) {
+  state.sync_host();
+  const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
+  const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
+  auto on_rank0 = [&](std::string_view what, const std::function<void()>& fn) {
+    if (!dp) return fn();
+    dp->group().on_rank0(what, [&] {
+      fn();
+      return std::string();
+    });
+  };
+  auto remove_tmp = [&] {
+    std::error_code ec;
+    if (rank == 0) fs::remove_all(tmp, ec);  // a full disk must not leave half a checkpoint behind
+  };
+  on_rank0("creating the checkpoint folder", [&] {
+    fs::create_directories(root);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  });
+  std::string error;
+  try {
+    if (rank == 0) {
+      // model.safetensors + config.json: the folder is also an HF model directory.
+      TensorBundle b;
+      for (const auto& p : model.params()) b.add(p.name, p.tensor);
+      safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
+      write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
+      copy_tokenizer_files(source_dir, tmp);
+    }
+    if (!cfg.skip_optimizer) {
+      TensorBundle b;
+      for (auto& s : state.states())
+        for (auto& [name, t] : optimizer_tensors(s))
+          b.add(name, world == 1 ? t.view(s.p->tensor.sizes()) : t);  // one rank: one piece, no padding
+      safetensors::write(tmp / optimizer_file_name(rank, world), b.entries,
+                         {{"optimizer", std::string(opt.name())},
+                          {"rank", std::to_string(rank)},
+                          {"world_size", std::to_string(world)}});
+    }
+    if (rank == 0) {
+      TensorBundle b;
+      b.add("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+      safetensors::write(tmp / "trainer_state.safetensors", b.entries,
+                         {{"step", std::to_string(pos.step)},
+                          {"data_position", std::to_string(pos.data_position)},
+                          {"scheduler_step", std::to_string(pos.scheduler_step)},
+                          {"offload", std::string(Pipeline::strategy::name)},
+                          {"optimizer", std::string(opt.name())},
+                          {"world_size", std::to_string(world)}});
+    }
+  } catch (const std::exception& e) {
+    if (!dp) {
+      remove_tmp();
+      throw;
+    }
+    error = e.what();
+  }
+  try {
+    if (dp) dp->group().agree(fmt::format("writing checkpoint step {}", pos.step), error);
+    // Last: the manifest, which makes the folder a checkpoint; then one rename.
+    on_rank0("publishing the checkpoint", [&] {
+      write_manifest(tmp, pos.step, !cfg.skip_optimizer);
+      publish_checkpoint(tmp, step_dir(root, pos.step));
+      if (cfg.keep_last) prune_checkpoints(root, *cfg.keep_last, pos.step);
+    });
+  } catch (...) {
+    remove_tmp();
+    throw;
+  }
+}
+
+// Copies a checkpoint tensor into dst, checking name, shape and dtype (a checkpoint
+// of another model fails here with the tensor's name); marks it consumed.
+inline void load_into(const safetensors::file& f, const std::string& name, Tensor dst,
+                      std::set<std::string>& consumed) {
+  const auto* t = f.find(name);
+  if (!t)
+    throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
+                                f.path().string(), name));
+  std::vector<std::int64_t> want(dst.sizes().begin(), dst.sizes().end());
+  if (t->shape != want)
+    throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}]", f.path().string(),
+                                name, fmt::join(t->shape, ", "), fmt::join(want, ", ")));
+  torch::ScalarType st;
+  switch (t->type) {
+    case safetensors::dtype::BF16:
+      st = torch::kBFloat16;
+      break;
+    case safetensors::dtype::F32:
+      st = torch::kFloat32;
+      break;
+    case safetensors::dtype::F16:
+      st = torch::kFloat16;
+      break;
+    default:
+      throw run_error(fmt::format("{}: tensor {} has dtype {}; a checkpoint holds F32, BF16 or F16 here",
+                                  f.path().string(), name, safetensors::dtype_name(t->type)));
+  }
+  if (dst.scalar_type() == torch::kFloat32 && st != torch::kFloat32 && name.rfind("model.", 0) != 0 &&
+      name != "lm_head.weight")
+    throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(),
+                                name, safetensors::dtype_name(t->type)));
+  torch::NoGradGuard ng;
+  Tensor src = torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::TensorOptions().dtype(st));
+  if (!torch::isfinite(src).all().item<bool>())
+    throw run_error(fmt::format("{}: tensor {} holds NaN or infinite values", f.path().string(), name));
+  dst.detach().copy_(src);
+  consumed.insert(name);
+}
+
+// Every tensor of a checkpoint file was loaded, or the checkpoint is not this run's.
+inline void all_consumed(const safetensors::file& f, const std::set<std::string>& consumed) {
+  for (const auto& t : f.tensors())
+    if (!consumed.count(t.name))
+      throw run_error(fmt::format("{}: tensor {} is not part of this run's model or optimizer",
+                                  f.path().string(), t.name));
+}
+
+// How many ranks wrote a checkpoint (trainer_state.safetensors' world_size; 1 when
+// absent: a checkpoint of one process before sharded runs existed).
+inline int saved_world(const fs::path& dir) {
+  auto sf = safetensors::file::open(dir / "trainer_state.safetensors");
+  auto it = sf.metadata().find("world_size");
+  if (it == sf.metadata().end()) return 1;
+  int n = 0;
+  try {
+    n = std::stoi(it->second);
+  } catch (const std::exception&) {
+  }
+  if (n < 1 || std::to_string(n) != it->second)
+    throw run_error(
+        fmt::format("{}: world_size = \"{}\" is not a positive integer", sf.path().string(), it->second));
+  return n;
+}
+
+template <offload_pipeline Pipeline>
+TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model, Pipeline& state,
+                              const OptSettings& opt, const CheckpointConfig& cfg) {
+  if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
+  try {
+    const Manifest manifest = verify_checkpoint(dir, step);
+    // The model must be the run's: config.json describes the same computation (not
+    // only the same parameter shapes: another rope_theta or rms_norm_eps loads fine
+    // and trains a different function).
+    const ModelArgs saved = read_hf_config(dir / "config.json");
+    if (const auto diffs = computation_differences(saved, "the checkpoint", model.args(), "this run's model");
+        !diffs.empty())
+      throw run_error(
+          fmt::format("{}: the checkpoint's model is not this run's ({}); resume it with the model it "
+                      "was saved with",
+                      (dir / "config.json").string(), fmt::join(diffs, "; ")));
+    auto mf = safetensors::file::open(dir / "model.safetensors");
+    std::set<std::string> consumed;
+    for (auto& p : model.params()) load_into(mf, p.name, p.tensor, consumed);
+    all_consumed(mf, consumed);
+    if (!cfg.skip_optimizer) {
+      if (!manifest.optimizer)
+        throw run_error(fmt::format(
+            "{}: has no optimizer state (saved with ckpt.skip_optimizer); set ckpt.skip_optimizer = true to "
+            "resume from its weights with fresh optimizer moments",
+            dir.string()));
+      read_optimizer_state(dir, saved_world(dir), state.states(), opt.name());
+    } else {
+      state.masters_from_model();  // asked for: masters are the weights, moments start at zero
+    }
+    auto sf = safetensors::file::open(dir / "trainer_state.safetensors");
+    TrainPosition pos = parse_trainer_state(sf.metadata(), sf.path().string(), step);
+    if (cfg.skip_scheduler) pos.scheduler_step = 0;
+    if (const auto* rng = sf.find("rng.cpu")) {
+      auto t = torch::empty({static_cast<std::int64_t>(rng->nbytes)}, torch::kUInt8);
+      std::memcpy(t.data_ptr(), rng->data, rng->nbytes);
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(t);
+    }
+    return pos;
+  } catch (const safetensors::error& e) {
+    throw run_error(e.what());
+  } catch (const checkpoint_error& e) {
+    throw run_error(e.what());
+  } catch (const model_config_error& e) {
+    throw run_error(e.what());
+  }
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,122 @@
+#include "nn/kernels/fused_ops.hpp"
+
+#include <atomic>
+
+#if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
+#include "nn/kernels/rms_norm.hpp"
+#include "nn/kernels/swiglu.hpp"
+
+// c10's stream header, not ATen/cuda/CUDAContext.h: that one also wants the cuBLAS and
+// cuSPARSE headers, which a toolkit without them lacks.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#define PRIMECFG_HAVE_FUSED 1
+#else
+#define PRIMECFG_HAVE_FUSED 0
+#endif
+
+namespace primecfg::train::fused {
+
+using torch::Tensor;
+
+namespace {
+
+std::atomic<bool> on{true};
+
+#if PRIMECFG_HAVE_FUSED
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+const kernels::bf16* in(const Tensor& t) { return reinterpret_cast<const kernels::bf16*>(t.data_ptr()); }
+kernels::bf16* out(Tensor& t) { return reinterpret_cast<kernels::bf16*>(t.data_ptr()); }
+
+// The current stream of the current device (the guard in each caller made it the tensors').
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+bool fusable(const Tensor& t) { return t.defined() && t.is_cuda() && t.scalar_type() == torch::kBFloat16; }
+
+// Saves the input, the weight and the per-row rstd, as ATen's RMSNorm does (the output
+// is not kept).
+struct RmsNorm : torch::autograd::Function<RmsNorm> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const Tensor& w_in, double eps) {
+    c10::cuda::CUDAGuard guard(x_in.device());
+    Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    const std::int64_t cols = w.numel(), rows = x.numel() / cols;
+    Tensor y = torch::empty_like(x);
+    Tensor rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+    kernels::rms_norm_forward(in(x), in(w), out(y), rstd.data_ptr<float>(), rows, cols,
+                              static_cast<float>(eps), stream());
+    ctx->save_for_backward({x, w, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1], &rstd = saved[2];
+    c10::cuda::CUDAGuard guard(x.device());
+    Tensor dy = grads[0].to(x.scalar_type()).contiguous();
+    const std::int64_t cols = w.numel(), rows = x.numel() / cols;
+    Tensor dx = torch::empty_like(x);
+    Tensor dw, workspace;
+    if (ctx->needs_input_grad(1)) {
+      dw = torch::empty_like(w);
+      workspace = torch::empty({kernels::rms_norm_backward_workspace(rows, cols)},
+                               x.options().dtype(torch::kFloat32));
+    }
+    kernels::rms_norm_backward(
+        in(dy), in(x), in(w), rstd.data_ptr<float>(), out(dx), dw.defined() ? out(dw) : nullptr,
+        workspace.defined() ? workspace.data_ptr<float>() : nullptr, rows, cols, stream());
+    return {dx, dw, Tensor()};
+  }
+};
+
+// Saves gate and up only (ATen's silu-then-multiply also keeps silu(gate)).
+struct SwiGlu : torch::autograd::Function<SwiGlu> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate_in, const Tensor& up_in) {
+    c10::cuda::CUDAGuard guard(gate_in.device());
+    Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
+    Tensor y = torch::empty_like(gate);
+    kernels::swiglu_forward(in(gate), in(up), out(y), gate.numel(), stream());
+    ctx->save_for_backward({gate, up});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &gate = saved[0], &up = saved[1];
+    c10::cuda::CUDAGuard guard(gate.device());
+    Tensor d = grads[0].to(gate.scalar_type()).contiguous();
+    Tensor dgate = torch::empty_like(gate), dup = torch::empty_like(up);
+    kernels::swiglu_backward(in(d), in(gate), in(up), out(dgate), out(dup), gate.numel(), stream());
+    return {dgate, dup};
+  }
+};
+
+#endif
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+#if PRIMECFG_HAVE_FUSED
+  if (on && fusable(x) && fusable(w) && w.dim() == 1 && x.dim() >= 1 && x.size(-1) == w.size(0) &&
+      x.device() == w.device() && x.numel() > 0)
+    return RmsNorm::apply(x, w, eps);
+#endif
+  return at::rms_norm(x, {x.size(-1)}, w, eps);
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+#if PRIMECFG_HAVE_FUSED
+  if (on && fusable(gate) && fusable(up) && gate.sizes() == up.sizes() && gate.device() == up.device())
+    return SwiGlu::apply(gate, up);
+#endif
+  return torch::silu(gate) * up;
+}
+
+bool kernels_built() { return PRIMECFG_HAVE_FUSED; }
+
+void set_enabled(bool enable) { on = enable; }
+bool enabled() { return on; }
+
+}  // namespace primecfg::train::fused

@@ -1,0 +1,59 @@
+// offload = "none": masters, gradient accumulators and moments all on the device;
+// after backward, the norm, clipping and one multi-tensor update.
+//
+// Internal to primecfg-train. The calls the training loop makes are listed in
+// offload/pipeline.hpp.
+#pragma once
+
+#include "base/host_trace.hpp"
+#include "base/run_error.hpp"
+#include "offload/shared/device_update.hpp"
+#include "offload/shared/param_state.hpp"
+#include "options.hpp"
+
+#include <primecfg/offload.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace primecfg::train {
+
+class NoOffloadPipeline {
+ public:
+  using strategy = NoOffload;
+
+  NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Zero2* dp);
+  NoOffloadPipeline(const NoOffloadPipeline&) = delete;
+  NoOffloadPipeline& operator=(const NoOffloadPipeline&) = delete;
+  ~NoOffloadPipeline() { hooks_.remove(); }
+
+  std::vector<ParamState>& states() { return states_; }
+  void masters_from_model();
+  void sync_host() {}
+
+  void begin_step(double lr, std::int64_t step, bool single_micro_batch);
+  void begin_last_micro_batch(const std::vector<std::int64_t>&) { spans_.forward_begins(); }
+  void before_backward() { spans_.backward_begins(step_); }
+  const Transformer::BlockHook* block_hook() const { return nullptr; }
+  Transformer::LossHooks loss_hooks(bool) const { return {}; }
+  Transformer::LossChunks loss_chunks(std::int64_t) const { return Transformer::LossChunks::tokens; }
+  double finish_step();
+  void end_step() { spans_.step_ends(step_); }
+
+  std::map<std::string, double> pipeline_stats() const { return {}; }
+  std::map<std::string, double> host_bytes() const { return host_state_bytes(states_); }
+
+ private:
+  OptSettings opt_;
+  Zero2* dp_;
+  HostTrace trace_;
+  StepSpans spans_{trace_};
+  std::vector<ParamState> states_;
+  DeviceAccumulators grads_;
+  GradHooks hooks_;
+  double lr_ = 0;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace primecfg::train

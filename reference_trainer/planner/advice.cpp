@@ -1,0 +1,190 @@
+// What --plan recommends: the mode to use when one fits, else the changes that make
+// one fit, each found by planning the changed config (never guessed).
+#include "planner/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <variant>
+
+namespace primecfg::train::plan {
+
+namespace {
+
+using i64 = std::int64_t;
+
+std::string gib(i64 bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+// The modes from the fastest to the slowest. Without a step-time model this is the
+// order the measurements give (docs/performance.md: none, then optimizer, which
+// streams the moments over PCIe, then full, whose CPU update sets the step time).
+constexpr Offload kBySpeed[] = {Offload::none, Offload::optimizer, Offload::full};
+
+const ModePlan* fastest_fit(const std::vector<ModePlan>& modes) {
+  for (Offload o : kBySpeed)
+    for (const auto& m : modes)
+      if (m.mode == o && m.fits()) return &m;
+  return nullptr;
+}
+
+std::string cost_of(Offload mode, const Plan& p) {
+  const double gb = static_cast<double>(p.params) / 1e9;
+  switch (mode) {
+    case Offload::none:
+      return "every tensor stays on the GPU: no transfers, no CPU work";
+    case Offload::optimizer:
+      return fmt::format(
+          "it streams the optimizer moments over PCIe each step (about {:.0f} GB both ways for {:.2f} B "
+          "parameters)",
+          16 * gb, gb);
+    case Offload::full:
+      return fmt::format(
+          "its CPU threads update {:.2f} B parameters each step (masters, moments and gradients in host "
+          "memory), "
+          "which sets the step time when the GPU finishes first",
+          gb);
+  }
+  return "";
+}
+
+i64 seq_len_of(const SFTConfig& c) {
+  return std::visit([](const auto& d) -> i64 { return d.seq_len; }, c.data);
+}
+i64 micro_of(const SFTConfig& c) {
+  return std::visit([](const auto& d) -> i64 { return d.micro_batch_size; }, c.data);
+}
+i64 batch_of(const SFTConfig& c) {
+  return std::visit([](const auto& d) -> i64 { return d.batch_size; }, c.data);
+}
+void set_seq_len(SFTConfig& c, i64 t) {
+  std::visit([&](auto& d) { d.seq_len = t; }, c.data);
+}
+void set_micro(SFTConfig& c, i64 b) {
+  std::visit([&](auto& d) { d.micro_batch_size = b; }, c.data);
+}
+
+const ModePlan* fits_with(const SFTConfig& c, const Plan& p, const Assumptions& a) {
+  static thread_local Plan keep;  // the pointer stays valid until the next call
+  keep = make_plan(c, p.shape, a);
+  return fastest_fit(keep.modes);
+}
+
+// The largest value in [lo, hi] (in steps of `step`) for which ok() holds, assuming
+// that it holds for every smaller one; nullopt when not even lo does.
+template <class Ok>
+std::optional<i64> largest(i64 lo, i64 hi, i64 step, Ok ok) {
+  if (!ok(lo)) return std::nullopt;
+  i64 good = lo, bad = hi + step;
+  while (bad - good > step) {
+    const i64 mid = good + (bad - good) / step / 2 * step;
+    (ok(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+}  // namespace
+
+Advice advise(const SFTConfig& cfg, const Plan& p) {
+  Advice out;
+  const Assumptions& a = p.assumptions;
+  if (!a.gpu_capacity || !a.host_capacity) {
+    out.summary = "The machine's capacity is unknown for part of it, so no mode is recommended.";
+    return out;
+  }
+  if (const ModePlan* m = fastest_fit(p.modes)) {
+    out.mode = m->mode;
+    std::string why = fmt::format("the fastest mode that fits ({} of {} on the GPU); {}", gib(m->gpu_total),
+                                  gib(*a.gpu_capacity), cost_of(m->mode, p));
+    for (Offload faster : kBySpeed) {
+      if (faster == m->mode) break;
+      const ModePlan& f = p.mode(faster);
+      why += fmt::format(". {} does not fit: {}", mode_name(faster),
+                         !f.gpu_fits.value_or(true)
+                             ? fmt::format("{} on the GPU", gib(f.gpu_total))
+                             : fmt::format("{} of host memory per node", gib(f.host_node)));
+    }
+    out.summary = fmt::format("Recommended: model.offload = \"{}\": {}.", mode_name(m->mode), why);
+    if (cfg.model.offload != m->mode)
+      out.summary += fmt::format(
+          " This config asks for \"{}\"{}.", mode_name(cfg.model.offload),
+          p.mode(cfg.model.offload).fits() ? ", which fits but is slower" : ", which does not fit");
+    return out;
+  }
+
+  // Nothing fits as configured: each change on its own, planned.
+  out.summary = "No offload mode fits this machine with this config. What would make one fit (each planned):";
+  const bool ac = cfg.model.ac.has_value();
+  SFTConfig with_ac = cfg;
+  if (!ac) with_ac.model.ac = ActivationCheckpointConfig{};
+  if (!ac)
+    if (const ModePlan* m = fastest_fit(p.modes_other))
+      out.changes.push_back(
+          fmt::format("--model.ac (activation checkpointing: each block's forward runs again in "
+                      "backward): then model.offload = \"{}\" fits, {} on the GPU",
+                      mode_name(m->mode), gib(m->gpu_total)));
+  // A shorter sequence, a smaller micro-batch: with the config's model.ac, and (when it
+  // is off) with it on, which allows longer ones.
+  const i64 T = seq_len_of(cfg);
+  const bool ac_alone = !ac && fastest_fit(p.modes_other);  // then nothing needs it with model.ac
+  for (const SFTConfig* c : {&cfg, ac || ac_alone ? static_cast<const SFTConfig*>(nullptr) : &with_ac}) {
+    if (!c) continue;
+    const std::string prefix = c == &with_ac ? "--model.ac " : "";
+    Offload mode = Offload::none;
+    auto ok = [&](i64 t) {
+      SFTConfig x = *c;
+      set_seq_len(x, t);
+      const ModePlan* m = fits_with(x, p, a);
+      if (m) mode = m->mode;
+      return m != nullptr;
+    };
+    if (T > 256)
+      if (auto t = largest(256, T - 256, 256, ok)) {
+        ok(*t);
+        out.changes.push_back(
+            fmt::format("{}--data.seq-len={} (the longest that fits, in steps of 256): then "
+                        "model.offload = \"{}\" fits",
+                        prefix, *t, mode_name(mode)));
+      }
+    for (i64 b = micro_of(cfg) - 1; b >= 1; --b) {
+      if (batch_of(cfg) % b) continue;
+      SFTConfig x = *c;
+      set_micro(x, b);
+      if (const ModePlan* m = fits_with(x, p, a)) {
+        out.changes.push_back(
+            fmt::format("{}--data.micro-batch-size={} (the largest that fits and divides "
+                        "data.batch_size): then model.offload = \"{}\" fits",
+                        prefix, b, mode_name(m->mode)));
+        break;
+      }
+    }
+  }
+  // More ranks: the FP32 state is sharded over them (the bf16 weights are not).
+  const i64 per_node_cap = a.ranks_per_node.value_or(8);
+  for (i64 w = std::max<i64>(2, a.world * 2); w <= 1024; w *= 2) {
+    Assumptions more = a;
+    more.world = w;
+    more.ranks_per_node = std::min(w, per_node_cap);
+    Plan q = make_plan(cfg, p.shape, more);
+    if (const ModePlan* m = fastest_fit(q.modes)) {
+      out.changes.push_back(fmt::format(
+          "{} ranks ({} per node, one GPU each; the FP32 state is sharded over them): then model.offload = "
+          "\"{}\" fits, {} per GPU (data.batch_size must give each rank whole micro-batches)",
+          w, *more.ranks_per_node, mode_name(m->mode), gib(m->gpu_total)));
+      break;
+    }
+  }
+  if (out.changes.empty())
+    out.changes.push_back(
+        "none of --model.ac, a shorter data.seq_len, a smaller micro-batch or up to 1024 ranks makes a mode "
+        "fit: "
+        "every rank holds the whole bf16 model here (no parameter sharding yet)");
+  return out;
+}
+
+std::string format_advice(const Advice& advice) {
+  std::string out = advice.summary + "\n";
+  for (const auto& c : advice.changes) out += "  - " + c + "\n";
+  return out;
+}
+
+}  // namespace primecfg::train::plan

@@ -1,0 +1,420 @@
+// The memory model of the planner: the GPU and host terms of one offload mode and the
+// phases of a step that add them up (plan_memory.hpp; docs/memory-planner.md).
+#include "planner/memory.hpp"
+
+#include "distributed/shard_layout.hpp"
+#include "nn/loss_chunking.hpp"
+#include "offload/shared/ring_size.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace primecfg::train::plan::detail {
+
+namespace {
+
+i64 round_up(i64 bytes, i64 block) { return block <= 1 ? bytes : (bytes + block - 1) / block * block; }
+
+i64 pow2_ceil(i64 bytes) {
+  if (bytes <= 1) return bytes;
+  i64 p = 1;
+  while (p < bytes) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+OptInfo optimizer_info(const OptimizerConfig& cfg) {
+  OptInfo o;
+  o.kind = optimizer_kind(cfg);
+  std::visit(
+      [&](const auto& c) {
+        using C = std::decay_t<decltype(c)>;
+        o.name = std::string(C::type);
+        o.clip = c.max_norm.has_value();
+        if constexpr (std::is_same_v<C, SGDConfig>) {
+          o.momentum = c.momentum > 0;
+          o.nesterov = c.nesterov;
+        }
+      },
+      cfg);
+  return o;
+}
+
+namespace {
+
+bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
+
+// FP32 moment buffers of one parameter (optimizer_state.hpp, as the trainer allocates them).
+int moment_count(const OptInfo& o, const ParamShape& p) {
+  return moment_buffers(o.kind, o.momentum, muon_handles(p));
+}
+
+// Device bytes allocated while the optimizer updates one parameter, beyond the
+// persistent state (trainer.cpp's update_on_device; AdamW runs as one in-place
+// multi-tensor kernel, and OptimizerOffload's moments sit in the persistent window).
+i64 update_transient(const OptInfo& o, const ParamShape& p) {
+  const i64 n = p.numel();
+  switch (o.kind) {
+    case OptKind::adamw:
+      return 0;
+    case OptKind::sign_sgd:
+      return 4 * n;  // grad.sign()
+    case OptKind::sgd:
+      return o.momentum && o.nesterov ? 4 * n : 0;  // grad.add(m1, momentum)
+    case OptKind::muon: {
+      if (!muon_handles(p)) return 0;
+      // grad + momentum (fp32), bf16 iterate x and its successor, a*x, B@x, their sum,
+      // and the Gram matrices A, A@A, B of the short side k.
+      const i64 k = std::min(p.rows, p.cols);
+      return 4 * n + 2 * n * 4 + 2 * k * k * 4;
+    }
+  }
+  return 0;
+}
+
+struct Builder {
+  MemoryPlan m;
+  void add(std::string name, i64 bytes, std::string what) {
+    m.terms.push_back({std::move(name), bytes, std::move(what)});
+  }
+  void phase(std::string name, std::vector<std::string> names) {
+    Phase p{std::move(name), 0, {}};
+    for (auto& n : names) {
+      const i64 b = m.term(n);
+      if (b == 0) continue;
+      p.bytes += b;
+      p.terms.push_back(std::move(n));
+    }
+    m.phases.push_back(std::move(p));
+  }
+  MemoryPlan done() {
+    for (const auto& p : m.phases)
+      if (m.peak_phase.empty() || p.bytes > m.peak) {
+        m.peak = p.bytes;
+        m.peak_phase = p.name;
+      }
+    return std::move(m);
+  }
+};
+
+// What an RMSNorm over `width` elements keeps per row, besides its FP32 rstd: the fused
+// kernel (CUDA) keeps its input; LibTorch's composite fallback (CPU) keeps an FP32 copy
+// of the input and the FP32 normalised values.
+i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
+
+// Elements of one parameter's FP32 state on a rank: rank 0's piece, padding included,
+// which is the largest and the size every rank allocates (shard_layout.hpp). The
+// parameter itself at world 1.
+i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
+
+}  // namespace
+
+BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu) {
+  const i64 D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
+  BlockBytes b{};
+  b.attn_norm = norm_saved(D, dt, fused_norm) + 4;  // x, rstd
+  b.qkv_in = D * dt;                                // rmsnorm(x)
+  b.qk_norm = s.qk_norm() ? norm_saved(q + kv, dt, fused_norm) + (s.heads + s.kv_heads) * 4
+                          : 0;                              // q, k before their norms, rstd
+  b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;             // q, k, v, out, lse
+  b.mlp_norm = norm_saved(D, dt, fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
+  // gate, silu(gate) (not with the fused kernel), up, product
+  b.mlp = (fused_swiglu && dt == 2 ? 3 : 4) * I * dt;
+  return b;
+}
+
+i64 checkpointed_blocks(i64 layers, bool ac, i64 freq) {
+  if (!ac) return 0;
+  return (layers + freq - 1) / freq;  // blocks l with l % freq == 0
+}
+
+namespace {
+
+MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
+  const auto& s = w.s;
+  const i64 dt = w.dt, N = w.N, D = s.hidden, V = s.vocab_size;
+  const i64 q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
+  const bool masters_dev = mode != Offload::full, grads_dev = mode != Offload::full,
+             moments_dev = mode == Offload::none;
+  const i64 blk = w.a.cuda ? w.a.device_block : 1;
+  Builder b;
+
+  // --- Persistent state ------------------------------------------------------
+  // Sharded runs (world > 1) replicate the compute weights and split the FP32 state:
+  // masters, accumulators and moments hold shard_numel elements per parameter.
+  const i64 world = w.a.world;
+  i64 weights = 0, masters = 0, grads = 0, moments = 0, max_n = 0;
+  i64 weight_shard = 0, max_padded = 0;
+  for (const auto& p : w.params) {
+    const i64 n = shard_numel(p.numel(), world);
+    weights += round_up(p.numel() * dt, blk);
+    masters += round_up(n * 4, blk);
+    grads += round_up(n * 4, blk);
+    moments += moment_count(w.opt, p) * round_up(n * 4, blk);
+    weight_shard += round_up(n * dt, blk);
+    max_n = std::max(max_n, p.numel());
+    max_padded = std::max(max_padded, n * world);
+  }
+  b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
+  if (masters_dev) b.add("masters", masters, "FP32 master weights");
+  if (grads_dev) b.add("grads", grads, "FP32 gradient accumulators");
+  if (moments_dev) b.add("moments", moments, "optimizer moments (FP32)");
+  // Collective buffers of a sharded run. A bucket holds whole parameters, about
+  // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
+  // largest padded parameter (one parameter is never split over buckets).
+  i64 bucket = 0;
+  if (w.a.sharded()) {
+    bucket = std::max(w.a.bucket_bytes / w.reduce_bytes, max_padded);
+    const i64 rb = w.reduce_bytes, out = (bucket + world - 1) / world;
+    b.add("weight_shard", weight_shard,
+          "this rank's shard of the updated weights (compute dtype), the all-gather's input");
+    // One bucket in flight in its reduce-scatter while the next is filled, and the
+    // two reduce-scatter outputs (1/world of each) the shard's accumulators add.
+    b.add("grad_buckets", 2 * round_up(bucket * rb, blk) + 2 * round_up(out * rb, blk),
+          "gradient reduce-scatter: two full-size buckets + their 1/world outputs");
+    b.add("weight_gather", round_up(bucket * dt, blk), "weight all-gather: one full-size bucket");
+  }
+  // Without clipping the input embedding, whose gradient comes last, keeps its
+  // moments in a buffer of its own and the window serves the rest (trainer.cpp, tail_).
+  const bool split_tail = mode == Offload::optimizer && w.a.cuda && !w.opt.clip;
+  i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
+  for (const auto& p : w.params) {
+    const i64 bytes = 4 * shard_numel(p.numel(), world) * moment_count(w.opt, p);  // the rank's shard
+    if (split_tail && p.name == "model.embed_tokens.weight") {
+      tail_moments = bytes;
+      continue;
+    }
+    largest_moments = std::max(largest_moments, bytes);
+    total_moments += bytes;
+  }
+  if (mode == Offload::optimizer && w.a.cuda) {
+    b.add("moment_window", round_up(ring_capacity(largest_moments, total_moments, w.a.ring_bytes), blk),
+          "device window the moments stream through (kept after the first step)");
+    if (tail_moments > 0)
+      b.add("moment_tail", round_up(tail_moments, blk),
+            "the input embedding's moments, fetched beside the forward pass (from the second step)");
+  }
+  if (w.a.cuda)
+    b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
+  const std::vector<std::string> persistent = {"weights",       "masters",     "grads",     "moments",
+                                               "moment_window", "moment_tail", "workspace", "weight_shard"};
+  // Startup: each weight is drawn in fp32 on the device, then converted.
+  b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
+
+  // --- Activations of one micro-batch ----------------------------------------
+  const BlockBytes bb = block_bytes(s, dt, w.a.fused_rms_norm, w.a.fused_swiglu);
+  const i64 full_tok = bb.full(), ckpt_tok = D * dt;
+  const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
+  const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;
+  const i64 saved_all = N * (n_ckpt * ckpt_tok + (s.layers - n_ckpt) * full_tok);
+  const i64 saved_top = N * (top_ckpt ? ckpt_tok : full_tok);
+  b.add("activations", saved_all,
+        ac ? "checkpointed block inputs (+ blocks not checkpointed)" : "what every block keeps for backward");
+  b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
+  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0),
+        "the last block's full activations during its backward (+ recompute output)");
+
+  // Per-micro-batch inputs: ids, positions, targets (int64), RoPE cos/sin tables.
+  b.add("inputs", N * 8 * 3 + 2 * N * s.head_dim * dt, "token ids, positions, targets, RoPE tables");
+  if (w.masked) {
+    const i64 TT = w.T * w.T;
+    const i64 non_ckpt = s.layers - n_ckpt;
+    b.add("mask", w.B * TT + non_ckpt * w.B * TT * dt,
+          "document mask (bool) + additive mask SDPA keeps per block");
+    b.add("mask_below_top", w.B * TT + (non_ckpt - (top_ckpt ? 0 : 1)) * w.B * TT * dt,
+          "masks alive during the last block's backward");
+    b.add("mask_top", w.B * TT * dt, "the last block's additive mask");
+  }
+
+  // --- LM head + cross-entropy (transformer.cpp's LinearCrossEntropy) ---------------
+  const i64 c = w.ce_chunk;
+  b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
+  b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
+  b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
+  if (mode == Offload::full && vocab_chunked_loss(s.tie_embeddings, N)) {
+    // FullOffload with a tied embedding walks vocabulary chunks (Transformer::LossChunks):
+    // chunks of k rows, k = c x V / N tokens' worth but at most V / 8, over all N
+    // tokens. The head gradient is written in bf16 row by row (no FP32 copy); the
+    // hidden states' gradient sums in FP32 beside a copy of the hidden rows. Per chunk
+    // 6 bytes per logit at the peak: the bf16 logits beside their FP32 copy, or the
+    // FP32 softmax beside its bf16 copy (on the H200 with LibTorch 2.11 the
+    // log-sum-exp's temporaries stayed below that: 13.39 GiB measured on Qwen3-0.6B
+    // at 8192, 30.53 on Llama-3.2-3B, 13.37 and 30.54 predicted). FP32 compute: the
+    // FP32 logits and the softmax in place, 4 bytes (+4 for the log-sum-exp).
+    const i64 k = vocab_chunk_rows(c, V, N);
+    b.add("ce_grad_w", V * D * dt, "gradient of the LM head weight, written chunk by chunk");
+    b.add("ce_chunk", (dt == 2 ? 6 : 8) * N * k + N * D * (dt + 4) + N * 24,
+          fmt::format("logits chunk of {} vocabulary rows x {} tokens (fp32 logits, softmax, casts)", k, N));
+  } else {
+    b.add("ce_grad_w", V * D * 4, "FP32 gradient of the LM head weight, accumulated over chunks");
+    // Per chunk, bf16 compute: the bf16 logits, their fp32 copy and the fp32
+    // log-probabilities (10 bytes per logit: LibTorch 2.11's CUDA log_softmax does not
+    // take bf16 in with fp32 out, so the trainer casts first; where it does, the peak is
+    // 6 and this over-predicts); later that fp32 buffer is the softmax gradient, in
+    // place, beside its bf16 copy. Unless the GEMM
+    // accumulates straight into the fp32 grad_w (addmm with an fp32 output, CUDA), a
+    // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
+    // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
+    const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
+    const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
+                              : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
+    const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
+    b.add("ce_chunk", std::max(chunk, tail),
+          fmt::format("logits chunk of {} tokens x vocab (fp32 logits, softmax, casts)", c));
+  }
+  b.add("ce_backward", 2 * (N * D * dt + V * D * dt), "saved LM-head gradients and their scaled copies");
+
+  // --- Backward ----------------------------------------------------------------
+  // MLP stage of a block's backward: the residual gradient plus two N x I gradients
+  // (mul backward); attention stage: dq/dk/dv, an fp32 dq accumulator, softmax_d, GQA
+  // expansion, with the MLP's activations already freed.
+  const i64 mlp_stage = N * (D + 2 * I) * dt;
+  const i64 attn_stage =
+      N * ((D + 2 * q + 2 * kv) * dt + 4 * q + 4 * s.heads + (s.heads != s.kv_heads ? 2 * q * dt : 0)) -
+      N * (bb.mlp + bb.mlp_norm);
+  b.add("backward_temps", std::max(mlp_stage, attn_stage), "gradients in flight inside one block's backward");
+  // The tied embedding's gradient from the LM head waits for the embedding's own.
+  b.add(
+      "embed_grad", (s.tie_embeddings ? 2 : 1) * V * D * dt,
+      s.tie_embeddings ? "tied embedding: LM-head gradient held + embedding gradient" : "embedding gradient");
+  if (s.tie_embeddings) b.add("embed_grad_held", V * D * dt, "tied embedding's LM-head gradient, held");
+
+  // --- Optimizer step -----------------------------------------------------------
+  // (The global gradient norm is a multi-tensor reduction to one scalar per tensor.)
+  if (mode != Offload::full) {
+    i64 update = 0;
+    for (const auto& p : w.params) update = std::max(update, update_transient(w.opt, p));
+    b.add("step_transient", update, "optimizer temporaries of the largest parameter");
+  }
+
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = persistent;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  b.phase("startup", {"weights", "init_draw"});
+  b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
+                           "ce_chunk"}));
+  // The gradient buckets (absent at world 1) fill from the gradient hooks, so they
+  // are alive through every phase of backward.
+  b.phase("backward_head",
+          with({"activations", "mask", "inputs", "final_norm", "ce_backward", "grad_buckets"}));
+  // OptimizerOffload without clipping updates each parameter in its gradient hook, so
+  // the update's temporaries land in backward.
+  const std::string in_hooks = mode == Offload::optimizer && w.a.cuda && !w.opt.clip ? "step_transient" : "";
+  b.phase("backward_block",
+          with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
+                "backward_temps", "embed_grad_held", in_hooks, "grad_buckets"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets"}));
+  if (mode != Offload::full) b.phase("optimizer_step", with({"step_transient"}));
+  // The weight all-gather runs after the step, when the activations, autograd's
+  // gradients, the reduce-scatter buckets and the step's temporaries are freed: a
+  // phase of its own over the persistent state, so that it counts as the max with the
+  // backward peak, not on top of it (adding it would over-predict by a bucket).
+  if (w.a.sharded()) b.phase("weight_gather", with({"weight_gather"}));
+  return b.done();
+}
+
+MemoryPlan host_plan(const Workload& w, Offload mode) {
+  const i64 dt = w.dt;
+  const bool pinned = w.a.cuda;
+  auto pin = [&](i64 bytes) { return pinned && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
+  i64 masters = 0, grads = 0, moments_pinned = 0, moments_plain = 0, model_bytes = 0, max_n = 0;
+  i64 state_numel = 0;  // FP32 state elements of this rank (all of them at world 1)
+  for (const auto& p : w.params) {
+    const i64 n = shard_numel(p.numel(), w.a.world);  // the FP32 state: this rank's shard
+    const int k = moment_count(w.opt, p);
+    // FullOffload keeps bf16-model masters in pageable memory; fp32 weights upload
+    // straight from pinned masters.
+    masters += dt == 2 || !pinned ? 4 * n : pin(4 * n);
+    grads += 4 * n;
+    moments_pinned += k * pin(4 * n);
+    moments_plain += k * 4 * n;
+    state_numel += n;
+    // The rings, the weights' copies and the temporaries below stay full size.
+    model_bytes += p.numel() * dt;
+    max_n = std::max(max_n, p.numel());
+  }
+  Builder b;
+  b.add("runtime", w.a.host_runtime, "LibTorch + CUDA runtime resident in the process");
+  b.add("data", w.batch * w.T * 32 + w.N * 32 + w.jsonl_bytes * 9,
+        "one step's token vectors (+ a JSONL file's tokens)");
+  if (mode == Offload::optimizer)
+    b.add("moments", moments_pinned, pinned ? "optimizer moments, pinned" : "optimizer moments");
+  if (mode == Offload::full) {
+    b.add("moments", moments_plain, "optimizer moments");
+    b.add("masters", masters, "FP32 master weights");
+    // Accumulators exist only when a step has several micro-batches.
+    if (w.micro_batches > 1) b.add("grads", grads, "FP32 gradient accumulators (gradient accumulation)");
+    const i64 ring = ring_capacity(max_n * dt, model_bytes, w.a.ring_bytes);
+    b.add("grad_ring", pin(ring), "pinned staging ring the gradients land in");
+    if (pinned && dt == 2) b.add("upload_ring", pin(ring), "pinned ring of new bf16 weights going up");
+    // A tied embedding's LM-head gradient lands in a buffer of its own (its update
+    // runs in slices whenever the CPU has nothing else to do).
+    if (w.s.tie_embeddings)
+      b.add("head_grad", pin(w.s.vocab_size * w.s.hidden * dt),
+            "pinned buffer of the tied LM head's gradient");
+    // Startup copies the bf16 weights into the FP32 masters through a bf16 host copy;
+    // with accumulation the worker squares an FP32 accumulator for the norm.
+    b.add("state_transient", std::max(dt == 2 && pinned ? 2 * max_n : 0, w.micro_batches > 1 ? 4 * max_n : 0),
+          "largest parameter's host temporaries (master init / norm)");
+  }
+  // Startup: an HF directory's safetensors files are mapped while loading.
+  b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
+  if (w.ckpt) {
+    // Tensors not already on the host are copied there before writing.
+    i64 opt_bundle = 0;
+    if (w.ckpt_optimizer) {
+      if (mode != Offload::full) opt_bundle += 4 * state_numel;  // masters (the rank's shard)
+      if (mode == Offload::none) opt_bundle += moments_plain;
+    }
+    b.add("checkpoint", std::max(model_bytes, opt_bundle), "host copies gathered while saving a checkpoint");
+  }
+  const std::vector<std::string> state = {"runtime", "data",      "moments",     "masters",
+                                          "grads",   "grad_ring", "upload_ring", "head_grad"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = state;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  b.phase("startup", {"runtime", "data", "init"});
+  b.phase("step", with({"state_transient"}));
+  if (w.ckpt) b.phase("checkpoint", with({"checkpoint"}));
+  return b.done();
+}
+
+}  // namespace
+
+ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
+  ModePlan m;
+  m.mode = mode;
+  m.ac = ac;
+  m.gpu = gpu_plan(w, mode, ac);
+  m.host = host_plan(w, mode);
+  // The ranks of one node share its host memory: each is a process with the same plan.
+  m.host_node = m.host.peak * w.a.per_node();
+  const double slack = m.gpu.peak * w.a.allocator_slack;
+  m.gpu_total = m.gpu.peak + static_cast<i64>(slack) + (w.a.cuda ? w.a.cuda_context : 0);
+  if (mode == Offload::full && w.a.cuda) {
+    // Freed gradients stay reserved until their copy into the staging ring ran; the
+    // ring bounds how many are in flight.
+    i64 model_bytes = 0, max_n = 0;
+    for (const auto& p : w.params) {
+      model_bytes += p.numel() * w.dt;
+      max_n = std::max(max_n, p.numel());
+    }
+    m.gpu_total += ring_capacity(max_n * w.dt, model_bytes, w.a.ring_bytes);
+  }
+  if (w.a.gpu_capacity) m.gpu_fits = m.gpu_total <= *w.a.gpu_capacity;
+  if (w.a.host_capacity) m.host_fits = m.host_node <= *w.a.host_capacity;
+  return m;
+}
+
+}  // namespace primecfg::train::plan::detail

@@ -1,0 +1,64 @@
+// The planner's memory model, shared by planner.cpp and plan_memory.cpp and private
+// to them (the API is planner.hpp): what one plan knows of the config and the model
+// before a mode is chosen (Workload), and the terms and phases of one mode
+// (plan_mode). docs/memory-planner.md derives every term.
+#pragma once
+
+#include "optim/state.hpp"
+#include "planner/planner.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace primecfg::train::plan::detail {
+
+using i64 = std::int64_t;
+
+struct OptInfo {
+  OptKind kind = OptKind::adamw;
+  bool momentum = false;  // SGD: momentum > 0
+  bool clip = false;      // max_norm set
+  bool nesterov = false;
+  std::string name;
+};
+
+OptInfo optimizer_info(const OptimizerConfig& cfg);
+
+// Everything about one micro-batch and the model that does not depend on the mode.
+struct Workload {
+  ModelShape s;
+  std::vector<ParamShape> params;
+  OptInfo opt;
+  Assumptions a;
+  i64 dt = 2;            // compute dtype bytes
+  i64 reduce_bytes = 4;  // model.reduce_dtype: element of a gradient reduce-scatter bucket
+  i64 B = 1, T = 1, N = 1, batch = 1;
+  bool ac = false;
+  i64 ac_freq = 1;
+  bool masked = false;
+  i64 ce_chunk = 0;
+  i64 micro_batches = 1;  // per optimizer step
+  bool ckpt = false, ckpt_optimizer = false;
+  i64 hf_weight_bytes = 0;  // safetensors files mapped while loading an HF directory
+  i64 jsonl_bytes = 0;      // size of data.path
+};
+
+// Bytes one block keeps for backward, per token (model.cpp's block_forward under
+// autograd, with the CUDA kernels: fused RMSNorm saves its input and an FP32 rstd per
+// row; SDPA saves q, k, v, its output and an FP32 logsumexp per head; RoPE saves only
+// the shared cos/sin tables; the matmuls save their activation input).
+struct BlockBytes {
+  i64 attn_norm, qkv_in, qk_norm, sdpa, mlp_norm, mlp;
+  i64 full() const { return attn_norm + qkv_in + qk_norm + sdpa + mlp_norm + mlp; }
+};
+
+BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu = false);
+
+// Blocks whose activations are checkpointed (none without model.ac).
+i64 checkpointed_blocks(i64 layers, bool ac, i64 freq);
+
+// The GPU and host plans of one mode, their totals, and whether they fit.
+ModePlan plan_mode(const Workload& w, Offload mode, bool ac);
+
+}  // namespace primecfg::train::plan::detail

@@ -1,0 +1,244 @@
+// The memory planner (planner.hpp): the model resolved as the trainer does, and a
+// config planned in all three offload modes. The memory model is plan_memory.cpp,
+// the reports plan_report.cpp, the machine's capacities machine_memory.cpp.
+#include "planner/planner.hpp"
+
+#include "nn/loss_chunking.hpp"
+#include "planner/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <system_error>
+#include <type_traits>
+#include <variant>
+
+namespace primecfg::train::plan {
+
+namespace fs = std::filesystem;
+using i64 = std::int64_t;
+
+// From the memory model (plan_memory.hpp).
+using detail::block_bytes;
+using detail::BlockBytes;
+using detail::checkpointed_blocks;
+using detail::optimizer_info;
+using detail::plan_mode;
+using detail::Workload;
+
+// ---------------------------------------------------------------------------
+// Model shapes
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::string preset_list() {
+  std::string s;
+  for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+std::optional<ModelShape> preset_shape(std::string_view name) { return preset(name); }
+
+ModelShape shape_from_hf_config(const fs::path& path) {
+  try {
+    return read_hf_config(path);
+  } catch (const model_config_error& e) {
+    throw plan_error(e.what());
+  }
+}
+
+ModelShape resolve_model(const ModelConfig& model) {
+  std::optional<ModelShape> s = preset_shape(model.name);
+  if (!s) {
+    std::error_code ec;
+    const fs::path cfg = fs::path(model.name) / "config.json";
+    if (!fs::exists(cfg, ec))
+      throw plan_error(
+          fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with config.json "
+                      "(nothing is downloaded)",
+                      model.name, preset_list()));
+    s = shape_from_hf_config(cfg);
+  }
+  if (model.debug && model.debug->num_layers) s->layers = std::min(s->layers, *model.debug->num_layers);
+  return *s;
+}
+
+// ---------------------------------------------------------------------------
+// Plans
+// ---------------------------------------------------------------------------
+
+i64 MemoryPlan::term(std::string_view name) const {
+  for (const auto& t : terms)
+    if (t.name == name) return t.bytes;
+  return 0;
+}
+
+const Phase* MemoryPlan::phase(std::string_view name) const {
+  for (const auto& p : phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ModePlan& Plan::mode(Offload m, bool toggled_ac) const {
+  const auto& v = toggled_ac ? modes_other : modes;
+  for (const auto& mp : v)
+    if (mp.mode == m) return mp;
+  throw plan_error("no plan for that mode");
+}
+
+std::string_view mode_name(Offload m) {
+  switch (m) {
+    case Offload::none:
+      return "none";
+    case Offload::optimizer:
+      return "optimizer";
+    case Offload::full:
+      break;
+  }
+  return "full";
+}
+namespace {
+
+i64 dir_safetensors_bytes(const fs::path& dir) {
+  std::error_code ec;
+  i64 total = 0;
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors") total += static_cast<i64>(e.file_size(ec));
+  return total;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Ranks
+// ---------------------------------------------------------------------------
+
+void check_ranks(const Assumptions& a) {
+  const i64 n = a.per_node();
+  if (a.world < 1)
+    throw plan_error(fmt::format("{} = {}: the world size must be at least 1", a.world_source, a.world));
+  if (n < 1) throw plan_error(fmt::format("{} = {}: must be at least 1", a.ranks_per_node_source, n));
+  if (n > a.world)
+    throw plan_error(fmt::format("{} = {}: more ranks on one node than in the world ({} = {})",
+                                 a.ranks_per_node_source, n, a.world_source, a.world));
+  // Every node runs the same number of ranks (torchrun's --nproc-per-node): a world
+  // that is not a multiple would leave a node partly filled, whose host memory this
+  // plan would misstate.
+  if (a.world % n != 0)
+    throw plan_error(fmt::format("{} = {} is not a multiple of {} = {}: every node runs as many ranks",
+                                 a.world_source, a.world, a.ranks_per_node_source, n));
+}
+
+void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env) {
+  a.bucket_bytes = static_cast<i64>(o.dist.bucket_mib * static_cast<double>(i64{1} << 20));
+  if (o.plan_world_size) {
+    a.world = *o.plan_world_size;
+    a.world_source = "--plan-world-size";
+  } else {
+    a.world = env.world;
+    a.process_group = env.launched;
+    // Without a launcher the error to fix names the option.
+    a.world_source = env.several() ? "WORLD_SIZE" : "--plan-world-size";
+  }
+  if (o.plan_ranks_per_node) {
+    a.ranks_per_node = *o.plan_ranks_per_node;
+    a.ranks_per_node_source = "--plan-ranks-per-node";
+  } else if (env.several()) {
+    // Launch defaults LOCAL_WORLD_SIZE to WORLD_SIZE: one node holds every rank.
+    a.ranks_per_node = env.local_world;
+    a.ranks_per_node_source = "LOCAL_WORLD_SIZE";
+  } else {
+    a.ranks_per_node = std::nullopt;  // the world size: one node
+    a.ranks_per_node_source = "--plan-ranks-per-node unset: one node";
+  }
+  check_ranks(a);
+}
+
+Plan make_plan(const SFTConfig& cfg, const Assumptions& a) {
+  return make_plan(cfg, resolve_model(cfg.model), a);
+}
+
+Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a) {
+  check_ranks(a);
+  Workload w;
+  w.s = shape;
+  w.params = shape.params();
+  w.opt = optimizer_info(cfg.optim);
+  w.a = a;
+  w.dt = a.compute_bytes;
+  w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
+  std::visit(
+      [&](const auto& d) {
+        using C = std::decay_t<decltype(d)>;
+        w.B = d.micro_batch_size;
+        w.T = d.seq_len;
+        w.batch = d.batch_size;
+        if constexpr (std::is_same_v<C, FakeDataConfig>) {
+          w.masked = d.length == FakeLength::variable;  // fixed rows hold one document each
+        } else {
+          w.masked = true;  // packed documents or padding: the trainer builds a document mask
+          std::error_code ec;
+          if (d.path) w.jsonl_bytes = static_cast<i64>(fs::file_size(*d.path, ec));
+          if (ec) w.jsonl_bytes = 0;
+        }
+      },
+      cfg.data);
+  w.N = w.B * w.T;
+  w.ac = cfg.model.ac.has_value();
+  w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
+  const i64 chunk = ce_chunk_tokens(cfg.model.fused_lm_head_token_chunk_size, shape.vocab_size, w.N);
+  w.ce_chunk = std::min(chunk, w.N);
+  w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B));
+  w.ckpt = cfg.ckpt.has_value();
+  w.ckpt_optimizer = cfg.ckpt && !cfg.ckpt->skip_optimizer;
+  if (!preset_shape(cfg.model.name) && !(cfg.model.debug && cfg.model.debug->random_init))
+    w.hf_weight_bytes = dir_safetensors_bytes(cfg.model.name);
+
+  Plan p;
+  p.model_name = cfg.model.name;
+  p.shape = shape;
+  p.params = shape.total_params();
+  p.micro_batch = w.B;
+  p.seq_len = w.T;
+  p.batch = w.batch;
+  p.optimizer = w.opt.name;
+  p.ac = w.ac;
+  p.ac_freq = w.ac_freq;
+  p.attention_mask = w.masked;
+  p.reduce_bytes = static_cast<int>(w.reduce_bytes);
+  p.assumptions = a;
+
+  const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm, a.fused_swiglu);
+  auto& act = p.activations;
+  act.tokens = w.N;
+  act.per_block_full = w.N * bb.full();
+  act.per_block_checkpointed = w.N * shape.hidden * w.dt;
+  act.saved_without_ac = shape.layers * act.per_block_full;
+  const i64 n_ckpt = checkpointed_blocks(shape.layers, true, w.ac_freq);
+  act.saved_with_ac = n_ckpt * act.per_block_checkpointed + (shape.layers - n_ckpt) * act.per_block_full;
+  act.ce_chunk_tokens = w.ce_chunk;
+
+  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+    p.modes.push_back(plan_mode(w, m, w.ac));
+    p.modes_other.push_back(plan_mode(w, m, !w.ac));
+  }
+
+  if (w.masked)
+    p.notes.push_back(
+        "packed rows need a document mask: SDPA then cannot use the flash kernel; the plan assumes a fused "
+        "kernel that keeps one additive mask per block (a math fallback would need far more)");
+  if (std::holds_alternative<MuonConfig>(cfg.optim))
+    p.notes.push_back("muon: the orthogonalisation temporaries are an estimate");
+  if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
+  if (a.world > 1)
+    p.notes.push_back(
+        "sharded run: the staging rings of full offload, the tied LM head's gradient buffer, the host "
+        "temporaries and the weights' checkpoint copy are planned at full size on every rank");
+  return p;
+}
+
+}  // namespace primecfg::train::plan

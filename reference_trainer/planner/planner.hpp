@@ -1,0 +1,195 @@
+// The memory planner behind `primecfg-train --plan`: predicts the peak GPU
+// memory and the host memory of a config in each offload mode, from the model
+// shape and the config alone (no LibTorch, nothing allocated).
+//
+// The model of memory follows what reference_trainer/nn/transformer.cpp and the offload pipelines
+// really allocate; docs/memory-planner.md derives every term. All sizes are bytes.
+#pragma once
+
+#include "distributed/launch.hpp"
+#include "model/config.hpp"
+#include "nn/loss_chunking.hpp"
+#include "options.hpp"
+
+#include <primecfg/offload.hpp>
+#include <primecfg/sft.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace primecfg::train::plan {
+
+// A failure to plan (unknown model, unreadable config.json, ...).
+struct plan_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The model as the trainer builds it (model/config.hpp: one reader of config.json
+// and one presets table for both).
+using ModelShape = ModelArgs;
+
+// The trainer's presets by model.name (model/config.hpp's preset()).
+std::optional<ModelShape> preset_shape(std::string_view name);
+// An HF config.json, read by the trainer's reader; its errors become plan_error.
+ModelShape shape_from_hf_config(const std::filesystem::path& config_json);
+// model.name resolved as the trainer does (preset, else a local HF directory), with
+// model.debug.num_layers applied. Throws plan_error.
+ModelShape resolve_model(const ModelConfig& model);
+
+// This primecfg-train has the fused CUDA kernels (reference_trainer/nn/kernels/).
+#if defined(PRIMECFG_FUSED_KERNELS)
+inline constexpr bool kFusedKernels = true;
+#else
+inline constexpr bool kFusedKernels = false;
+#endif
+
+// Machine facts and allocator behaviour the prediction depends on. The defaults
+// describe the H200 machine and LibTorch's CUDA allocators.
+struct Assumptions {
+  int compute_bytes = 2;       // bf16 compute (the trainer's default on CUDA); 4 for fp32
+  bool cuda = true;            // pinned host buffers and cuBLAS workspace exist
+  bool fused_rms_norm = true;  // CUDA: RMSNorm keeps its input; CPU: fp32 copies
+  // bf16 on CUDA with the fused kernels: SwiGLU keeps gate and up for backward, not
+  // silu(gate) as ATen's silu(g) * u does.
+  bool fused_swiglu = kFusedKernels;
+  bool fp32_out_gemm = true;  // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)
+  std::int64_t device_block = 512;             // CUDA caching allocator rounds every tensor up to this
+  bool pinned_pow2 = true;                     // pinned host allocator rounds each tensor to a power of two
+  std::int64_t cublas_workspace = 32ll << 20;  // one stream's cuBLAS workspace (sm90), in the allocator
+  std::int64_t cuda_context = 768ll << 20;     // CUDA context + loaded kernels, outside the allocator
+  double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
+  std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
+  std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
+  std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
+  std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
+  std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
+  // Sharded data parallel (ZeRO-2, distributed/shard_layout.hpp): the ranks the FP32
+  // state is split over, the ranks that share one node's host memory (nullopt: all of
+  // them), and the size of a gradient reduce-scatter / weight all-gather bucket
+  // (dist.bucket_mib). With world 1 the plan is the single-process one.
+  std::int64_t world = 1;
+  // Under a launcher even one rank runs the sharded step (its buffers included).
+  bool process_group = false;
+  bool sharded() const { return world > 1 || process_group; }
+  std::optional<std::int64_t> ranks_per_node;
+  std::int64_t bucket_bytes = 25ll << 20;
+  std::string world_source = "--plan-world-size", ranks_per_node_source = "--plan-ranks-per-node";
+  std::int64_t per_node() const { return ranks_per_node.value_or(world); }
+};
+
+// Fills the ranks of `a` as --plan and the check before a run see them: the world
+// size from --plan-world-size, else the launcher's WORLD_SIZE (`env`), else 1; ranks
+// per node from --plan-ranks-per-node, else LOCAL_WORLD_SIZE, else the world size;
+// the bucket from dist.bucket_mib. Throws plan_error, naming the option or variable,
+// when the ranks per node exceed the world size or do not divide it.
+void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env);
+// The same check on `a` alone (make_plan runs it too).
+void check_ranks(const Assumptions& a);
+
+// One named amount of memory.
+struct Term {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::string what;  // one line: what it is
+};
+
+// A moment of the step and the memory alive then (a sum of terms).
+struct Phase {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::vector<std::string> terms;  // names of the terms it adds up
+};
+
+struct MemoryPlan {
+  std::vector<Term> terms;
+  std::vector<Phase> phases;
+  std::string peak_phase;
+  std::int64_t peak = 0;
+
+  std::int64_t term(std::string_view name) const;  // 0 when absent
+  const Phase* phase(std::string_view name) const;
+};
+
+struct ModePlan {
+  Offload mode = Offload::none;
+  bool ac = false;  // activation checkpointing as planned here
+  MemoryPlan gpu;   // peak = peak allocated bytes of one rank (what it reports as peak_device_mem_gib)
+  MemoryPlan host;  // peak = resident host bytes of one rank's process
+  std::int64_t gpu_total = 0;  // gpu.peak with allocator slack + CUDA context: what the device must hold
+  std::int64_t host_node = 0;  // host.peak of every rank on one node: what the node must hold
+  std::optional<bool> gpu_fits, host_fits;  // per rank's GPU; per node's host
+  bool fits() const { return gpu_fits.value_or(true) && host_fits.value_or(true); }
+};
+
+// Activation bytes for one micro-batch, with and without checkpointing (for the report).
+struct ActivationSummary {
+  std::int64_t tokens = 0;                  // micro_batch_size x seq_len
+  std::int64_t per_block_full = 0;          // what one block keeps for backward
+  std::int64_t per_block_checkpointed = 0;  // what a checkpointed block keeps (its input)
+  std::int64_t saved_without_ac = 0;        // all blocks, model.ac off
+  std::int64_t saved_with_ac = 0;           // all blocks, model.ac with the config's freq (1 if unset)
+  std::int64_t ce_chunk_tokens = 0;         // fused LM head + cross-entropy chunk
+};
+
+struct Plan {
+  std::string model_name;
+  ModelShape shape;
+  std::int64_t params = 0;
+  std::int64_t micro_batch = 0, seq_len = 0, batch = 0;
+  std::string optimizer;
+  bool ac = false;
+  std::int64_t ac_freq = 1;
+  bool attention_mask = false;  // packed rows need a document mask
+  int reduce_bytes = 4;         // model.reduce_dtype: the gradient buckets' element size
+  Assumptions assumptions;
+  ActivationSummary activations;
+  std::vector<ModePlan> modes;        // none, optimizer, full, with the config's ac
+  std::vector<ModePlan> modes_other;  // the same with model.ac toggled
+  std::vector<std::string> notes;
+
+  const ModePlan& mode(Offload m, bool toggled_ac = false) const;
+};
+
+// Plans cfg in all three modes. Throws plan_error when the model cannot be resolved.
+Plan make_plan(const SFTConfig& cfg, const Assumptions& a);
+// The same for an already resolved shape (tests, and callers that know the shape).
+Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a);
+
+// What --plan recommends (plan_advice.cpp): the fastest mode that fits, with why;
+// where none fits, each change that makes one fit (model.ac, a shorter seq_len, a
+// smaller micro-batch, more ranks), found by planning the changed config.
+struct Advice {
+  std::optional<Offload> mode;       // the mode to use; nullopt when none fits
+  std::string summary;               // one paragraph
+  std::vector<std::string> changes;  // where none fits: what would make one fit
+};
+Advice advise(const SFTConfig& cfg, const Plan& p);
+std::string format_advice(const Advice& advice);
+
+// The plan as text and JSON; with `advice`, its recommendation too.
+std::string format_text(const Plan& p, const Advice* advice = nullptr);
+std::string format_json(const Plan& p, const Advice* advice = nullptr);
+
+// Before a run: empty when `mode` is predicted to fit (or the capacities are unknown),
+// else what does not fit, by how much, and which modes (or model.ac) are predicted to fit.
+std::string fit_refusal(const Plan& p, Offload mode);
+
+// What to tell the user after a device out-of-memory error in `mode`: the planner's
+// prediction for that mode and which mode (or setting) is predicted to fit.
+std::string oom_advice(const Plan& p, Offload mode);
+
+// The same after host memory ran out in `mode`: the planner's host estimate for the
+// config (per process and per node) and, on a CPU device, where the device's share
+// lives too (host memory), with what the machine offers (`limit`: the process's
+// address-space limit, if one is set).
+std::string host_oom_advice(const Plan& p, Offload mode, bool cpu_device, std::optional<std::int64_t> limit);
+
+std::string_view mode_name(Offload m);
+
+}  // namespace primecfg::train::plan

@@ -1,0 +1,467 @@
+// The planner's reports (planner.hpp): the text tables and the JSON of `--plan`, the
+// refusal before a run that is predicted not to fit, the advice after an out-of-memory.
+#include "planner/planner.hpp"
+
+#include "base/strict_json.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace primecfg::train::plan {
+
+using i64 = std::int64_t;
+
+// ---------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::string human(i64 bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (i64{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (bytes >= (i64{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
+  if (bytes >= (i64{1} << 10)) return fmt::format("{:.1f} KiB", b / (1 << 10));
+  return fmt::format("{} B", bytes);
+}
+
+std::string gib(i64 bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / (1 << 30)); }
+
+std::string yes_no(std::optional<bool> v) { return v ? (*v ? "yes" : "NO") : "?"; }
+
+// A table: one row per term (in first-seen order), one column per mode.
+void table(std::string& out, const std::vector<const MemoryPlan*>& cols,
+           const std::vector<std::pair<std::string, std::string>>& labels) {
+  std::vector<std::string> names;
+  for (const auto* c : cols)
+    for (const auto& t : c->terms)
+      if (std::find(names.begin(), names.end(), t.name) == names.end()) names.push_back(t.name);
+  for (const auto& n : names) {
+    std::string label = n;
+    for (const auto& [k, v] : labels)
+      if (k == n) label = v;
+    bool shown = false;
+    for (const auto* c : cols) shown |= c->term(n) != 0;
+    if (!shown) continue;
+    out += fmt::format("  {:<34}", label);
+    for (const auto* c : cols) {
+      const i64 b = c->term(n);
+      out += fmt::format("{:>13}", b ? human(b) : "-");
+    }
+    out += "\n";
+  }
+}
+
+std::string shape_line(const Plan& p) {
+  const auto& s = p.shape;
+  return fmt::format("{:.2f}M params: {} blocks, hidden {}, {}/{} heads x {}, MLP {}, vocab {}{}{}",
+                     static_cast<double>(p.params) / 1e6, s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
+                     s.intermediate, s.vocab_size, s.qk_norm() ? ", QK-norm" : "",
+                     s.tie_embeddings ? ", tied embeddings" : "");
+}
+
+const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"weights", "weights (compute copy)"},
+      {"masters", "FP32 masters"},
+      {"grads", "FP32 gradient accumulators"},
+      {"moments", "optimizer moments"},
+      {"weight_shard", "updated weight shard"},
+      {"grad_buckets", "gradient reduce-scatter buckets"},
+      {"weight_gather", "weight all-gather bucket"},
+      {"moment_window", "moment window (streamed)"},
+      {"workspace", "cuBLAS workspace"},
+      {"init_draw", "startup: fp32 draw"},
+      {"activations", "activations (all blocks)"},
+      {"activations_below_top", "  of which below the last block"},
+      {"block_recompute", "last block in backward"},
+      {"inputs", "inputs + RoPE tables"},
+      {"mask", "attention masks"},
+      {"mask_below_top", "  masks below the last block"},
+      {"mask_top", "  last block's mask"},
+      {"final_norm", "final norm input"},
+      {"hidden", "final hidden states"},
+      {"ce_grad_h", "CE grad w.r.t. hidden"},
+      {"ce_grad_w", "CE grad of LM head (fp32)"},
+      {"ce_chunk", "logits / CE chunk"},
+      {"ce_backward", "LM-head backward buffers"},
+      {"backward_temps", "backward temporaries (one block)"},
+      {"embed_grad", "embedding gradient(s)"},
+      {"embed_grad_held", "  tied LM-head gradient held"},
+      {"step_transient", "optimizer-step temporaries"},
+  };
+  return l;
+}
+
+const std::vector<std::pair<std::string, std::string>>& phase_labels() {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward", "end of forward (LM head + CE)"},
+      {"backward_head", "backward of the LM head"},
+      {"backward_block", "backward of the last block"},
+      {"backward_embedding", "backward of the embedding"},
+      {"optimizer_step", "optimizer step"},
+      {"weight_gather", "weight all-gather (after step)"},
+      {"startup", "startup"},
+      {"step", "training step"},
+      {"checkpoint", "checkpoint save"},
+  };
+  return l;
+}
+
+// The phase at a peak, in a column 12 characters wide (the rows above give it in full).
+std::string short_phase(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward", "forward"},           {"backward_head", "head bwd"},
+      {"backward_block", "block bwd"},  {"backward_embedding", "embed bwd"},
+      {"optimizer_step", "optim step"}, {"weight_gather", "all-gather"},
+      {"startup", "startup"},           {"step", "step"},
+      {"checkpoint", "checkpoint"},
+  };
+  for (const auto& [k, v] : l)
+    if (k == key) return v;
+  return key;
+}
+
+std::string label(const std::vector<std::pair<std::string, std::string>>& labels, const std::string& key) {
+  for (const auto& [k, v] : labels)
+    if (k == key) return v;
+  return key;
+}
+
+const std::vector<std::pair<std::string, std::string>>& host_labels() {
+  static const std::vector<std::pair<std::string, std::string>> l = {
+      {"runtime", "LibTorch + CUDA runtime"},
+      {"data", "data"},
+      {"moments", "optimizer moments"},
+      {"masters", "FP32 masters"},
+      {"grads", "FP32 gradient accumulators"},
+      {"grad_ring", "gradient staging ring (pinned)"},
+      {"upload_ring", "weight upload ring (pinned)"},
+      {"head_grad", "tied LM head gradient (pinned)"},
+      {"state_transient", "host temporaries"},
+      {"init", "safetensors mapped at startup"},
+      {"checkpoint", "checkpoint save copies"},
+  };
+  return l;
+}
+
+void mode_section(std::string& out, const std::vector<ModePlan>& modes) {
+  out += fmt::format("  {:<34}", "");
+  for (const auto& m : modes) out += fmt::format("{:>13}", mode_name(m.mode));
+  out += "\n";
+}
+
+}  // namespace
+
+std::string format_text(const Plan& p, const Advice* advice) {
+  const auto& a = p.assumptions;
+  std::string out;
+  out += fmt::format("Memory plan: {} ({})\n", p.model_name, shape_line(p));
+  out += fmt::format(
+      "micro-batch {} x {} tokens ({} per step), {} compute, optimizer {}, activation checkpointing {}\n",
+      p.micro_batch, p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer,
+      p.ac ? fmt::format("on (every {} block{})", p.ac_freq == 1 ? std::string() : std::to_string(p.ac_freq),
+                         p.ac_freq == 1 ? "" : "s")
+           : "off");
+  out += fmt::format("GPU: {} ({}); host: {} ({})\n", a.gpu_capacity ? human(*a.gpu_capacity) : "unknown",
+                     a.gpu_capacity_source, a.host_capacity ? human(*a.host_capacity) : "unknown",
+                     a.host_capacity_source);
+  // One process (world 1) prints as it always did; the lines below exist only for ranks.
+  if (a.world > 1)
+    out += fmt::format(
+        "Ranks: {} ({}), {} per node ({}). FP32 masters, gradient accumulators and optimizer moments sharded "
+        "1/{} (padded), compute weights replicated; gradient buckets of {} (--dist.bucket-mib; at least the "
+        "largest parameter) in {}. GPU figures are per rank; host per rank, then per node.\n",
+        a.world, a.world_source, a.per_node(), a.ranks_per_node_source, a.world, human(a.bucket_bytes),
+        p.reduce_bytes == 2 ? "bf16" : "fp32");
+  const auto& act = p.activations;
+  out += fmt::format(
+      "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token); all {} blocks {} "
+      "without checkpointing, {} with it (+ one block recomputed in backward). CE chunk: {} tokens.\n",
+      act.tokens, human(act.per_block_full), act.tokens ? act.per_block_full / act.tokens : 0, p.shape.layers,
+      human(act.saved_without_ac), human(act.saved_with_ac), act.ce_chunk_tokens);
+
+  std::vector<const MemoryPlan*> g, h;
+  for (const auto& m : p.modes) {
+    g.push_back(&m.gpu);
+    h.push_back(&m.host);
+  }
+  out += "\nGPU memory, by term (offload mode in columns)\n";
+  mode_section(out, p.modes);
+  table(out, g, gpu_labels());
+  out += "  phases (sum of the terms alive then):\n";
+  for (std::size_t i = 0; i < p.modes.front().gpu.phases.size(); ++i) {
+    const std::string& name = p.modes.front().gpu.phases[i].name;
+    out += fmt::format("    {:<32}", label(phase_labels(), name));
+    for (const auto& m : p.modes) {
+      const Phase* ph = m.gpu.phase(name);
+      out += fmt::format("{:>13}", ph ? human(ph->bytes) : "-");
+    }
+    out += "\n";
+  }
+  out += fmt::format("  {:<34}", "PEAK ALLOCATED");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu.peak));
+  out += "\n";
+  out += fmt::format("  {:<34}", "  at");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", short_phase(m.gpu.peak_phase));
+  out += "\n";
+  out += fmt::format("  {:<34}", "device total (+slack, context)");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.gpu_total));
+  out += "\n";
+  out += fmt::format("  {:<34}", "fits the GPU");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.gpu_fits));
+  out += "\n";
+
+  out += "\nHost memory, by term\n";
+  mode_section(out, p.modes);
+  table(out, h, host_labels());
+  out += fmt::format("  {:<34}", a.world > 1 ? "PEAK RESIDENT (one rank)" : "PEAK RESIDENT");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host.peak));
+  out += "\n";
+  out += fmt::format("  {:<34}", "  at");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", short_phase(m.host.peak_phase));
+  out += "\n";
+  if (a.world > 1) {
+    out += fmt::format("  {:<34}", fmt::format("PER NODE ({} ranks)", a.per_node()));
+    for (const auto& m : p.modes) out += fmt::format("{:>13}", human(m.host_node));
+    out += "\n";
+  }
+  out += fmt::format("  {:<34}", "fits the host");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.host_fits));
+  out += "\n";
+
+  out += fmt::format("\nWith model.ac {}:\n", p.ac ? "off" : "on (freq 1)");
+  mode_section(out, p.modes_other);
+  out += fmt::format("  {:<34}", "peak allocated");
+  for (const auto& m : p.modes_other) out += fmt::format("{:>13}", human(m.gpu.peak));
+  out += "\n";
+  out += fmt::format("  {:<34}", "fits (GPU and host)");
+  for (const auto& m : p.modes_other) out += fmt::format("{:>13}", m.fits() ? "yes" : "NO");
+  out += "\n";
+
+  std::vector<std::string> fit;
+  for (const auto& m : p.modes)
+    if (m.fits()) fit.emplace_back(mode_name(m.mode));
+  out += "\n";
+  if (!a.gpu_capacity || !a.host_capacity) out += "Capacity unknown for part of the machine: '?' above.\n";
+  if (!fit.empty()) {
+    std::string list;
+    for (const auto& f : fit) list += (list.empty() ? "" : ", ") + f;
+    out += fmt::format("Fits this machine: offload = {}\n", list);
+  }
+  if (advice)
+    out += format_advice(*advice);
+  else if (fit.empty())
+    out += "No offload mode fits this machine with this config.\n";
+  for (const auto& n : p.notes) out += "note: " + n + "\n";
+  out += fmt::format(
+      "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {}, pinned buffers rounded to "
+      "powers of two: {} (docs/memory-planner.md)\n",
+      a.allocator_slack * 100, human(a.cuda_context), human(a.host_runtime), a.pinned_pow2 ? "yes" : "no");
+  return out;
+}
+
+namespace {
+
+using strict_json::ordered;
+
+template <class T>
+ordered or_null(const std::optional<T>& v) {
+  return v ? ordered(*v) : ordered(nullptr);
+}
+
+// A memory plan (the GPU's gets total_bytes and fits after these members).
+ordered json_mem(const MemoryPlan& m) {
+  ordered terms = ordered::object(), phases = ordered::array();
+  for (const auto& t : m.terms) terms[t.name] = t.bytes;
+  for (const auto& p : m.phases) phases.push_back({{"name", p.name}, {"bytes", p.bytes}, {"terms", p.terms}});
+  return {{"peak_bytes", m.peak},
+          {"peak_gib", gib(m.peak)},
+          {"peak_phase", m.peak_phase},
+          {"terms", terms},
+          {"phases", phases}};
+}
+
+ordered json_modes(const std::vector<ModePlan>& modes) {
+  ordered out = ordered::array();
+  for (const auto& m : modes) {
+    ordered gpu = json_mem(m.gpu), host = json_mem(m.host);
+    gpu["total_bytes"] = m.gpu_total;
+    gpu["fits"] = or_null(m.gpu_fits);
+    host["node_peak_bytes"] = m.host_node;  // every rank of one node: what host.fits compares
+    host["node_peak_gib"] = gib(m.host_node);
+    host["fits"] = or_null(m.host_fits);
+    out.push_back(
+        {{"offload", mode_name(m.mode)}, {"ac", m.ac}, {"gpu", gpu}, {"host", host}, {"fits", m.fits()}});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_json(const Plan& p, const Advice* advice) {
+  const auto& s = p.shape;
+  const auto& a = p.assumptions;
+  const auto& act = p.activations;
+  ordered fits = ordered::array();
+  for (const auto& m : p.modes)
+    if (m.fits()) fits.push_back(mode_name(m.mode));
+  const ordered out = {
+      {"model",
+       {{"name", p.model_name},
+        {"params", p.params},
+        {"vocab_size", s.vocab_size},
+        {"hidden", s.hidden},
+        {"layers", s.layers},
+        {"heads", s.heads},
+        {"kv_heads", s.kv_heads},
+        {"head_dim", s.head_dim},
+        {"intermediate", s.intermediate},
+        {"qk_norm", s.qk_norm()},
+        {"tie_embeddings", s.tie_embeddings}}},
+      {"micro_batch_size", p.micro_batch},
+      {"seq_len", p.seq_len},
+      {"batch_size", p.batch},
+      {"compute_dtype", a.compute_bytes == 2 ? "bf16" : "fp32"},
+      {"optimizer", p.optimizer},
+      {"ac", p.ac},
+      {"ac_freq", p.ac_freq},
+      {"attention_mask", p.attention_mask},
+      {"world_size", a.world},
+      {"ranks_per_node", a.per_node()},
+      {"dist",
+       {{"world_source", a.world_source},
+        {"ranks_per_node_source", a.ranks_per_node_source},
+        {"bucket_bytes", a.bucket_bytes},
+        {"reduce_dtype", p.reduce_bytes == 2 ? "bf16" : "fp32"}}},
+      {"capacity",
+       {{"gpu_bytes", or_null(a.gpu_capacity)},
+        {"gpu_source", a.gpu_capacity_source},
+        {"host_bytes", or_null(a.host_capacity)},
+        {"host_source", a.host_capacity_source}}},
+      {"assumptions",
+       {{"device_block", a.device_block},
+        {"pinned_pow2", a.pinned_pow2},
+        {"cublas_workspace", a.cublas_workspace},
+        {"cuda_context", a.cuda_context},
+        {"allocator_slack", a.allocator_slack},
+        {"host_runtime", a.host_runtime}}},
+      {"activations",
+       {{"tokens", act.tokens},
+        {"per_block_full", act.per_block_full},
+        {"per_block_checkpointed", act.per_block_checkpointed},
+        {"saved_without_ac", act.saved_without_ac},
+        {"saved_with_ac", act.saved_with_ac},
+        {"ce_chunk_tokens", act.ce_chunk_tokens}}},
+      {"modes", json_modes(p.modes)},
+      {"modes_ac_toggled", json_modes(p.modes_other)},
+      {"fits", fits},
+      {"notes", p.notes},
+  };
+  if (!advice) return strict_json::dump(out) + "\n";
+  ordered with = out;
+  with["recommendation"] = {{"mode", advice->mode ? ordered(mode_name(*advice->mode)) : ordered(nullptr)},
+                            {"summary", advice->summary},
+                            {"changes", advice->changes}};
+  return strict_json::dump(with) + "\n";
+}
+
+std::string fit_refusal(const Plan& p, Offload mode) {
+  const auto& a = p.assumptions;
+  const ModePlan& m = p.mode(mode);
+  if (m.fits()) return {};
+  std::string out =
+      fmt::format("model.offload = \"{}\"{}{} is predicted not to fit:", mode_name(mode),
+                  p.ac ? " with model.ac" : "", a.world > 1 ? fmt::format(" over {} ranks", a.world) : "");
+  if (!m.gpu_fits.value_or(true))
+    out += fmt::format(" GPU {} needed, {} there ({})", human(m.gpu_total), human(*a.gpu_capacity),
+                       a.gpu_capacity_source);
+  if (!m.host_fits.value_or(true))
+    out += fmt::format("{} host {} needed{}, {} available ({})", m.gpu_fits.value_or(true) ? "" : ";",
+                       human(m.host_node),
+                       a.per_node() > 1 ? fmt::format(" by {} ranks on the node", a.per_node()) : "",
+                       human(*a.host_capacity), a.host_capacity_source);
+  std::string fit;
+  for (const auto& o : p.modes)
+    if (o.mode != mode && o.fits())
+      fit += fmt::format("{}model.offload = \"{}\"", fit.empty() ? "" : ", ", mode_name(o.mode));
+  for (const auto& o : p.modes_other)
+    if (o.fits())
+      fit += fmt::format("{}model.offload = \"{}\" with model.ac {}", fit.empty() ? "" : ", ",
+                         mode_name(o.mode), p.ac ? "off" : "on");
+  out += fit.empty() ? ". No mode is predicted to fit; shorten data.seq_len or micro_batch_size.\n"
+                     : ". Predicted to fit: " + fit + ".\n";
+  return out;
+}
+
+std::string host_oom_advice(const Plan& p, Offload mode, bool cpu_device, std::optional<i64> limit) {
+  const auto& a = p.assumptions;
+  const ModePlan& m = p.mode(mode);
+  std::string out = fmt::format(
+      "host memory ran out with model.offload = \"{}\". The planner's host estimate for this config (it "
+      "models "
+      "a CUDA run): {} per process{}",
+      mode_name(mode), human(m.host.peak),
+      a.per_node() > 1 ? fmt::format(", {} for the {} ranks of a node", human(m.host_node), a.per_node())
+                       : "");
+  if (cpu_device)
+    out += fmt::format(
+        ", plus {} it puts on the device, which lives in host memory too on --device=cpu: about {} in all",
+        human(m.gpu.peak), human(m.host.peak + m.gpu.peak));
+  out += ".\n";
+  if (a.host_capacity)
+    out += fmt::format("This machine offers {} ({}).\n", human(*a.host_capacity), a.host_capacity_source);
+  if (limit) out += fmt::format("The process's address-space limit (ulimit -v) is {}.\n", human(*limit));
+  return out;
+}
+
+std::string oom_advice(const Plan& p, Offload mode) {
+  const auto& a = p.assumptions;
+  const ModePlan& failed = p.mode(mode);
+  std::string out = fmt::format(
+      "out of GPU memory with model.offload = \"{}\"{}. The planner predicted a peak of {} allocated "
+      "({} with allocator slack and CUDA context){}",
+      mode_name(mode), p.ac ? " and model.ac on" : "", human(failed.gpu.peak), human(failed.gpu_total),
+      a.world > 1 ? fmt::format(" per rank of {}", a.world) : "");
+  if (a.gpu_capacity)
+    out += fmt::format(" on a {} device{}", human(*a.gpu_capacity),
+                       failed.gpu_fits.value_or(false) ? " (it predicted a fit: see docs/memory-planner.md, "
+                                                         "known limits)"
+                                                       : "");
+  out += ".\n";
+  std::vector<const ModePlan*> fit;
+  for (const auto& m : p.modes)
+    if (m.mode != mode && m.fits() && m.gpu_total < failed.gpu_total) fit.push_back(&m);
+  if (!fit.empty()) {
+    std::string list;
+    for (const auto* m : fit)
+      list += fmt::format("{}model.offload = \"{}\" ({})", list.empty() ? "" : ", ", mode_name(m->mode),
+                          human(m->gpu_total));
+    out += "Predicted to fit: " + list + ".\n";
+    return out;
+  }
+  std::vector<const ModePlan*> fit_ac;
+  for (const auto& m : p.modes_other)
+    if (m.fits() && m.gpu_total < failed.gpu_total) fit_ac.push_back(&m);
+  if (!fit_ac.empty()) {
+    std::string list;
+    for (const auto* m : fit_ac)
+      list += fmt::format("{}\"{}\" ({})", list.empty() ? "" : ", ", mode_name(m->mode), human(m->gpu_total));
+    out += fmt::format(
+        "No other offload mode fits as is; with activation checkpointing {} these are "
+        "predicted to fit: model.offload = {}.\n",
+        p.ac ? "off" : "on (--model.ac)", list);
+    return out;
+  }
+  out += "No offload mode is predicted to fit this config; reduce data.micro_batch_size or data.seq_len";
+  out += p.ac ? ".\n" : ", or enable activation checkpointing (--model.ac).\n";
+  return out;
+}
+
+}  // namespace primecfg::train::plan
