@@ -3,9 +3,9 @@
 // Read top to bottom:
 //   1. Trainer<Strategy>: run() is the loop; setup(), train_step() and finish() its parts.
 //   2. run_sft(): device/dtype choice and the visit_offload dispatch.
-// Checkpoint tensors are checkpoint.hpp's (the folder's layout checkpoint_dir.hpp's),
+// Checkpoint tensors are checkpoint/tensors.hpp's (the folder's layout checkpoint/dir.hpp's),
 // metrics and the progress line metrics.hpp's.
-// The optimizers' arithmetic is in optimizer_math.hpp; where the FP32 state lives and
+// The optimizers' arithmetic is in optim/math.hpp; where the FP32 state lives and
 // when the update runs, per offload strategy, in offload/ (offload/pipeline.hpp).
 #include "trainer.hpp"
 
@@ -15,7 +15,7 @@
 #include "checkpoint/tensors.hpp"
 #include "data/loader.hpp"
 #include "distributed/process_group.hpp"
-#include "distributed/zero2.hpp"
+#include "distributed/sharding.hpp"
 #include "metrics.hpp"
 #include "nn/loss_chunking.hpp"
 #include "nn/transformer.hpp"
@@ -179,8 +179,8 @@ class Trainer {
     load_model();
     if (pg_) {
       const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
-      dp_ = std::make_unique<Zero2>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
-      dp_->broadcast_weights();
+      sharding_ = std::make_unique<Sharding>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
+      sharding_->broadcast_weights();
     }
     load_data();
     if (!opts_.dump_logits) start();
@@ -324,16 +324,16 @@ class Trainer {
   void start() {
     const ModelArgs& args = model_->args();
     opt_ = OptSettings::from(cfg_.optim);
-    if (dp_) {
+    if (sharding_) {
       const auto& lo = loader_->options();
       const std::int64_t micro = lo.batch_size / lo.micro_batch_size;
-      if (micro % dp_->world() != 0)
+      if (micro % sharding_->world() != 0)
         throw run_error(fmt::format(
             "data.batch_size = {} with data.micro_batch_size = {} makes {} micro-batches per step, which {} "
             "ranks cannot share evenly; make batch_size a multiple of micro_batch_size x {}",
-            lo.batch_size, lo.micro_batch_size, micro, dp_->world(), dp_->world()));
+            lo.batch_size, lo.micro_batch_size, micro, sharding_->world(), sharding_->world()));
     }
-    state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, dp_.get());
+    state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, sharding_.get());
     ac_ = cfg_.model.ac.has_value();
     ac_freq_ = ac_ ? cfg_.model.ac->freq : 1;
     const std::int64_t seq_len = loader_->options().seq_len;
@@ -384,7 +384,7 @@ class Trainer {
     Transformer& model = *model_;
     const auto t0 = std::chrono::steady_clock::now();
     data::Batch batch = loader_->next();
-    if (dp_) keep_this_ranks_part(batch);
+    if (sharding_) keep_this_ranks_part(batch);
     if (pg_) pg_->note_step(pos_.step + 1);
     const double lr = scheduled_lr(cfg_.scheduler, opt_.lr, pos_.scheduler_step, max_steps_);
     state.begin_step(lr, pos_.step + 1, batch.micro.size() == 1);
@@ -392,6 +392,10 @@ class Trainer {
     // Summed on the device, read once per step: the host runs ahead of the GPU
     // across micro-batches.
     Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
+    // The pipeline's hook (FullOffload: wait for last step's updates) and the
+    // parallelism's (gather a sharded block's weights) around each block's forward.
+    const Transformer::BlockHooks block_hooks = {state.block_hook(),
+                                                 sharding_ ? sharding_->block_hook() : nullptr};
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
@@ -399,17 +403,17 @@ class Trainer {
       // copy engine in queue order, and the forward pass waits for its inputs.
       const auto [in, targets] = inputs(mb);
       if (last) state.begin_last_micro_batch(mb.input_ids);
-      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, state.block_hook()), targets, scale, ce_chunk_,
+      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks), targets, scale, ce_chunk_,
                                state.loss_hooks(last), state.loss_chunks(targets.numel()));
       if (last) state.before_backward();
       loss.backward();
-      if (dp_) dp_->flush();
+      if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
     }
     const double grad_norm = state.finish_step();
-    if (dp_) {
-      dp_->gather_weights();
-      dp_->sum(loss_acc, "the sum of the step's loss");
+    if (sharding_) {
+      sharding_->gather_weights();
+      sharding_->sum(loss_acc, "the sum of the step's loss");
     }
     const double loss_sum = loss_acc.item<double>();
     state.end_step();
@@ -431,7 +435,7 @@ class Trainer {
     met.tokens = batch.tokens;
     met.tokens_per_s = static_cast<double>(batch.tokens) / dt;
     // Per GPU: each rank computes its share of the tokens.
-    if (peak_) met.mfu = met.tokens_per_s / (dp_ ? dp_->world() : 1) * flops_per_token_ / *peak_;
+    if (peak_) met.mfu = met.tokens_per_s / (sharding_ ? sharding_->world() : 1) * flops_per_token_ / *peak_;
     met.peak_device = peak_device_bytes(setup_.device);
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
@@ -443,8 +447,8 @@ class Trainer {
   // stays scaled by the whole batch's loss tokens, so the sum over the ranks is the
   // one-process gradient. (Packing is sequential, so every rank packs the whole batch.)
   void keep_this_ranks_part(data::Batch& batch) {
-    const auto per_rank = batch.micro.size() / static_cast<std::size_t>(dp_->world());
-    const auto first = per_rank * static_cast<std::size_t>(dp_->rank());
+    const auto per_rank = batch.micro.size() / static_cast<std::size_t>(sharding_->world());
+    const auto first = per_rank * static_cast<std::size_t>(sharding_->rank());
     std::vector<data::MicroBatch> mine(
         std::make_move_iterator(batch.micro.begin() + static_cast<std::ptrdiff_t>(first)),
         std::make_move_iterator(batch.micro.begin() + static_cast<std::ptrdiff_t>(first + per_rank)));
@@ -469,12 +473,14 @@ class Trainer {
   // --- checkpoints and the end --------------------------------------------------
 
   bool checkpoint_due() const { return ckpt_.interval && pos_.step % *ckpt_.interval == 0; }
-  void save() { save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_, dp_.get()); }
+  void save() {
+    save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_, sharding_.get());
+  }
 
   RunResult finish(RunResult result) {
     result.last_step = pos_.step;
     state_->sync_host();  // the last step's deferred updates
-    if (opts_.collect_weights && dp_ && dp_->world() > 1)
+    if (opts_.collect_weights && sharding_ && sharding_->world() > 1)
       throw run_error("collect_weights: the masters are sharded over the ranks");
     if (opts_.collect_weights) {
       for (auto& s : state_->states()) {
@@ -524,7 +530,7 @@ class Trainer {
   std::optional<data::Loader> loader_;
   OptSettings opt_;
   std::unique_ptr<ProcessGroup> pg_;  // a sharded run's ranks (none: one process)
-  std::unique_ptr<Zero2> dp_;
+  std::unique_ptr<Sharding> sharding_;
   std::unique_ptr<Pipeline<Strategy>> state_;
   bool ac_ = false;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;

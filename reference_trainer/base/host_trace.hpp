@@ -60,7 +60,7 @@ class HostTrace {
   void write() {
     if (!on()) return;
     std::lock_guard lk(mu_);
-    // One JSON writer for the whole trainer (strict_json.hpp): names are escaped and
+    // One JSON writer for the whole trainer (base/strict_json.hpp): names are escaped and
     // checked as UTF-8 there.
     strict_json::ordered events = strict_json::ordered::array();
     for (const Event& e : events_)

@@ -7,7 +7,7 @@
 // tensor, the elements this process holds out of whichever files have them; every
 // file must hold exactly the tensors of this run's model and optimizer.
 //
-// Used by checkpoint.hpp only.
+// Used by checkpoint/tensors.hpp only.
 #pragma once
 
 #include "base/run_error.hpp"

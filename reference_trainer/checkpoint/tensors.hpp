@@ -1,13 +1,13 @@
 // Checkpoints of the run's tensors: what save_checkpoint writes into a step folder
 // and load_checkpoint reads back, checked name by name (the folder's layout, manifest,
-// lock and pruning are checkpoint_dir.hpp's). Used by trainer.cpp only.
+// lock and pruning are checkpoint/dir.hpp's). Used by trainer.cpp only.
 #pragma once
 
 #include "base/run_error.hpp"
 #include "base/safetensors.hpp"
 #include "checkpoint/dir.hpp"
 #include "checkpoint/shards.hpp"
-#include "distributed/zero2.hpp"
+#include "distributed/sharding.hpp"
 #include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
 #include "optim/math.hpp"
@@ -99,7 +99,7 @@ inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, cons
 template <offload_pipeline Pipeline>
 void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, const OptSettings& opt,
                      const TrainPosition& pos, const CheckpointConfig& cfg,
-                     const std::optional<fs::path>& source_dir, Zero2* dp) {
+                     const std::optional<fs::path>& source_dir, Sharding* dp) {
   state.sync_host();
   const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);

@@ -57,6 +57,8 @@ class Zero2 {
   // gradient on this rank counts as zeros).
   void flush();
 
+  // The weights are whole on every rank: nothing to gather before a block's forward.
+  const Transformer::BlockHook* block_hook() const { return nullptr; }
   // After the update: the new weights of every rank's pieces into the model.
   void gather_weights();
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "model/config.hpp"
+#include "nn/block.hpp"
 
 #include <torch/torch.h>
 
@@ -27,13 +28,6 @@ struct NamedParam {
   std::string name;
   torch::Tensor tensor;
   int block = -1;  // transformer block it belongs to; -1 for embedding / final norm / head
-};
-
-// The tensors of one transformer block (handles that share storage with params());
-// biases and QK-norms are undefined where the architecture has none.
-struct BlockWeights {
-  torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm, w_gate, w_up, w_down;
-  torch::Tensor bq, bk, bv, bo, b_gate, b_up, b_down;
 };
 
 class Transformer {
@@ -58,14 +52,24 @@ class Transformer {
     torch::Tensor positions;            // [B, T] int64
     std::optional<torch::Tensor> mask;  // [B, 1, T, T] bool (true = attend); absent: causal
   };
-  // Called in the forward pass just before weights are first used: with -1 before the
-  // embedding lookup, with l before block l, with the number of layers before the
-  // final norm and the LM head. FullOffload's deferred updates wait there.
-  using BlockHook = std::function<void(int block)>;
+  // Called in the forward pass around the use of weights: with -1 for the embedding
+  // lookup, with l for block l, with the number of layers for the final norm and the
+  // LM head. `before` runs just before the weights are first used (FullOffload waits
+  // there for its deferred updates; a parallelism that shards the weights gathers
+  // them), `after` once that part's forward is queued (such a parallelism may release
+  // them). A recomputed block (activation checkpointing) calls neither: what its
+  // backward needs is the gradient hooks' business.
+  struct BlockHook {
+    std::function<void(int block)> before;
+    std::function<void(int block)> after;
+  };
+  // Several parties hook the same points (the offload pipeline, the parallelism): each
+  // is called in list order; null entries are skipped.
+  using BlockHooks = std::vector<const BlockHook*>;
 
   // Final hidden states [B, T, D] after the last norm.
   torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1,
-                       const BlockHook* before_block = nullptr);
+                       const BlockHooks& hooks = {});
   // Receives the LM head's share of the LM head weight's gradient, rows [first_row,
   // first_row + rows.size(0)) of it at a time. With tied embeddings that share is final
   // for every embedding row the batch's input ids do not touch: the input embedding's

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "base/run_error.hpp"
-#include "distributed/zero2.hpp"
+#include "distributed/sharding.hpp"
 #include "nn/transformer.hpp"
 #include "offload/full/full_offload.hpp"
 #include "offload/none/no_offload.hpp"
@@ -32,7 +32,7 @@ namespace primecfg::train {
 
 template <class P>
 concept offload_pipeline =
-    std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&, Zero2*> &&
+    std::constructible_from<P, Transformer&, const OptSettings&, const RunOptions&, Sharding*> &&
     requires(P& p, const P& cp, double lr, std::int64_t n, bool last, const std::vector<std::int64_t>& ids) {
   typename P::strategy;  // its offload strategy (<primecfg/offload.hpp>)
   // The FP32 state, per parameter (checkpoints read and write it).

@@ -17,7 +17,7 @@
 namespace primecfg::train {
 
 FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run,
-                                         Zero2* dp)
+                                         Sharding* dp)
     : opt_(opt),
       dp_(dp),
       trace_(run.profile.host_trace),
@@ -43,7 +43,7 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
   tied_embeddings_ = model.args().tie_embeddings;
-  block_hook_ = [this](int block) { wait_for_block(block); };
+  block_hook_.before = [this](int block) { wait_for_block(block); };
   rows_hook_ = [this](std::int64_t first, std::int64_t end) { wait_for_head_rows(first, end); };
   block_groups_.resize(static_cast<std::size_t>(model.args().layers));
   for (std::size_t i = 0; i < states_.size(); ++i) {

@@ -10,9 +10,9 @@
 // the LM head's share of its gradient, as backward starts). On the CPU the same code
 // runs with host memory: no streams, copies are synchronous.
 //
-// The code is in three files: full_offload.cpp (the calls the training loop makes,
-// the hook's side, the waits of the next forward), full_offload_worker.cpp (the CPU
-// worker and the uploads) and full_offload_tied.cpp (the tied embedding's two parts).
+// The code is in three files: offload/full/full_offload.cpp (the calls the training loop makes,
+// the hook's side, the waits of the next forward), offload/full/worker.cpp (the CPU
+// worker and the uploads) and offload/full/tied.cpp (the tied embedding's two parts).
 //
 // Internal to primecfg-train. The calls the training loop makes are listed in
 // offload/pipeline.hpp.
@@ -51,7 +51,7 @@ class FullOffloadPipeline {
  public:
   using strategy = FullOffload;
 
-  FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Zero2* dp);
+  FullOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Sharding* dp);
   FullOffloadPipeline(const FullOffloadPipeline&) = delete;
   FullOffloadPipeline& operator=(const FullOffloadPipeline&) = delete;
   ~FullOffloadPipeline();
@@ -147,7 +147,7 @@ class FullOffloadPipeline {
     }
   };
 
-  // --- full_offload.cpp: the hook's side, the hand-over, the next forward's waits ---
+  // --- offload/full/full_offload.cpp: the hook's side, the hand-over, the next forward's waits ---
   void start_host_pipeline();
   std::size_t ring_for(std::size_t largest, std::size_t total) const;
   void submit_gradient(std::size_t i, const Tensor& g);
@@ -160,7 +160,7 @@ class FullOffloadPipeline {
   void wait_for_block(int block);
   void wait_for_head_rows(std::int64_t first, std::int64_t end);
 
-  // --- full_offload_worker.cpp: the CPU worker and the uploads ----------------------
+  // --- offload/full/worker.cpp: the CPU worker and the uploads ----------------------
   static const char* part_name(Part p);
   void worker_main();
   Work next_work_locked();
@@ -178,7 +178,7 @@ class FullOffloadPipeline {
   Tensor upload_slot(const Tensor& w);
   Tensor upload_slot(torch::ScalarType dtype, torch::IntArrayRef sizes);
 
-  // --- full_offload_tied.cpp: the tied embedding in two parts -------------------------
+  // --- offload/full/tied.cpp: the tied embedding in two parts -------------------------
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
   const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }
@@ -192,7 +192,7 @@ class FullOffloadPipeline {
   void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last);
 
   OptSettings opt_;
-  Zero2* dp_;
+  Sharding* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   torch::Device device_ = torch::kCPU;

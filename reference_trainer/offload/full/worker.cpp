@@ -142,7 +142,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
 
 // Whether the head share may run. Only rows whose copy is queued can run. Once its
 // last slice is handed out it is not runnable: that slice still ends it (on the
-// upload thread, after its upload). Tests hold it back (test_seams.hpp) until the next
+// upload thread, after its upload). Tests hold it back (offload/shared/test_seams.hpp) until the next
 // forward asks for its lookup rows (then only those run) and then until the loss
 // asks for its rows, so that both of those waits matter every step.
 bool FullOffloadPipeline::head_runnable_locked() const {

@@ -3,7 +3,7 @@
 namespace primecfg::train {
 
 NoOffloadPipeline::NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run,
-                                     Zero2* dp)
+                                     Sharding* dp)
     : opt_(opt), dp_(dp), trace_(run.profile.host_trace) {
   const auto dev = torch::TensorOptions().dtype(torch::kFloat32).device(model.device());
   states_ = place_state(model, opt, Placement{dev, dev, true, dev, dev}, dp);

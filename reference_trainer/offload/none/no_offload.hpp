@@ -23,7 +23,7 @@ class NoOffloadPipeline {
  public:
   using strategy = NoOffload;
 
-  NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Zero2* dp);
+  NoOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Sharding* dp);
   NoOffloadPipeline(const NoOffloadPipeline&) = delete;
   NoOffloadPipeline& operator=(const NoOffloadPipeline&) = delete;
   ~NoOffloadPipeline() { hooks_.remove(); }
@@ -46,7 +46,7 @@ class NoOffloadPipeline {
 
  private:
   OptSettings opt_;
-  Zero2* dp_;
+  Sharding* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   std::vector<ParamState> states_;

@@ -11,7 +11,7 @@
 namespace primecfg::train {
 
 OptimizerOffloadPipeline::OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt,
-                                                   const RunOptions& run, Zero2* dp)
+                                                   const RunOptions& run, Sharding* dp)
     : opt_(opt),
       dp_(dp),
       trace_(run.profile.host_trace),
@@ -441,7 +441,7 @@ void OptimizerOffloadPipeline::update_in_hook(const std::vector<std::size_t>& me
   fetch_ahead();
 }
 
-// The update groups (update_groups.hpp): with AdamW a transformer block's parameters,
+// The update groups (optim/update_groups.hpp): with AdamW a transformer block's parameters,
 // up to a quarter of the window's moments per group; with other optimizers every
 // parameter alone.
 void OptimizerOffloadPipeline::make_window_groups() {

@@ -37,7 +37,7 @@ class OptimizerOffloadPipeline {
  public:
   using strategy = OptimizerOffload;
 
-  OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Zero2* dp);
+  OptimizerOffloadPipeline(Transformer& model, const OptSettings& opt, const RunOptions& run, Sharding* dp);
   OptimizerOffloadPipeline(const OptimizerOffloadPipeline&) = delete;
   OptimizerOffloadPipeline& operator=(const OptimizerOffloadPipeline&) = delete;
   ~OptimizerOffloadPipeline();
@@ -112,7 +112,7 @@ class OptimizerOffloadPipeline {
   void make_window_groups();
 
   OptSettings opt_;
-  Zero2* dp_;
+  Sharding* dp_;
   HostTrace trace_;
   StepSpans spans_{trace_};
   torch::Device device_ = torch::kCPU;

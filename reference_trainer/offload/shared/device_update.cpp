@@ -2,7 +2,7 @@
 
 namespace primecfg::train {
 
-Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm, Zero2* dp) {
+Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm, Sharding* dp) {
   std::vector<Tensor> grads;
   for (auto& s : states) grads.push_back(s.grad);
   Tensor sq = at::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).square().sum();

@@ -45,7 +45,7 @@ class DeviceAccumulators {
 // The global gradient norm before clipping (FP32 norms per parameter, squared and
 // summed in FP64, then over the ranks with `dp`), on the device; with `max_norm` the
 // gradients are scaled to it. No host round trip before the update.
-Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm, Zero2* dp);
+Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<double>& max_norm, Sharding* dp);
 
 // Every parameter's update, the new weights copied into the model.
 void update_resident(std::vector<ParamState>& states, const OptSettings& opt, double lr, std::int64_t step);

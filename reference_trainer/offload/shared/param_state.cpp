@@ -19,7 +19,7 @@ struct GradReadyHook final : torch::autograd::PostAccumulateGradHook {
 }  // namespace
 
 std::vector<ParamState> place_state(Transformer& model, const OptSettings& opt, const Placement& where,
-                                    const Zero2* dp) {
+                                    const Sharding* dp) {
   std::vector<ParamState> states;
   auto& params = model.params();
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -73,7 +73,7 @@ std::map<std::string, double> host_state_bytes(const std::vector<ParamState>& st
 }
 
 void GradHooks::install(std::vector<ParamState>& states, HostTrace& trace, const std::int64_t& step,
-                        Fn on_grad, Zero2* dp) {
+                        Fn on_grad, Sharding* dp) {
   states_ = &states;
   trace_ = &trace;
   step_ = &step;

@@ -7,7 +7,7 @@
 
 #include "base/host_trace.hpp"
 #include "distributed/shard_layout.hpp"
-#include "distributed/zero2.hpp"
+#include "distributed/sharding.hpp"
 #include "nn/transformer.hpp"
 #include "optim/math.hpp"
 
@@ -50,7 +50,7 @@ struct Placement {
 // One ParamState per model parameter (in model.params() order), placed as `where`
 // says, masters not yet set; with `dp`, this rank's pieces only.
 std::vector<ParamState> place_state(Transformer& model, const OptSettings& opt, const Placement& where,
-                                    const Zero2* dp);
+                                    const Sharding* dp);
 
 // Bytes of FP32 state in host memory, by category (masters, grads, moments; staging 0).
 std::map<std::string, double> host_state_bytes(const std::vector<ParamState>& states);
@@ -81,7 +81,7 @@ class GradHooks {
 
   // `trace` and `step` (the step the hooks belong to) must outlive the hooks.
   void install(std::vector<ParamState>& states, HostTrace& trace, const std::int64_t& step, Fn on_grad,
-               Zero2* dp);
+               Sharding* dp);
   void remove();
 
  private:
@@ -89,7 +89,7 @@ class GradHooks {
   HostTrace* trace_ = nullptr;
   const std::int64_t* step_ = nullptr;
   Fn on_grad_;
-  Zero2* dp_ = nullptr;
+  Sharding* dp_ = nullptr;
 };
 
 // The main thread's spans of one step in the host trace: queueing the last

@@ -1,0 +1,57 @@
+// A parallelism: how the ranks of a run share the model's state and its gradients.
+// These are the calls the loop, the offload pipelines and the checkpoints make to it,
+// and nothing else; a new parallelism (parameter sharding as FSDP does it, HSDP)
+// implements this concept and becomes `Sharding` here, so that nothing outside
+// distributed/ names an implementation.
+//
+// One process (world 1, no launcher) runs without one: the callers hold a null
+// `Sharding*` then.
+//
+// Internal to primecfg-train.
+#pragma once
+
+#include "distributed/shard_layout.hpp"
+#include "distributed/zero2.hpp"
+#include "nn/transformer.hpp"
+
+#include <torch/torch.h>
+
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+
+namespace primecfg::train {
+
+template <class S>
+concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tensor& grad, torch::Tensor& t,
+                            double v, typename S::Sink sink) {
+  // Where this process stands.
+  { cs.rank() } -> std::same_as<int>;
+  { cs.world() } -> std::same_as<int>;
+  // Place the state: parameter i's piece that this rank keeps (its FP32 master,
+  // accumulator and moments, wherever the offload pipeline puts them; the checkpoint
+  // writes and reads these pieces), and where the update writes its new weights.
+  { cs.span(i) } -> std::same_as<const ShardSpan&>;
+  { cs.weight_shard(i) } -> std::same_as<torch::Tensor>;
+  s.broadcast_weights();  // every rank starts from rank 0's weights
+  // Hook the gradients: each gradient, as backward produces it, goes in (add_grad);
+  // the sink gets this rank's piece of it, summed over the ranks; flush() after each
+  // backward sends what is still held.
+  s.set_sink(sink);
+  s.add_grad(i, grad);
+  s.flush();
+  // Gather before use and release after: the forward calls these around each block's
+  // weights (null: the weights are whole on every rank), beside the pipeline's own.
+  { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
+  s.gather_weights();  // after the update: every rank's new weights where the forward reads them
+  // Sums over the ranks (the loss, the gradient norm).
+  s.sum(t, std::string_view{});
+  { s.sum(v, std::string_view{}) } -> std::same_as<double>;
+};
+
+// ZeRO-2 (distributed/zero2.hpp): weights whole on every rank, FP32 state and
+// gradients sharded.
+using Sharding = Zero2;
+static_assert(sharding<Sharding>);
+
+}  // namespace primecfg::train
