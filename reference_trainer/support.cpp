@@ -39,6 +39,7 @@ constexpr FieldDecision decisions[] = {
     {"model.compile.fullgraph", no_effect, "there is no torch.compile in LibTorch"},
     {"model.ac.freq", used, "which blocks are recomputed"},
     {"model.ac.mode", refused, "selective activation checkpointing"},
+    {"model.ac.targets", no_effect, "only selective checkpointing reads it, and that is not implemented"},
     {"model.ac_offloading", refused, "activation offloading"},
     {"model.fused_lm_head_token_chunk_size", used, "the loss chunking"},
     {"model.dp_replicate", refused, "HSDP replication"},
@@ -127,6 +128,8 @@ constexpr FieldDecision decisions[] = {
     {"ckpt.skip_dataloader", refused, "resuming without the data position"},
     {"ckpt.skip_optimizer", used, "checkpoints without optimizer state"},
     {"ckpt.skip_scheduler", used, "restarting the schedule on resume"},
+    {"ckpt.skip_gather_master_weights", no_effect,
+     "each rank writes its own piece of the masters; they are never gathered"},
     {"resume.step", used, "the checkpoint resumed from"},
     {"resume.dir", refused, "resuming from another folder"},
 
@@ -398,8 +401,9 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     const std::string_view why = world == 1 && !f.one_process.empty() ? f.one_process
                                  : f.decision == no_effect            ? f.why
                                                                       : std::string_view();
-    if (!why.empty() && c.explicitly_set(f.path))
-      c.note(f.path, fmt::format("has no effect in primecfg-train: {}", why));
+    const std::string path = c.spelled(f.path);
+    if (!why.empty() && c.explicitly_set(path))
+      c.note(path, fmt::format("has no effect in primecfg-train: {}", why));
   }
   // The launcher's sections are kept as written; present, they are noted whatever they hold.
   // A launcher_only entry without its member here throws on every call, so no test passes.
