@@ -76,7 +76,7 @@ constexpr FieldDecision decisions[] = {
     {"log.json_logging", refused, "JSON logs"},
     {"log.log_data", refused, "logging the first data sample"},
 
-    {"data.type", used, "SFT or fake data (data.cpp)"},
+    {"data.type", used, "SFT or fake data (data/loader.cpp)"},
     {"data.seq_len", used, "the packed length"},
     {"data.batch_size", used, "the samples of a step"},
     {"data.micro_batch_size", used, "the samples of a forward/backward pass"},
@@ -105,7 +105,7 @@ constexpr FieldDecision decisions[] = {
     {"tokenizer.trust_remote_code", refused, "remote tokenizer code"},
     {"tokenizer.chat_template", refused, "chat templates (tools/tokenize_jsonl.py applies them)"},
 
-    {"optim.type", used, "the optimizer (optimizer_math.hpp)"},
+    {"optim.type", used, "the optimizer (optim/math.hpp)"},
     {"optim.lr", used, "the optimizer's peak learning rate"},
     {"optim.weight_decay", used, "the optimizer"},
     {"optim.max_norm", used, "gradient clipping"},
@@ -262,6 +262,11 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
       m.attn == Attention::flash_attention_4)
     c.refuse("model.attn",
              "primecfg-train uses scaled_dot_product_attention; set attn = \"sdpa\" or \"auto\"");
+  // The same exact attention, by another kernel: said, since the user named a kernel.
+  if (m.attn == Attention::flash_attention_2)
+    c.note("model.attn",
+           "runs as scaled_dot_product_attention (its flash kernel on CUDA where it applies); the "
+           "results are those of exact attention either way");
   if (m.ep_comm_backend != EpCommBackend::torch)
     c.refuse("model.ep_comm_backend", "there are no experts in primecfg-train (DeepEP)");
   if (m.moe_fused_kernel || m.freeze_moe_router || m.moe_router_dtype != Dtype::float32)
