@@ -1,5 +1,5 @@
 // The memory model of the planner: the GPU and host terms of one offload mode and the
-// phases of a step that add them up (plan_memory.hpp; docs/memory-planner.md).
+// phases of a step that add them up (memory.hpp; docs/memory-planner.md).
 #include "planner/memory.hpp"
 
 #include "distributed/shard_layout.hpp"
@@ -19,8 +19,6 @@ namespace primecfg::train::plan::detail {
 
 namespace {
 
-i64 round_up(i64 bytes, i64 block) { return block <= 1 ? bytes : (bytes + block - 1) / block * block; }
-
 i64 pow2_ceil(i64 bytes) {
   if (bytes <= 1) return bytes;
   i64 p = 1;
@@ -28,7 +26,59 @@ i64 pow2_ceil(i64 bytes) {
   return p;
 }
 
+bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
+
 }  // namespace
+
+i64 round_up(i64 bytes, i64 block) { return block <= 1 ? bytes : (bytes + block - 1) / block * block; }
+
+i64 device_rounding(const Workload& w) { return w.a.cuda ? w.a.device_block : 1; }
+
+i64 pinned_bytes(const Workload& w, i64 bytes) {
+  return w.a.cuda && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes;
+}
+
+i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
+
+int moment_count(const OptInfo& o, const ParamShape& p) {
+  return moment_buffers(o.kind, o.momentum, muon_handles(p));
+}
+
+i64 model_bytes(const Workload& w) {
+  i64 bytes = 0;
+  for (const auto& p : w.params) bytes += p.numel() * w.dt;
+  return bytes;
+}
+
+i64 largest_numel(const Workload& w) {
+  i64 n = 0;
+  for (const auto& p : w.params) n = std::max(n, p.numel());
+  return n;
+}
+
+void Builder::add(std::string name, i64 bytes, std::string what) {
+  m.terms.push_back({std::move(name), bytes, std::move(what)});
+}
+
+void Builder::phase(std::string name, std::vector<std::string> names) {
+  Phase p{std::move(name), 0, {}};
+  for (auto& n : names) {
+    const i64 b = m.term(n);
+    if (b == 0) continue;
+    p.bytes += b;
+    p.terms.push_back(std::move(n));
+  }
+  m.phases.push_back(std::move(p));
+}
+
+MemoryPlan Builder::done() {
+  for (const auto& p : m.phases)
+    if (m.peak_phase.empty() || p.bytes > m.peak) {
+      m.peak = p.bytes;
+      m.peak_phase = p.name;
+    }
+  return std::move(m);
+}
 
 OptInfo optimizer_info(const OptimizerConfig& cfg) {
   OptInfo o;
@@ -49,16 +99,10 @@ OptInfo optimizer_info(const OptimizerConfig& cfg) {
 
 namespace {
 
-bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
-
-// FP32 moment buffers of one parameter (optimizer_state.hpp, as the trainer allocates them).
-int moment_count(const OptInfo& o, const ParamShape& p) {
-  return moment_buffers(o.kind, o.momentum, muon_handles(p));
-}
-
-// Device bytes allocated while the optimizer updates one parameter, beyond the
-// persistent state (trainer.cpp's update_on_device; AdamW runs as one in-place
-// multi-tensor kernel, and OptimizerOffload's moments sit in the persistent window).
+// Device bytes allocated while the optimizer updates one parameter on the device,
+// beyond the persistent state (optim/math.hpp's update_on_device; AdamW runs as one
+// in-place multi-tensor kernel, and OptimizerOffload's moments sit in the persistent
+// window).
 i64 update_transient(const OptInfo& o, const ParamShape& p) {
   const i64 n = p.numel();
   switch (o.kind) {
@@ -79,40 +123,10 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
   return 0;
 }
 
-struct Builder {
-  MemoryPlan m;
-  void add(std::string name, i64 bytes, std::string what) {
-    m.terms.push_back({std::move(name), bytes, std::move(what)});
-  }
-  void phase(std::string name, std::vector<std::string> names) {
-    Phase p{std::move(name), 0, {}};
-    for (auto& n : names) {
-      const i64 b = m.term(n);
-      if (b == 0) continue;
-      p.bytes += b;
-      p.terms.push_back(std::move(n));
-    }
-    m.phases.push_back(std::move(p));
-  }
-  MemoryPlan done() {
-    for (const auto& p : m.phases)
-      if (m.peak_phase.empty() || p.bytes > m.peak) {
-        m.peak = p.bytes;
-        m.peak_phase = p.name;
-      }
-    return std::move(m);
-  }
-};
-
 // What an RMSNorm over `width` elements keeps per row, besides its FP32 rstd: the fused
 // kernel (CUDA) keeps its input; LibTorch's composite fallback (CPU) keeps an FP32 copy
 // of the input and the FP32 normalised values.
 i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
-
-// Elements of one parameter's FP32 state on a rank: rank 0's piece, padding included,
-// which is the largest and the size every rank allocates (shard_layout.hpp). The
-// parameter itself at world 1.
-i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
 
 }  // namespace
 
@@ -143,7 +157,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   const i64 q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
   const bool masters_dev = mode != Offload::full, grads_dev = mode != Offload::full,
              moments_dev = mode == Offload::none;
-  const i64 blk = w.a.cuda ? w.a.device_block : 1;
+  const i64 blk = device_rounding(w);
   Builder b;
 
   // --- Persistent state ------------------------------------------------------
@@ -325,7 +339,7 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
 MemoryPlan host_plan(const Workload& w, Offload mode) {
   const i64 dt = w.dt;
   const bool pinned = w.a.cuda;
-  auto pin = [&](i64 bytes) { return pinned && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
+  auto pin = [&](i64 bytes) { return pinned_bytes(w, bytes); };
   i64 masters = 0, grads = 0, moments_pinned = 0, moments_plain = 0, model_bytes = 0, max_n = 0;
   i64 state_numel = 0;  // FP32 state elements of this rank (all of them at world 1)
   for (const auto& p : w.params) {
