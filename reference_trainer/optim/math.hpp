@@ -66,7 +66,7 @@ struct OptSettings {
 
 inline bool muon_handles(const NamedParam& p) { return muon_matrix(p.tensor.dim() == 2, p.block); }
 
-// Which moment buffers a parameter needs (optimizer_state.hpp; the planner counts the same).
+// Which moment buffers a parameter needs (optim/state.hpp; the planner counts the same).
 inline int moment_count(const OptSettings& o, const NamedParam& p) {
   return moment_buffers(o.kind, o.momentum > 0, muon_handles(p));
 }
