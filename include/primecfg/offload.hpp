@@ -10,6 +10,8 @@
 
 #include <primecfg/detail/cxx_version.hpp>  // first: C++20 or later
 
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -57,7 +59,10 @@ concept offload_strategy =
     std::is_same_v<T, NoOffload> || std::is_same_v<T, OptimizerOffload> || std::is_same_v<T, FullOffload>;
 
 // Calls f(NoOffload{}), f(OptimizerOffload{}) or f(FullOffload{}) according
-// to the runtime value. All three calls must return the same type.
+// to the runtime value. All three calls must return the same type. A value of
+// Offload that no strategy handles is never run as another mode: the switch names
+// every value (a new one without a case is a -Wswitch warning), and a value outside
+// the enumeration (a cast) throws std::invalid_argument.
 template <class F>
 decltype(auto) visit_offload(Offload mode, F&& f) {
   switch (mode) {
@@ -66,9 +71,10 @@ decltype(auto) visit_offload(Offload mode, F&& f) {
     case Offload::optimizer:
       return std::forward<F>(f)(OptimizerOffload{});
     case Offload::full:
-      break;
+      return std::forward<F>(f)(FullOffload{});
   }
-  return std::forward<F>(f)(FullOffload{});
+  throw std::invalid_argument("primecfg::visit_offload: " + std::to_string(static_cast<int>(mode)) +
+                              " is not a value of primecfg::Offload");
 }
 
 }  // namespace primecfg

@@ -3,9 +3,10 @@
 // strategy of <primecfg/offload.hpp> has its pipeline in a file of its own
 // (no_offload, optimizer_offload, full_offload), and Pipeline<Strategy> names it.
 //
-// Rule: a strategy's behaviour lives in its own files. A test of the offload mode
-// (`mode ==`, `if constexpr (Strategy::...)`) outside offload/ and the memory
-// planner is a bug.
+// Rule: a strategy's behaviour lives in its own files, and so does its memory model
+// for the planner (memory.cpp beside the pipeline; offload/memory_model.hpp). A test
+// of the offload mode (`mode ==`, `if constexpr (Strategy::...)`) outside offload/
+// is a bug.
 //
 // Internal to primecfg-train.
 #pragma once

@@ -1,4 +1,4 @@
-// Machine facts the planner's capacities come from (machine_memory.hpp).
+// Machine facts the planner's capacities come from (machine.hpp).
 #include "planner/machine.hpp"
 
 #include <dlfcn.h>

@@ -1,10 +1,12 @@
-// The memory model of the planner: the GPU and host terms of one offload mode and the
-// phases of a step that add them up (plan_memory.hpp; docs/memory-planner.md).
+// The memory model of the planner (memory.hpp; docs/memory-planner.md): the GPU and
+// host terms every offload mode shares, and the phases of a step that add them up.
+// Wherever the modes differ it asks the mode's memory model, beside the mode's
+// pipeline (offload/memory_model.hpp); no code here tests the mode.
 #include "planner/memory.hpp"
 
 #include "distributed/shard_layout.hpp"
 #include "nn/loss_chunking.hpp"
-#include "offload/shared/ring_size.hpp"
+#include "offload/memory_model.hpp"
 
 #include <fmt/format.h>
 
@@ -19,8 +21,6 @@ namespace primecfg::train::plan::detail {
 
 namespace {
 
-i64 round_up(i64 bytes, i64 block) { return block <= 1 ? bytes : (bytes + block - 1) / block * block; }
-
 i64 pow2_ceil(i64 bytes) {
   if (bytes <= 1) return bytes;
   i64 p = 1;
@@ -28,7 +28,59 @@ i64 pow2_ceil(i64 bytes) {
   return p;
 }
 
+bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
+
 }  // namespace
+
+i64 round_up(i64 bytes, i64 block) { return block <= 1 ? bytes : (bytes + block - 1) / block * block; }
+
+i64 device_rounding(const Workload& w) { return w.a.cuda ? w.a.device_block : 1; }
+
+i64 pinned_bytes(const Workload& w, i64 bytes) {
+  return w.a.cuda && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes;
+}
+
+i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
+
+int moment_count(const OptInfo& o, const ParamShape& p) {
+  return moment_buffers(o.kind, o.momentum, muon_handles(p));
+}
+
+i64 model_bytes(const Workload& w) {
+  i64 bytes = 0;
+  for (const auto& p : w.params) bytes += p.numel() * w.dt;
+  return bytes;
+}
+
+i64 largest_numel(const Workload& w) {
+  i64 n = 0;
+  for (const auto& p : w.params) n = std::max(n, p.numel());
+  return n;
+}
+
+void Builder::add(std::string name, i64 bytes, std::string what) {
+  m.terms.push_back({std::move(name), bytes, std::move(what)});
+}
+
+void Builder::phase(std::string name, std::vector<std::string> names) {
+  Phase p{std::move(name), 0, {}};
+  for (auto& n : names) {
+    const i64 b = m.term(n);
+    if (b == 0) continue;
+    p.bytes += b;
+    p.terms.push_back(std::move(n));
+  }
+  m.phases.push_back(std::move(p));
+}
+
+MemoryPlan Builder::done() {
+  for (const auto& p : m.phases)
+    if (m.peak_phase.empty() || p.bytes > m.peak) {
+      m.peak = p.bytes;
+      m.peak_phase = p.name;
+    }
+  return std::move(m);
+}
 
 OptInfo optimizer_info(const OptimizerConfig& cfg) {
   OptInfo o;
@@ -49,16 +101,10 @@ OptInfo optimizer_info(const OptimizerConfig& cfg) {
 
 namespace {
 
-bool muon_handles(const ParamShape& p) { return muon_matrix(p.is_matrix(), static_cast<int>(p.block)); }
-
-// FP32 moment buffers of one parameter (optimizer_state.hpp, as the trainer allocates them).
-int moment_count(const OptInfo& o, const ParamShape& p) {
-  return moment_buffers(o.kind, o.momentum, muon_handles(p));
-}
-
-// Device bytes allocated while the optimizer updates one parameter, beyond the
-// persistent state (trainer.cpp's update_on_device; AdamW runs as one in-place
-// multi-tensor kernel, and OptimizerOffload's moments sit in the persistent window).
+// Device bytes allocated while the optimizer updates one parameter on the device,
+// beyond the persistent state (optim/math.hpp's update_on_device; AdamW runs as one
+// in-place multi-tensor kernel, and OptimizerOffload's moments sit in the persistent
+// window).
 i64 update_transient(const OptInfo& o, const ParamShape& p) {
   const i64 n = p.numel();
   switch (o.kind) {
@@ -79,40 +125,10 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
   return 0;
 }
 
-struct Builder {
-  MemoryPlan m;
-  void add(std::string name, i64 bytes, std::string what) {
-    m.terms.push_back({std::move(name), bytes, std::move(what)});
-  }
-  void phase(std::string name, std::vector<std::string> names) {
-    Phase p{std::move(name), 0, {}};
-    for (auto& n : names) {
-      const i64 b = m.term(n);
-      if (b == 0) continue;
-      p.bytes += b;
-      p.terms.push_back(std::move(n));
-    }
-    m.phases.push_back(std::move(p));
-  }
-  MemoryPlan done() {
-    for (const auto& p : m.phases)
-      if (m.peak_phase.empty() || p.bytes > m.peak) {
-        m.peak = p.bytes;
-        m.peak_phase = p.name;
-      }
-    return std::move(m);
-  }
-};
-
 // What an RMSNorm over `width` elements keeps per row, besides its FP32 rstd: the fused
 // kernel (CUDA) keeps its input; LibTorch's composite fallback (CPU) keeps an FP32 copy
 // of the input and the FP32 normalised values.
 i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
-
-// Elements of one parameter's FP32 state on a rank: rank 0's piece, padding included,
-// which is the largest and the size every rank allocates (shard_layout.hpp). The
-// parameter itself at world 1.
-i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
 
 }  // namespace
 
@@ -137,13 +153,12 @@ i64 checkpointed_blocks(i64 layers, bool ac, i64 freq) {
 
 namespace {
 
-MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
+MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const auto& s = w.s;
   const i64 dt = w.dt, N = w.N, D = s.hidden, V = s.vocab_size;
   const i64 q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
-  const bool masters_dev = mode != Offload::full, grads_dev = mode != Offload::full,
-             moments_dev = mode == Offload::none;
-  const i64 blk = w.a.cuda ? w.a.device_block : 1;
+  const DeviceState on_device = mode.device_state();
+  const i64 blk = device_rounding(w);
   Builder b;
 
   // --- Persistent state ------------------------------------------------------
@@ -163,9 +178,9 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
     max_padded = std::max(max_padded, n * world);
   }
   b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
-  if (masters_dev) b.add("masters", masters, "FP32 master weights");
-  if (grads_dev) b.add("grads", grads, "FP32 gradient accumulators");
-  if (moments_dev) b.add("moments", moments, "optimizer moments (FP32)");
+  if (on_device.masters) b.add("masters", masters, "FP32 master weights");
+  if (on_device.grads) b.add("grads", grads, "FP32 gradient accumulators");
+  if (on_device.moments) b.add("moments", moments, "optimizer moments (FP32)");
   // Collective buffers of a sharded run. A bucket holds whole parameters, about
   // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
   // largest padded parameter (one parameter is never split over buckets).
@@ -181,30 +196,14 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
           "gradient reduce-scatter: two full-size buckets + their 1/world outputs");
     b.add("weight_gather", round_up(bucket * dt, blk), "weight all-gather: one full-size bucket");
   }
-  // Without clipping the input embedding, whose gradient comes last, keeps its
-  // moments in a buffer of its own and the window serves the rest (trainer.cpp, tail_).
-  const bool split_tail = mode == Offload::optimizer && w.a.cuda && !w.opt.clip;
-  i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
-  for (const auto& p : w.params) {
-    const i64 bytes = 4 * shard_numel(p.numel(), world) * moment_count(w.opt, p);  // the rank's shard
-    if (split_tail && p.name == "model.embed_tokens.weight") {
-      tail_moments = bytes;
-      continue;
-    }
-    largest_moments = std::max(largest_moments, bytes);
-    total_moments += bytes;
-  }
-  if (mode == Offload::optimizer && w.a.cuda) {
-    b.add("moment_window", round_up(ring_capacity(largest_moments, total_moments, w.a.ring_bytes), blk),
-          "device window the moments stream through (kept after the first step)");
-    if (tail_moments > 0)
-      b.add("moment_tail", round_up(tail_moments, blk),
-            "the input embedding's moments, fetched beside the forward pass (from the second step)");
-  }
+  // The mode's own buffers (a window the state streams through) are alive from step
+  // to step like the state.
+  const std::vector<std::string> buffers = mode.device_buffers(w, b);
   if (w.a.cuda)
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
-  const std::vector<std::string> persistent = {"weights",       "masters",     "grads",     "moments",
-                                               "moment_window", "moment_tail", "workspace", "weight_shard"};
+  std::vector<std::string> persistent = {"weights", "masters", "grads", "moments"};
+  persistent.insert(persistent.end(), buffers.begin(), buffers.end());
+  persistent.insert(persistent.end(), {"workspace", "weight_shard"});
   // Startup: each weight is drawn in fp32 on the device, then converted.
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
@@ -233,14 +232,14 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
     b.add("mask_top", w.B * TT * dt, "the last block's additive mask");
   }
 
-  // --- LM head + cross-entropy (transformer.cpp's LinearCrossEntropy) ---------------
+  // --- LM head + cross-entropy (nn/transformer.cpp's LinearCrossEntropy) ------------
   const i64 c = w.ce_chunk;
   b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
-  if (mode == Offload::full && vocab_chunked_loss(s.tie_embeddings, N)) {
-    // FullOffload with a tied embedding walks vocabulary chunks (Transformer::LossChunks):
-    // chunks of k rows, k = c x V / N tokens' worth but at most V / 8, over all N
+  if (mode.loss_walk(w) == LossWalk::vocabulary) {
+    // Vocabulary chunks (Transformer::LossChunks::vocabulary; FullOffload asks for them
+    // with a tied embedding): chunks of k rows, k = c x V / N tokens' worth but at most V / 8, over all N
     // tokens. The head gradient is written in bf16 row by row (no FP32 copy); the
     // hidden states' gradient sums in FP32 beside a copy of the hidden rows. Per chunk
     // 6 bytes per logit at the peak: the bf16 logits beside their FP32 copy, or the
@@ -288,7 +287,9 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
 
   // --- Optimizer step -----------------------------------------------------------
   // (The global gradient norm is a multi-tensor reduction to one scalar per tensor.)
-  if (mode != Offload::full) {
+  // An update on the host leaves no temporaries on the device.
+  const UpdateAt update_at = mode.update_at(w);
+  if (update_at != UpdateAt::host) {
     i64 update = 0;
     for (const auto& p : w.params) update = std::max(update, update_transient(w.opt, p));
     b.add("step_transient", update, "optimizer temporaries of the largest parameter");
@@ -306,14 +307,13 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   // are alive through every phase of backward.
   b.phase("backward_head",
           with({"activations", "mask", "inputs", "final_norm", "ce_backward", "grad_buckets"}));
-  // OptimizerOffload without clipping updates each parameter in its gradient hook, so
-  // the update's temporaries land in backward.
-  const std::string in_hooks = mode == Offload::optimizer && w.a.cuda && !w.opt.clip ? "step_transient" : "";
+  // An update in the gradient hooks has its temporaries in backward.
+  const std::string in_hooks = update_at == UpdateAt::gradient_hooks ? "step_transient" : "";
   b.phase("backward_block",
           with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
                 "backward_temps", "embed_grad_held", in_hooks, "grad_buckets"}));
   b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets"}));
-  if (mode != Offload::full) b.phase("optimizer_step", with({"step_transient"}));
+  if (update_at != UpdateAt::host) b.phase("optimizer_step", with({"step_transient"}));
   // The weight all-gather runs after the step, when the activations, autograd's
   // gradients, the reduce-scatter buckets and the step's temporaries are freed: a
   // phase of its own over the persistent state, so that it counts as the max with the
@@ -322,99 +322,68 @@ MemoryPlan gpu_plan(const Workload& w, Offload mode, bool ac) {
   return b.done();
 }
 
-MemoryPlan host_plan(const Workload& w, Offload mode) {
-  const i64 dt = w.dt;
-  const bool pinned = w.a.cuda;
-  auto pin = [&](i64 bytes) { return pinned && w.a.pinned_pow2 ? pow2_ceil(bytes) : bytes; };
-  i64 masters = 0, grads = 0, moments_pinned = 0, moments_plain = 0, model_bytes = 0, max_n = 0;
-  i64 state_numel = 0;  // FP32 state elements of this rank (all of them at world 1)
-  for (const auto& p : w.params) {
-    const i64 n = shard_numel(p.numel(), w.a.world);  // the FP32 state: this rank's shard
-    const int k = moment_count(w.opt, p);
-    // FullOffload keeps bf16-model masters in pageable memory; fp32 weights upload
-    // straight from pinned masters.
-    masters += dt == 2 || !pinned ? 4 * n : pin(4 * n);
-    grads += 4 * n;
-    moments_pinned += k * pin(4 * n);
-    moments_plain += k * 4 * n;
-    state_numel += n;
-    // The rings, the weights' copies and the temporaries below stay full size.
-    model_bytes += p.numel() * dt;
-    max_n = std::max(max_n, p.numel());
-  }
+MemoryPlan host_plan(const Workload& w, const MemoryModel& mode) {
   Builder b;
   b.add("runtime", w.a.host_runtime, "LibTorch + CUDA runtime resident in the process");
   b.add("data", w.batch * w.T * 32 + w.N * 32 + w.jsonl_bytes * 9,
         "one step's token vectors (+ a JSONL file's tokens)");
-  if (mode == Offload::optimizer)
-    b.add("moments", moments_pinned, pinned ? "optimizer moments, pinned" : "optimizer moments");
-  if (mode == Offload::full) {
-    b.add("moments", moments_plain, "optimizer moments");
-    b.add("masters", masters, "FP32 master weights");
-    // Accumulators exist only when a step has several micro-batches.
-    if (w.micro_batches > 1) b.add("grads", grads, "FP32 gradient accumulators (gradient accumulation)");
-    const i64 ring = ring_capacity(max_n * dt, model_bytes, w.a.ring_bytes);
-    b.add("grad_ring", pin(ring), "pinned staging ring the gradients land in");
-    if (pinned && dt == 2) b.add("upload_ring", pin(ring), "pinned ring of new bf16 weights going up");
-    // A tied embedding's LM-head gradient lands in a buffer of its own (its update
-    // runs in slices whenever the CPU has nothing else to do).
-    if (w.s.tie_embeddings)
-      b.add("head_grad", pin(w.s.vocab_size * w.s.hidden * dt),
-            "pinned buffer of the tied LM head's gradient");
-    // Startup copies the bf16 weights into the FP32 masters through a bf16 host copy;
-    // with accumulation the worker squares an FP32 accumulator for the norm.
-    b.add("state_transient", std::max(dt == 2 && pinned ? 2 * max_n : 0, w.micro_batches > 1 ? 4 * max_n : 0),
-          "largest parameter's host temporaries (master init / norm)");
-  }
+  const HostTerms own = mode.host_terms(w, b);
   // Startup: an HF directory's safetensors files are mapped while loading.
   b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
   if (w.ckpt) {
-    // Tensors not already on the host are copied there before writing.
+    // Tensors not already on the host are copied there before writing: the compute
+    // weights, full size, and the FP32 state the mode keeps on the device (the rank's
+    // shard), one after the other.
     i64 opt_bundle = 0;
     if (w.ckpt_optimizer) {
-      if (mode != Offload::full) opt_bundle += 4 * state_numel;  // masters (the rank's shard)
-      if (mode == Offload::none) opt_bundle += moments_plain;
+      const DeviceState on_device = mode.device_state();
+      for (const auto& p : w.params) {
+        const i64 n = shard_numel(p.numel(), w.a.world);
+        if (on_device.masters) opt_bundle += 4 * n;
+        if (on_device.moments) opt_bundle += moment_count(w.opt, p) * 4 * n;
+      }
     }
-    b.add("checkpoint", std::max(model_bytes, opt_bundle), "host copies gathered while saving a checkpoint");
+    b.add("checkpoint", std::max(model_bytes(w), opt_bundle),
+          "host copies gathered while saving a checkpoint");
   }
-  const std::vector<std::string> state = {"runtime", "data",      "moments",     "masters",
-                                          "grads",   "grad_ring", "upload_ring", "head_grad"};
+  std::vector<std::string> state = {"runtime", "data"};
+  state.insert(state.end(), own.state.begin(), own.state.end());
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> v = state;
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
   b.phase("startup", {"runtime", "data", "init"});
-  b.phase("step", with({"state_transient"}));
+  b.phase("step", with(own.step));
   if (w.ckpt) b.phase("checkpoint", with({"checkpoint"}));
   return b.done();
+}
+
+ModePlan plan_with(const Workload& w, Offload mode, const MemoryModel& model, bool ac) {
+  ModePlan m;
+  m.mode = mode;
+  m.ac = ac;
+  m.gpu = gpu_plan(w, model, ac);
+  m.host = host_plan(w, model);
+  // The ranks of one node share its host memory: each is a process with the same plan.
+  m.host_node = m.host.peak * w.a.per_node();
+  const double slack = m.gpu.peak * w.a.allocator_slack;
+  m.gpu_total = m.gpu.peak + static_cast<i64>(slack) + (w.a.cuda ? w.a.cuda_context : 0);
+  m.gpu_total += model.reserved_gpu(w);
+  if (w.a.gpu_capacity) m.gpu_fits = m.gpu_total <= *w.a.gpu_capacity;
+  if (w.a.host_capacity) m.host_fits = m.host_node <= *w.a.host_capacity;
+  return m;
 }
 
 }  // namespace
 
 ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
-  ModePlan m;
-  m.mode = mode;
-  m.ac = ac;
-  m.gpu = gpu_plan(w, mode, ac);
-  m.host = host_plan(w, mode);
-  // The ranks of one node share its host memory: each is a process with the same plan.
-  m.host_node = m.host.peak * w.a.per_node();
-  const double slack = m.gpu.peak * w.a.allocator_slack;
-  m.gpu_total = m.gpu.peak + static_cast<i64>(slack) + (w.a.cuda ? w.a.cuda_context : 0);
-  if (mode == Offload::full && w.a.cuda) {
-    // Freed gradients stay reserved until their copy into the staging ring ran; the
-    // ring bounds how many are in flight.
-    i64 model_bytes = 0, max_n = 0;
-    for (const auto& p : w.params) {
-      model_bytes += p.numel() * w.dt;
-      max_n = std::max(max_n, p.numel());
-    }
-    m.gpu_total += ring_capacity(max_n * w.dt, model_bytes, w.a.ring_bytes);
-  }
-  if (w.a.gpu_capacity) m.gpu_fits = m.gpu_total <= *w.a.gpu_capacity;
-  if (w.a.host_capacity) m.host_fits = m.host_node <= *w.a.host_capacity;
-  return m;
+  // The one mapping from a mode to its memory model: visit_offload picks the strategy
+  // (as it picks the pipeline), and memory_model<Strategy> fails to compile for a
+  // strategy without a model.
+  const MemoryModel& model = visit_offload(
+      mode, []<class Strategy>(Strategy) -> const MemoryModel& { return memory_model<Strategy>(); });
+  return plan_with(w, mode, model, ac);
 }
 
 }  // namespace primecfg::train::plan::detail

@@ -1,7 +1,9 @@
-// The planner's memory model, shared by planner.cpp and plan_memory.cpp and private
-// to them (the API is planner.hpp): what one plan knows of the config and the model
-// before a mode is chosen (Workload), and the terms and phases of one mode
-// (plan_mode). docs/memory-planner.md derives every term.
+// The planner's memory model, private to the planner (the API is planner.hpp): what
+// one plan knows of the config and the model before a mode is chosen (Workload), how
+// terms add up to phases (Builder), and the terms and phases of one mode (plan_mode).
+// planner/memory.cpp holds the terms every mode shares; what differs between modes
+// is each mode's memory model beside its pipeline (offload/memory_model.hpp), which
+// includes this header. docs/memory-planner.md derives every term.
 #pragma once
 
 #include "optim/state.hpp"
@@ -44,7 +46,34 @@ struct Workload {
   i64 jsonl_bytes = 0;      // size of data.path
 };
 
-// Bytes one block keeps for backward, per token (model.cpp's block_forward under
+// Adds up one plan: its terms, each phase as the sum of the terms it names (names
+// of absent or empty terms drop out), and the peak as the largest phase (the first
+// of equals).
+struct Builder {
+  MemoryPlan m;
+  void add(std::string name, i64 bytes, std::string what);
+  void phase(std::string name, std::vector<std::string> names);
+  MemoryPlan done();
+};
+
+// What the shared terms and the modes' terms both count with.
+i64 round_up(i64 bytes, i64 block);
+// The rounding of device allocations: the CUDA caching allocator's block, none on a CPU.
+i64 device_rounding(const Workload& w);
+// A pinned host buffer of `bytes` as the pinned allocator holds it: buffers are
+// pinned only on CUDA, where the allocator may round each up to a power of two.
+i64 pinned_bytes(const Workload& w, i64 bytes);
+// Elements of one parameter's FP32 state on a rank: rank 0's piece, padding included,
+// which is the largest and the size every rank allocates (distributed/shard_layout.hpp).
+// The parameter itself at world 1.
+i64 shard_numel(i64 numel, i64 world);
+// FP32 moment buffers of one parameter (optim/state.hpp, as the trainer allocates them).
+int moment_count(const OptInfo& o, const ParamShape& p);
+// The compute-dtype bytes of the whole model, and the elements of its largest parameter.
+i64 model_bytes(const Workload& w);
+i64 largest_numel(const Workload& w);
+
+// Bytes one block keeps for backward, per token (nn/transformer.cpp's block_forward under
 // autograd, with the CUDA kernels: fused RMSNorm saves its input and an FP32 rstd per
 // row; SDPA saves q, k, v, its output and an FP32 logsumexp per head; RoPE saves only
 // the shared cos/sin tables; the matmuls save their activation input).

@@ -1,6 +1,7 @@
 // The memory planner (planner.hpp): the model resolved as the trainer does, and a
-// config planned in all three offload modes. The memory model is plan_memory.cpp,
-// the reports plan_report.cpp, the machine's capacities machine_memory.cpp.
+// config planned in all three offload modes. The memory model is memory.cpp (with
+// each mode's part beside its pipeline: offload/memory_model.hpp), the reports
+// report.cpp, the recommendation advice.cpp, the machine's capacities machine.cpp.
 #include "planner/planner.hpp"
 
 #include "nn/loss_chunking.hpp"
@@ -18,7 +19,7 @@ namespace primecfg::train::plan {
 namespace fs = std::filesystem;
 using i64 = std::int64_t;
 
-// From the memory model (plan_memory.hpp).
+// From the memory model (memory.hpp).
 using detail::block_bytes;
 using detail::BlockBytes;
 using detail::checkpointed_blocks;
@@ -90,16 +91,9 @@ const ModePlan& Plan::mode(Offload m, bool toggled_ac) const {
 }
 
 std::string_view mode_name(Offload m) {
-  switch (m) {
-    case Offload::none:
-      return "none";
-    case Offload::optimizer:
-      return "optimizer";
-    case Offload::full:
-      break;
-  }
-  return "full";
+  return visit_offload(m, []<class Strategy>(Strategy) { return Strategy::name; });
 }
+
 namespace {
 
 i64 dir_safetensors_bytes(const fs::path& dir) {

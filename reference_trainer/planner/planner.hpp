@@ -161,7 +161,7 @@ Plan make_plan(const SFTConfig& cfg, const Assumptions& a);
 // The same for an already resolved shape (tests, and callers that know the shape).
 Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions& a);
 
-// What --plan recommends (plan_advice.cpp): the fastest mode that fits, with why;
+// What --plan recommends (advice.cpp): the fastest mode that fits, with why;
 // where none fits, each change that makes one fit (model.ac, a shorter seq_len, a
 // smaller micro-batch, more ranks), found by planning the changed config.
 struct Advice {

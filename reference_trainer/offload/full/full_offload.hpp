@@ -10,9 +10,9 @@
 // the LM head's share of its gradient, as backward starts). On the CPU the same code
 // runs with host memory: no streams, copies are synchronous.
 //
-// The code is in three files: offload/full/full_offload.cpp (the calls the training loop makes,
-// the hook's side, the waits of the next forward), offload/full/worker.cpp (the CPU
-// worker and the uploads) and offload/full/tied.cpp (the tied embedding's two parts).
+// The code is in three files: full_offload.cpp (the calls the training loop makes,
+// the hook's side, the waits of the next forward), worker.cpp (the CPU worker and
+// the uploads) and tied.cpp (the tied embedding's two parts).
 //
 // Internal to primecfg-train. The calls the training loop makes are listed in
 // offload/pipeline.hpp.
@@ -160,7 +160,7 @@ class FullOffloadPipeline {
   void wait_for_block(int block);
   void wait_for_head_rows(std::int64_t first, std::int64_t end);
 
-  // --- offload/full/worker.cpp: the CPU worker and the uploads ----------------------
+  // --- worker.cpp: the CPU worker and the uploads -----------------------------------
   static const char* part_name(Part p);
   void worker_main();
   Work next_work_locked();
@@ -178,7 +178,7 @@ class FullOffloadPipeline {
   Tensor upload_slot(const Tensor& w);
   Tensor upload_slot(torch::ScalarType dtype, torch::IntArrayRef sizes);
 
-  // --- offload/full/tied.cpp: the tied embedding in two parts -------------------------
+  // --- tied.cpp: the tied embedding in two parts ------------------------------------
   // The hook for Transformer::loss on the last micro-batch; null when this step does
   // not split the tied embedding's update.
   const Transformer::HeadGradHook* head_grad_hook() const { return split_tied_ ? &head_hook_ : nullptr; }

@@ -1,0 +1,31 @@
+// NoOffload's memory model (offload/memory_model.hpp), beside its pipeline
+// (no_offload.cpp): all the FP32 state stays on the GPU and the update runs there once
+// backward is done, so the mode adds nothing to the terms every mode shares.
+#include "offload/memory_model.hpp"
+
+namespace primecfg::train::plan::detail {
+
+namespace {
+
+class NoOffloadMemory final : public MemoryModel {
+ public:
+  DeviceState device_state() const override {
+    return {!NoOffload::masters_on_host, !NoOffload::grads_on_host, !NoOffload::moments_on_host};
+  }
+  std::vector<std::string> device_buffers(const Workload&, Builder&) const override { return {}; }
+  LossWalk loss_walk(const Workload&) const override { return LossWalk::tokens; }
+  // update_resident() (offload/shared/device_update.cpp) in finish_step().
+  UpdateAt update_at(const Workload&) const override { return UpdateAt::optimizer_phase; }
+  HostTerms host_terms(const Workload&, Builder&) const override { return {}; }
+  i64 reserved_gpu(const Workload&) const override { return 0; }
+};
+
+}  // namespace
+
+template <>
+const MemoryModel& memory_model<NoOffload>() {
+  static const NoOffloadMemory model;
+  return model;
+}
+
+}  // namespace primecfg::train::plan::detail
