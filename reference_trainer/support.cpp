@@ -366,22 +366,10 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
 
   // The model: a preset or a local HF directory, judged here so that its errors come
   // with the others, at model.name's place (nothing is downloaded).
-  if (!preset(m.name)) {
-    const std::filesystem::path dir(m.name);
-    std::error_code ec;
-    if (!std::filesystem::exists(dir / "config.json", ec)) {
-      c.error("model.name",
-              fmt::format("\"{}\" is neither a preset ({}) nor a local directory with config.json "
-                          "(nothing is downloaded; download it, e.g. `hf download {} --local-dir "
-                          "DIR`, and set model.name = DIR)",
-                          m.name, fmt::join(preset_names(), ", "), m.name));
-    } else {
-      try {
-        (void)read_hf_config(dir / "config.json");
-      } catch (const std::exception& e) {
-        c.error("model.name", e.what());
-      }
-    }
+  try {
+    (void)resolve_model(m.name);
+  } catch (const model_config_error& e) {
+    c.error("model.name", e.what());
   }
   if (std::holds_alternative<FakeDataConfig>(cfg.data) && !cfg.max_steps)
     c.error("max_steps", "fake data is endless; set max_steps");

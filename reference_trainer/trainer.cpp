@@ -290,17 +290,13 @@ class Trainer {
   // A preset or a local HF directory (its config.json and weights); nothing is downloaded.
   void load_model() {
     const auto& name = cfg_.model.name;
-    std::optional<ModelArgs> args = preset(name);
-    const bool hf_dir = !args && fs::exists(fs::path(name) / "config.json");
-    if (hf_dir) args = read_hf_config(fs::path(name) / "config.json");
-    if (hf_dir) source_dir_ = fs::path(name);
-    if (!args)
-      throw run_error(
-          fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with "
-                      "config.json (nothing is downloaded)",
-                      name, fmt::join(preset_names(), ", ")));
-    if (cfg_.model.debug && cfg_.model.debug->num_layers)
-      args->layers = std::min(args->layers, *cfg_.model.debug->num_layers);
+    ResolvedModel model;
+    try {
+      model = resolve_model(name, cfg_.model.debug ? cfg_.model.debug->num_layers : std::nullopt);
+    } catch (const model_config_error& e) {
+      throw run_error(fmt::format("model.name: {}", e.what()));
+    }
+    source_dir_ = model.hf_dir;
     const std::int64_t seed = std::visit(
         [](const auto& d) -> std::int64_t {
           if constexpr (requires { d.seed; }) return d.seed;
@@ -308,9 +304,10 @@ class Trainer {
         },
         cfg_.data);
     torch::manual_seed(static_cast<std::uint64_t>(seed));
-    model_ =
-        std::make_unique<Transformer>(*args, setup_.device, setup_.dtype, static_cast<std::uint64_t>(seed));
-    if (hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init)) model_->load_hf_weights(name);
+    model_ = std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
+                                           static_cast<std::uint64_t>(seed));
+    if (model.hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init))
+      model_->load_hf_weights(*model.hf_dir);
   }
 
   void load_data() {

@@ -91,11 +91,26 @@ struct ModelArgs {
   double rope_attention_scaling() const;
 };
 
-// Presets by model.name: "primecfg/tiny" (the default run), "Qwen/Qwen3-0.6B",
-// "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B", "meta-llama/Meta-Llama-3-8B",
-// "meta-llama/Llama-3.1-8B" (shapes and RoPE of the published configs).
+// Presets by model.name: "primecfg/tiny" (the default run), "Qwen/Qwen3-0.6B", -1.7B,
+// -4B, -8B, -14B, -32B, "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
+// "meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"
+// (shapes and RoPE of the published config.json files).
 std::optional<ModelArgs> preset(std::string_view name);
 std::vector<std::string> preset_names();
+
+// The model that model.name names, decided here for the trainer, the planner and the
+// config check alike: a preset, else a local directory with config.json (nothing is
+// downloaded); model.debug.num_layers keeps that many blocks. hf_dir is the directory
+// when the model comes from one (its weights are read from there unless
+// model.debug.random_init). Throws model_config_error: neither a preset nor such a
+// directory (the message lists the presets and how to download), or a config.json
+// that read_hf_config refuses.
+struct ResolvedModel {
+  ModelArgs args;
+  std::optional<std::filesystem::path> hf_dir;
+};
+ResolvedModel resolve_model(std::string_view name,
+                            std::optional<std::int64_t> debug_num_layers = std::nullopt);
 
 // Reads an HF config.json. Throws model_config_error naming the file, the key and the
 // value for anything that is missing, malformed, out of range or not implemented.

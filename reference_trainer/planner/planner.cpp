@@ -31,15 +31,7 @@ using detail::Workload;
 // Model shapes
 // ---------------------------------------------------------------------------
 
-namespace {
-
-std::string preset_list() {
-  std::string s;
-  for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::optional<ModelShape> preset_shape(std::string_view name) { return preset(name); }
 
@@ -52,19 +44,11 @@ ModelShape shape_from_hf_config(const fs::path& path) {
 }
 
 ModelShape resolve_model(const ModelConfig& model) {
-  std::optional<ModelShape> s = preset_shape(model.name);
-  if (!s) {
-    std::error_code ec;
-    const fs::path cfg = fs::path(model.name) / "config.json";
-    if (!fs::exists(cfg, ec))
-      throw plan_error(
-          fmt::format("model.name = \"{}\" is neither a preset ({}) nor a local directory with config.json "
-                      "(nothing is downloaded)",
-                      model.name, preset_list()));
-    s = shape_from_hf_config(cfg);
+  try {
+    return train::resolve_model(model.name, model.debug ? model.debug->num_layers : std::nullopt).args;
+  } catch (const model_config_error& e) {
+    throw plan_error(fmt::format("model.name: {}", e.what()));
   }
-  if (model.debug && model.debug->num_layers) s->layers = std::min(s->layers, *model.debug->num_layers);
-  return *s;
 }
 
 // ---------------------------------------------------------------------------

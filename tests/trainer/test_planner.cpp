@@ -364,6 +364,16 @@ TEST_CASE("planner: presets have the published parameter counts") {
   CHECK(plan::preset_shape("meta-llama/Llama-3.2-3B")->total_params() == 3212749824);
   CHECK(plan::preset_shape("meta-llama/Meta-Llama-3-8B")->total_params() == 8030261248);
   CHECK(plan::preset_shape("meta-llama/Llama-3.1-8B")->total_params() == 8030261248);
+  CHECK(plan::preset_shape("meta-llama/Llama-3.1-70B")->total_params() == 70553706496);
+  CHECK(plan::preset_shape("Qwen/Qwen3-4B")->total_params() == 4022468096);
+  CHECK(plan::preset_shape("Qwen/Qwen3-8B")->total_params() == 8190735360);
+  CHECK(plan::preset_shape("Qwen/Qwen3-14B")->total_params() == 14768307200);
+  CHECK(plan::preset_shape("Qwen/Qwen3-32B")->total_params() == 32762123264);
+  // Qwen3-1.7B ties its LM head to the embedding but its checkpoint stores the head as
+  // well: the published count (2,031,739,904) holds the vocabulary x hidden matrix twice.
+  const auto q17 = *plan::preset_shape("Qwen/Qwen3-1.7B");
+  CHECK(q17.tie_embeddings);
+  CHECK(q17.total_params() + q17.vocab_size * q17.hidden == 2031739904);
   CHECK_FALSE(plan::preset_shape("gpt2"));
   ModelConfig m;
   m.name = "no/such-model";
