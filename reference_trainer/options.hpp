@@ -71,7 +71,7 @@ struct ProfileOptions {
   }
 };
 
-// Sharded data parallel over several ranks (launched by torchrun or any launcher that
+// Sharded runs (FSDP) over several ranks (launched by torchrun or any launcher that
 // sets RANK, WORLD_SIZE, ...; distributed/launch.hpp). None of these changes a result.
 struct DistOptions {
   double bucket_mib = 25;
@@ -79,8 +79,8 @@ struct DistOptions {
   static constexpr auto fields() {
     using D = DistOptions;
     return describe(field(&D::bucket_mib,
-                          "Gradients are reduce-scattered, and updated weights all-gathered, in buckets of "
-                          "about this many MiB (full-size tensors; at least one parameter each).",
+                          "Gradients are reduce-scattered in buckets of about this many MiB (full-size "
+                          "tensors; at least one parameter each). Weights are gathered a block at a time.",
                           gt(0)));
   }
 };

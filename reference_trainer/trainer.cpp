@@ -179,7 +179,8 @@ class Trainer {
     load_model();
     if (pg_) {
       const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
-      sharding_ = std::make_unique<Sharding>(*pg_, *model_, reduce, opts_.dist.bucket_mib);
+      sharding_ = std::make_unique<Sharding>(*pg_, *model_, reduce, opts_.dist.bucket_mib,
+                                             cfg_.model.reshard_after_forward);
       sharding_->broadcast_weights();
     }
     load_data();
@@ -393,6 +394,7 @@ class Trainer {
     // parallelism's (gather a sharded block's weights) around each block's forward.
     const Transformer::BlockHooks block_hooks = {state.block_hook(),
                                                  sharding_ ? sharding_->block_hook() : nullptr};
+    std::int64_t gathered_after_forward = 0;  // whole weights a sharded rank held then
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
@@ -403,6 +405,7 @@ class Trainer {
       Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks), targets, scale, ce_chunk_,
                                state.loss_hooks(last), state.loss_chunks(targets.numel()));
       if (last) state.before_backward();
+      if (last && sharding_) gathered_after_forward = sharding_->gathered_bytes();
       loss.backward();
       if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
@@ -437,6 +440,12 @@ class Trainer {
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
+    if (sharding_) {
+      // What the sharding left whole: after the last forward (the root, plus every
+      // block without reshard_after_forward) and between steps (nothing).
+      met.pipeline["fsdp_whole_after_forward_gib"] = static_cast<double>(gathered_after_forward) / (1 << 30);
+      met.pipeline["fsdp_whole_at_rest_gib"] = static_cast<double>(sharding_->gathered_bytes()) / (1 << 30);
+    }
     return met;
   }
 
@@ -489,6 +498,7 @@ class Trainer {
             s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
+    if (opts_.demo && sharding_) sharding_->gather_all();  // every rank: a collective
     if (opts_.demo && (!pg_ || pg_->rank() == 0)) demo(*model_);
     return result;
   }

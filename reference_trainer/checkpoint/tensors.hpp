@@ -101,6 +101,7 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                      const TrainPosition& pos, const CheckpointConfig& cfg,
                      const std::optional<fs::path>& source_dir, Sharding* dp) {
   state.sync_host();
+  if (dp) dp->gather_all();  // rank 0 writes the whole weights; the next step shards them again
   const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
   auto on_rank0 = [&](std::string_view what, const std::function<void()>& fn) {

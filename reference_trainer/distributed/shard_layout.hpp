@@ -1,4 +1,4 @@
-// How one parameter is split over the ranks of a sharded run (ZeRO-2): its elements,
+// How one parameter is split over the ranks of a sharded run (FSDP): its elements,
 // flattened, in `world` equal pieces of `per_rank` elements, rank r holding elements
 // [r * per_rank, (r + 1) * per_rank); the last pieces are padded with zeros (which
 // no element-wise optimizer moves). The trainer, its checkpoints and the memory

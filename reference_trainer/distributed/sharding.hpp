@@ -10,14 +10,15 @@
 // Internal to primecfg-train.
 #pragma once
 
+#include "distributed/fsdp.hpp"
 #include "distributed/shard_layout.hpp"
-#include "distributed/zero2.hpp"
 #include "nn/transformer.hpp"
 
 #include <torch/torch.h>
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace primecfg::train {
@@ -44,14 +45,16 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // weights (null: the weights are whole on every rank), beside the pipeline's own.
   { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
+  s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
+  { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
   // Sums over the ranks (the loss, the gradient norm).
   s.sum(t, std::string_view{});
   { s.sum(v, std::string_view{}) } -> std::same_as<double>;
 };
 
-// ZeRO-2 (distributed/zero2.hpp): weights whole on every rank, FP32 state and
-// gradients sharded.
-using Sharding = Zero2;
+// FSDP (distributed/fsdp.hpp): weights, FP32 state and gradients sharded, as prime-rl
+// lays a model out.
+using Sharding = Fsdp;
 static_assert(sharding<Sharding>);
 
 }  // namespace primecfg::train

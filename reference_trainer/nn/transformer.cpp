@@ -110,9 +110,9 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     for (const BlockHook* h : hooks)
       if (h && h->before) h->before(static_cast<int>(block));
   };
-  auto after = [&](std::int64_t block) {
+  auto after = [&](std::int64_t block, const Tensor& out) {
     for (const BlockHook* h : hooks)
-      if (h && h->after) h->after(static_cast<int>(block));
+      if (h && h->after) h->after(static_cast<int>(block), out);
   };
   const auto& a = args_;
   // RoPE tables for the given positions: [B, T, 1, head_dim]. The frequencies come
@@ -130,13 +130,13 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
 
   before(-1);
   Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
-  after(-1);
+  after(-1, x);
   for (int l = 0; l < a.layers; ++l) {
     before(l);
     const BlockWeights& b = blocks_[l];
     const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
     x = recompute ? checkpointed_block(x, b, ctx) : block_forward(b, ctx, x);
-    after(l);
+    after(l, x);
   }
   before(a.layers);
   // The final norm and the LM head: the loss uses the head after this returns, so

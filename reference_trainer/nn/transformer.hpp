@@ -56,12 +56,13 @@ class Transformer {
   // lookup, with l for block l, with the number of layers for the final norm and the
   // LM head. `before` runs just before the weights are first used (FullOffload waits
   // there for its deferred updates; a parallelism that shards the weights gathers
-  // them), `after` once that part's forward is queued (such a parallelism may release
-  // them). A recomputed block (activation checkpointing) calls neither: what its
+  // them), `after` once that part's forward is queued, with its output (such a
+  // parallelism may release them, and hook the output's gradient to gather them again
+  // for the backward). A recomputed block (activation checkpointing) calls neither: what its
   // backward needs is the gradient hooks' business.
   struct BlockHook {
     std::function<void(int block)> before;
-    std::function<void(int block)> after;
+    std::function<void(int block, const torch::Tensor& out)> after;
   };
   // Several parties hook the same points (the offload pipeline, the parallelism): each
   // is called in list order; null entries are skipped.

@@ -162,22 +162,49 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   Builder b;
 
   // --- Persistent state ------------------------------------------------------
-  // Sharded runs (world > 1) replicate the compute weights and split the FP32 state:
-  // masters, accumulators and moments hold shard_numel elements per parameter.
+  // Sharded runs (world > 1) split every parameter over the ranks (FSDP,
+  // distributed/fsdp.hpp): each rank keeps shard_numel elements of the compute
+  // weights, the masters, accumulators and moments at rest, and holds whole weights
+  // only for what the forward or backward is using: the root (embedding, final norm,
+  // LM head) through the step, and the blocks in flight.
   const i64 world = w.a.world;
+  const bool sharded = w.a.sharded();
   i64 weights = 0, masters = 0, grads = 0, moments = 0, max_n = 0;
-  i64 weight_shard = 0, max_padded = 0;
+  i64 weight_shard = 0, max_padded = 0, gather_temp = 0, root = 0, largest_block = 0;
+  std::vector<i64> block_weights(static_cast<std::size_t>(std::max<i64>(s.layers, 0)), 0);
   for (const auto& p : w.params) {
     const i64 n = shard_numel(p.numel(), world);
-    weights += round_up(p.numel() * dt, blk);
+    const i64 whole = round_up(p.numel() * dt, blk);
+    weights += whole;
+    if (p.block >= 0 && p.block < s.layers)
+      block_weights[static_cast<std::size_t>(p.block)] += whole;
+    else
+      root += whole;
     masters += round_up(n * 4, blk);
     grads += round_up(n * 4, blk);
     moments += moment_count(w.opt, p) * round_up(n * 4, blk);
     weight_shard += round_up(n * dt, blk);
     max_n = std::max(max_n, p.numel());
     max_padded = std::max(max_padded, n * world);
+    // A padded parameter is gathered into a buffer of its own, then copied into place.
+    if (n * world != p.numel()) gather_temp = std::max(gather_temp, round_up(n * world * dt, blk));
   }
-  b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
+  for (const i64 bw : block_weights) largest_block = std::max(largest_block, bw);
+  if (!sharded) {
+    b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
+  } else {
+    // model.reshard_after_forward: a block is freed after its forward and gathered
+    // again for its backward, where the next block's gather may come before the
+    // previous block's last gradient frees it: two blocks. Without it, every block
+    // stays gathered from its forward to its backward: the whole model at the start
+    // of backward.
+    const i64 blocks = w.reshard_after_forward ? std::min<i64>(2, s.layers) * largest_block : weights - root;
+    b.add("weights", root + blocks,
+          w.reshard_after_forward
+              ? "whole weights in use: the root (embedding, final norm, LM head) + two blocks"
+              : "whole weights in use: the root + every block (reshard_after_forward = false)");
+    b.add("weights_whole", weights, "every whole weight, built on each rank at startup before it is sharded");
+  }
   if (on_device.masters) b.add("masters", masters, "FP32 master weights");
   if (on_device.grads) b.add("grads", grads, "FP32 gradient accumulators");
   if (on_device.moments) b.add("moments", moments, "optimizer moments (FP32)");
@@ -185,16 +212,16 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
   // largest padded parameter (one parameter is never split over buckets).
   i64 bucket = 0;
-  if (w.a.sharded()) {
+  if (sharded) {
     bucket = std::max(w.a.bucket_bytes / w.reduce_bytes, max_padded);
     const i64 rb = w.reduce_bytes, out = (bucket + world - 1) / world;
     b.add("weight_shard", weight_shard,
-          "this rank's shard of the updated weights (compute dtype), the all-gather's input");
+          "this rank's piece of every weight (compute dtype): the weights at rest, the all-gathers' input");
     // One bucket in flight in its reduce-scatter while the next is filled, and the
     // two reduce-scatter outputs (1/world of each) the shard's accumulators add.
     b.add("grad_buckets", 2 * round_up(bucket * rb, blk) + 2 * round_up(out * rb, blk),
           "gradient reduce-scatter: two full-size buckets + their 1/world outputs");
-    b.add("weight_gather", round_up(bucket * dt, blk), "weight all-gather: one full-size bucket");
+    b.add("gather_temp", gather_temp, "all-gather output of the largest padded parameter");
   }
   // The mode's own buffers (a window the state streams through) are alive from step
   // to step like the state.
@@ -203,7 +230,7 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
   std::vector<std::string> persistent = {"weights", "masters", "grads", "moments"};
   persistent.insert(persistent.end(), buffers.begin(), buffers.end());
-  persistent.insert(persistent.end(), {"workspace", "weight_shard"});
+  persistent.insert(persistent.end(), {"workspace", "weight_shard", "gather_temp"});
   // Startup: each weight is drawn in fp32 on the device, then converted.
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
@@ -300,7 +327,7 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  b.phase("startup", {"weights", "init_draw"});
+  b.phase("startup", {sharded ? "weights_whole" : "weights", "init_draw"});
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk"}));
   // The gradient buckets (absent at world 1) fill from the gradient hooks, so they
@@ -314,11 +341,6 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                 "backward_temps", "embed_grad_held", in_hooks, "grad_buckets"}));
   b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets"}));
   if (update_at != UpdateAt::host) b.phase("optimizer_step", with({"step_transient"}));
-  // The weight all-gather runs after the step, when the activations, autograd's
-  // gradients, the reduce-scatter buckets and the step's temporaries are freed: a
-  // phase of its own over the persistent state, so that it counts as the max with the
-  // backward peak, not on top of it (adding it would over-predict by a bucket).
-  if (w.a.sharded()) b.phase("weight_gather", with({"weight_gather"}));
   return b.done();
 }
 

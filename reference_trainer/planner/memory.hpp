@@ -44,6 +44,7 @@ struct Workload {
   bool ckpt = false, ckpt_optimizer = false;
   i64 hf_weight_bytes = 0;  // safetensors files mapped while loading an HF directory
   i64 jsonl_bytes = 0;      // size of data.path
+  bool reshard_after_forward = true;  // model.reshard_after_forward (sharded runs)
 };
 
 // Adds up one plan: its terms, each phase as the sum of the terms it names (names

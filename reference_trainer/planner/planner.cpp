@@ -149,6 +149,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.a = a;
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
+  w.reshard_after_forward = cfg.model.reshard_after_forward;
   std::visit(
       [&](const auto& d) {
         using C = std::decay_t<decltype(d)>;

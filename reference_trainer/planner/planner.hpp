@@ -69,10 +69,9 @@ struct Assumptions {
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
-  // Sharded data parallel (ZeRO-2, distributed/shard_layout.hpp): the ranks the FP32
-  // state is split over, the ranks that share one node's host memory (nullopt: all of
-  // them), and the size of a gradient reduce-scatter / weight all-gather bucket
-  // (dist.bucket_mib). With world 1 the plan is the single-process one.
+  // Sharded runs (FSDP, distributed/shard_layout.hpp): the ranks the weights and the
+  // FP32 state are split over, the ranks that share one node's host memory (nullopt:
+  // all of them), and the size of a gradient reduce-scatter bucket (dist.bucket_mib). With world 1 the plan is the single-process one.
   std::int64_t world = 1;
   // Under a launcher even one rank runs the sharded step (its buffers included).
   bool process_group = false;

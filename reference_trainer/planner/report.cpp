@@ -69,12 +69,13 @@ std::string shape_line(const Plan& p) {
 const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
   static const std::vector<std::pair<std::string, std::string>> l = {
       {"weights", "weights (compute copy)"},
+      {"weights_whole", "startup: every whole weight"},
       {"masters", "FP32 masters"},
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
-      {"weight_shard", "updated weight shard"},
+      {"weight_shard", "weight shard (at rest)"},
       {"grad_buckets", "gradient reduce-scatter buckets"},
-      {"weight_gather", "weight all-gather bucket"},
+      {"gather_temp", "all-gather of a padded weight"},
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
       {"init_draw", "startup: fp32 draw"},
@@ -106,7 +107,6 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
       {"backward_block", "backward of the last block"},
       {"backward_embedding", "backward of the embedding"},
       {"optimizer_step", "optimizer step"},
-      {"weight_gather", "weight all-gather (after step)"},
       {"startup", "startup"},
       {"step", "training step"},
       {"checkpoint", "checkpoint save"},
@@ -117,10 +117,13 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
 // The phase at a peak, in a column 12 characters wide (the rows above give it in full).
 std::string short_phase(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> l = {
-      {"forward", "forward"},           {"backward_head", "head bwd"},
-      {"backward_block", "block bwd"},  {"backward_embedding", "embed bwd"},
-      {"optimizer_step", "optim step"}, {"weight_gather", "all-gather"},
-      {"startup", "startup"},           {"step", "step"},
+      {"forward", "forward"},
+      {"backward_head", "head bwd"},
+      {"backward_block", "block bwd"},
+      {"backward_embedding", "embed bwd"},
+      {"optimizer_step", "optim step"},
+      {"startup", "startup"},
+      {"step", "step"},
       {"checkpoint", "checkpoint"},
   };
   for (const auto& [k, v] : l)

@@ -227,6 +227,58 @@ for offload in ("none", "optimizer", "full"):
                 raise AssertionError("metrics: tokens are not the global batch's")
 
 
+def whole_bytes(work):
+    """FP32 bytes of the tiny model's weights: all of them, and the root's (the tied
+    embedding and the final norm), from the checkpoint of step 4."""
+    d = os.path.join(work, "out", "checkpoints", "step_4")
+    w = load_file(os.path.join(d, "model.safetensors"))
+    return sum(4 * t.numel() for t in w.values()), 4 * (w["model.embed_tokens.weight"].numel() + w["model.norm.weight"].numel())
+
+
+def held_whole(got, key):
+    return [m["pipeline"][key] * 2**30 for m in got]
+
+
+_ac_references = {}
+
+
+def reference_ac(offload):
+    """One process with activation checkpointing (same numbers as without, by design)."""
+    if offload not in _ac_references:
+        work = tempfile.mkdtemp(dir=ROOT)
+        ok(one(config(work, offload=offload), "--model.ac"), f"one process, {offload}, model.ac")
+        _ac_references[offload] = (metrics(work), state(work, 2), state(work, 4))
+    return _ac_references[offload]
+
+
+# FSDP: with model.reshard_after_forward (prime-rl's default, the cases above) a block's
+# weights are freed after its forward and gathered again for its backward; without it
+# they stay until its backward. Same numbers either way, and the metrics show what was
+# whole: after the forward the root alone, or every weight; between steps nothing.
+for offload in ("none", "optimizer", "full"):
+    for reshard, ac in ((True, False), (False, False), (True, True)):
+        label = ("reshard_after_forward" if reshard else "no reshard_after_forward") + (", model.ac" if ac else "")
+
+        @case(f"2 ranks, offload = {offload}, {label}: one process's numbers, only the blocks in use whole")
+        def _(work, offload=offload, reshard=reshard, ac=ac):
+            flags = ([] if reshard else ["--no-model.reshard-after-forward"]) + (["--model.ac"] if ac else [])
+            ref_metrics, _, ref_final = reference(offload) if not ac else reference_ac(offload)
+            ok(torchrun(2, config(work, offload=offload), *flags), "torchrun")
+            got = metrics(work)
+            same_steps(ref_metrics, got, "2 ranks")
+            close(ref_final, state(work, 4), "2 ranks, step 4")
+            total, root = whole_bytes(work)
+            want = root if reshard else total
+            for step, (after, rest) in enumerate(zip(held_whole(got, "fsdp_whole_after_forward_gib"),
+                                                     held_whole(got, "fsdp_whole_at_rest_gib")), 1):
+                if abs(after - want) > 1e-5 * want:
+                    raise AssertionError(f"step {step}: {after:.0f} bytes whole after the forward, want {want}")
+                if rest != 0:
+                    raise AssertionError(f"step {step}: {rest:.0f} bytes whole between steps, want 0")
+
+
+
+
 for saved, resumed, mode_from, mode_to in (
     (2, 1, "none", "none"),
     (2, 4, "optimizer", "optimizer"),

@@ -57,8 +57,8 @@ def main() -> int:
             elif head != folder and head not in ALLOWED.get(folder, set()):
                 problems.append(f"{rel}: includes {inc}; {folder}/ may include only "
                                 f"{', '.join(sorted(ALLOWED[folder])) or 'itself'}")
-        if folder != "distributed" and re.search(r"\bZero2\b", text):
-            problems.append(f"{rel}: names Zero2; outside distributed/ the parallelism is `Sharding` (distributed/sharding.hpp)")
+        if folder != "distributed" and re.search(r"\b(Zero2|Fsdp)\b", text):
+            problems.append(f"{rel}: names a parallelism's class; outside distributed/ the parallelism is `Sharding` (distributed/sharding.hpp)")
         if folder not in {"offload", "planner"} and MODE_TEST.search(text):
             problems.append(f"{rel}: tests the offload mode; a mode's behaviour lives in offload/<mode>/ (and its memory model beside it)")
     for p in sorted(problems):

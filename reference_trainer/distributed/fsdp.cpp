@@ -1,0 +1,237 @@
+#include "distributed/fsdp.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace primecfg::train {
+
+namespace {
+
+// A parameter's bytes freed, or given back, under autograd's feet: the tensor keeps
+// its sizes and its place in every saved graph, only its storage goes (as FSDP2 does
+// with storage.resize_). Reading it while freed is what the hooks rule out.
+void free_bytes(const Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void alloc_bytes(const Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const auto n = static_cast<std::size_t>(t.numel()) * t.element_size();
+  s->set_data_ptr_noswap(s->allocator()->allocate(n));
+  s->set_nbytes(n);
+}
+
+}  // namespace
+
+Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dtype, double bucket_mib,
+           bool reshard_after_forward)
+    : group_(group),
+      model_(model),
+      reduce_dtype_(reduce_dtype),
+      reshard_after_forward_(reshard_after_forward) {
+  torch::NoGradGuard ng;
+  auto& params = model.params();
+  std::int64_t total = 0;
+  for (auto& p : params) {
+    spans_.push_back(ShardSpan::of(p.tensor.numel(), rank(), world()));
+    weight_offset_.push_back(total);
+    total += spans_.back().per_rank;
+  }
+  weight_shards_ = torch::zeros({total}, params.front().tensor.options().requires_grad(false));
+
+  // The units the forward gathers: the embedding, each block, the final norm and head.
+  const auto layers = static_cast<std::size_t>(model.args().layers);
+  units_.resize(layers + 2);
+  units_.front().root = units_.back().root = true;
+  unit_of_.assign(params.size(), 0);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const NamedParam& p = params[i];
+    unit_of_[i] = p.name == "model.embed_tokens.weight" ? 0
+                  : p.block >= 0                        ? 1 + static_cast<std::size_t>(p.block)
+                                                        : layers + 1;
+    units_[unit_of_[i]].params.push_back(i);
+  }
+  for (auto& u : units_) u.missing = u.params.size();
+  hook_.before = [this](int block) {
+    if (!pieces_current_) take_pieces();
+    gather(unit_of_block(block));
+  };
+  hook_.after = [this](int block, const Tensor& out) {
+    const std::size_t u = unit_of_block(block);
+    if (units_[u].root || !reshard_after_forward_) return;
+    release(u);
+    // Gathered again when its output's gradient arrives, just before its backward (or,
+    // under activation checkpointing, its recompute) needs the weights.
+    if (out.requires_grad()) out.register_hook([this, u](const Tensor&) { gather(u); });
+  };
+
+  // Buckets of about bucket_mib of full-size gradients in the reduce dtype, the last
+  // parameters first (backward's order).
+  const double limit = bucket_mib * 1024 * 1024;
+  const double elem = static_cast<double>(c10::elementSize(reduce_dtype));
+  bucket_of_.assign(params.size(), 0);
+  double bytes = 0;
+  for (std::size_t k = params.size(); k-- > 0;) {
+    if (buckets_.empty() || bytes >= limit) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    buckets_.back().params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    bytes += static_cast<double>(spans_[k].padded(world())) * elem;
+  }
+  for (auto& b : buckets_) b.missing = b.params.size();
+  inputs_.resize(params.size());
+}
+
+std::size_t Fsdp::unit_of_block(int block) const {
+  if (block < 0) return 0;
+  return std::min(static_cast<std::size_t>(block) + 1, units_.size() - 1);
+}
+
+Tensor Fsdp::weight_shard(std::size_t i) const {
+  return weight_shards_.narrow(0, weight_offset_[i], spans_[i].per_rank);
+}
+
+void Fsdp::broadcast_weights() {
+  torch::NoGradGuard ng;
+  for (auto& p : model_.params()) {
+    Tensor t = p.tensor.detach();
+    group_.broadcast(t, 0, fmt::format("the broadcast of rank 0's {}", p.name));
+  }
+}
+
+// Until the first forward the parameters hold the weights (initialised, loaded from an
+// HF directory or a checkpoint, broadcast); from then on the pieces do.
+void Fsdp::take_pieces() {
+  torch::NoGradGuard ng;
+  auto& params = model_.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ShardSpan& s = spans_[i];
+    if (s.length > 0)
+      weight_shard(i)
+          .narrow(0, 0, s.length)
+          .copy_(params[i].tensor.detach().reshape(-1).narrow(0, s.offset, s.length));
+  }
+  pieces_current_ = true;
+}
+
+void Fsdp::gather(std::size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gathered) return;
+  torch::NoGradGuard ng;
+  auto& params = model_.params();
+  std::vector<Tensor> ins, outs;
+  std::vector<char> direct;
+  for (auto i : unit.params) {
+    const ShardSpan& s = spans_[i];
+    alloc_bytes(params[i].tensor);
+    // The same bytes without autograd's version counter: refilling a weight that a
+    // saved graph holds is not an in-place change of what it computed with.
+    Tensor data = params[i].tensor.variable_data();
+    const bool d = s.padded(world()) == s.numel && data.is_contiguous();
+    direct.push_back(d);
+    ins.push_back(weight_shard(i));
+    outs.push_back(d ? data.view({-1}) : torch::empty({s.padded(world())}, weight_shards_.options()));
+  }
+  group_.all_gather(outs, ins,
+                    fmt::format("the all-gather of {}'s weights ({} to {})",
+                                u == 0                   ? std::string("the embedding")
+                                : u + 1 == units_.size() ? std::string("the LM head")
+                                                         : fmt::format("block {}", u - 1),
+                                params[unit.params.front()].name, params[unit.params.back()].name));
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    if (direct[k]) continue;
+    const std::size_t i = unit.params[k];
+    params[i].tensor.variable_data().view({-1}).copy_(outs[k].narrow(0, 0, spans_[i].numel));
+  }
+  unit.gathered = true;
+}
+
+void Fsdp::release(std::size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.gathered || !pieces_current_) return;
+  for (auto i : unit.params) free_bytes(model_.params()[i].tensor);
+  unit.gathered = false;
+}
+
+void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
+  const ShardSpan& s = spans_[i];
+  const std::int64_t padded = s.padded(world());
+  Tensor in;
+  if (grad.scalar_type() == reduce_dtype_ && padded == s.numel && grad.is_contiguous()) {
+    in = grad.view({-1});  // kept alive here until its bucket went out
+  } else {
+    in = torch::empty({padded}, grad.options().dtype(reduce_dtype_));
+    in.narrow(0, 0, s.numel).copy_(grad.reshape({-1}));
+    if (padded > s.numel) in.narrow(0, s.numel, padded - s.numel).zero_();
+  }
+  inputs_[i] = std::move(in);
+  --buckets_[bucket_of_[i]].missing;
+  launch_ready();
+  // The unit's backward is done once its last gradient is in: its weights go.
+  Unit& unit = units_[unit_of_[i]];
+  if (--unit.missing == 0 && !unit.root) release(unit_of_[i]);
+}
+
+void Fsdp::launch_ready() {
+  while (next_ < buckets_.size() && buckets_[next_].missing == 0) launch(next_++);
+}
+
+void Fsdp::launch(std::size_t b) {
+  Bucket& bucket = buckets_[b];
+  std::vector<Tensor> ins, outs;
+  for (auto i : bucket.params) {
+    ins.push_back(inputs_[i]);
+    outs.push_back(torch::empty({spans_[i].per_rank}, inputs_[i].options()));
+  }
+  auto& params = model_.params();
+  group_.reduce_scatter(
+      outs, ins,
+      fmt::format("the reduce-scatter of gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
+                  params[bucket.params.front()].name, params[bucket.params.back()].name));
+  for (std::size_t k = 0; k < bucket.params.size(); ++k) {
+    const std::size_t i = bucket.params[k];
+    inputs_[i] = Tensor();
+    sink_(i, outs[k]);
+  }
+}
+
+void Fsdp::flush() {
+  torch::NoGradGuard ng;
+  for (std::size_t b = next_; b < buckets_.size(); ++b) {
+    for (auto i : buckets_[b].params)
+      if (!inputs_[i].defined())
+        inputs_[i] = torch::zeros({spans_[i].padded(world())}, weight_shards_.options().dtype(reduce_dtype_));
+    buckets_[b].missing = 0;
+  }
+  launch_ready();
+  next_ = 0;
+  for (auto& b : buckets_) b.missing = b.params.size();
+  for (auto& u : units_) u.missing = u.params.size();
+}
+
+void Fsdp::gather_weights() {
+  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void Fsdp::gather_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+}
+
+std::int64_t Fsdp::gathered_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& p : model_.params()) n += static_cast<std::int64_t>(p.tensor.storage().nbytes());
+  return n;
+}
+
+double Fsdp::sum(double v, std::string_view what) {
+  Tensor t = torch::full({1}, v, weight_shards_.options().dtype(torch::kFloat64));
+  group_.all_reduce_sum(t, what);
+  return t.item<double>();
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,125 @@
+// Fully sharded data parallel (FSDP), as prime-rl's FSDP2 lays a model out across the
+// ranks of a ProcessGroup: every parameter, flattened, is split into `world` equal
+// pieces (distributed/shard_layout.hpp), and each rank keeps one piece of it at rest:
+// of the compute-dtype weights (here), and of the FP32 master, gradient accumulator
+// and moments (wherever the offload strategy puts them). Per step:
+//   1. forward: just before a block's weights are used, every rank's pieces of them
+//      are all-gathered into the block's parameters; with model.reshard_after_forward
+//      they are freed again once the block's forward is queued, and gathered once more
+//      just before its backward; without it they stay until its backward is done.
+//      The embedding, the final norm and the LM head (the root, as FSDP2 calls it)
+//      stay gathered through the step;
+//   2. backward: each gradient, as its hook fires, joins a bucket; a full bucket is
+//      reduce-scattered in model.reduce_dtype (sum over ranks), and each rank hands
+//      its piece of every gradient to the offload pipeline (the sink). A block's
+//      weights are freed when the last of its gradients is in;
+//   3. the pipeline updates its pieces and writes the new weights into weight_shard();
+//   4. gather_weights(): the whole weights, now stale, are freed; the next forward
+//      gathers the new pieces.
+// Buckets and gathers are fixed (consecutive parameters) and go out in the same order
+// on every rank, so the ranks' collectives always match.
+//
+// Internal to primecfg-train.
+#pragma once
+
+#include "distributed/process_group.hpp"
+#include "distributed/shard_layout.hpp"
+#include "nn/transformer.hpp"
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace primecfg::train {
+
+using torch::Tensor;
+
+class Fsdp {
+ public:
+  Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dtype, double bucket_mib,
+       bool reshard_after_forward);
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  ProcessGroup& group() { return group_; }
+  int rank() const { return group_.rank(); }
+  int world() const { return group_.world(); }
+  // Parameter i (model.params() order) as this rank holds it.
+  const ShardSpan& span(std::size_t i) const { return spans_[i]; }
+  // This rank's piece of parameter i's weights (the model's dtype, on its device): the
+  // weights at rest, and where the offload pipeline writes the updated ones.
+  Tensor weight_shard(std::size_t i) const;
+
+  // Every rank starts from rank 0's weights (the whole model, before the first step).
+  void broadcast_weights();
+
+  // The gradients of one backward. The sink gets (parameter, this rank's piece of the
+  // gradient summed over the ranks), from the hook whose gradient completed a bucket
+  // or from flush().
+  using Sink = std::function<void(std::size_t param, Tensor& piece)>;
+  void set_sink(Sink sink) { sink_ = std::move(sink); }
+  void add_grad(std::size_t i, const Tensor& grad);
+  // After each backward: the buckets still open go out (a parameter that got no
+  // gradient on this rank counts as zeros).
+  void flush();
+
+  // Gathers a block's weights before its forward and frees them after (the
+  // Transformer's block hooks).
+  const Transformer::BlockHook* block_hook() const { return &hook_; }
+  // After the update: the whole weights are stale; they are freed, and the next
+  // forward gathers the new pieces.
+  void gather_weights();
+  // The whole weights on every rank, for what reads them outside a forward pass (a
+  // checkpoint, the demo): a collective, every rank calls it.
+  void gather_all();
+  // Bytes of whole weights this rank holds now (the pieces are apart): what the
+  // sharding leaves resident, for the metrics and the tests.
+  std::int64_t gathered_bytes() const;
+
+  // Sums over the ranks.
+  void sum(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what); }
+  double sum(double v, std::string_view what);
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> params;
+    std::size_t missing = 0;  // gradients not in yet this backward
+  };
+  // The parameters gathered together: 0 the embedding, 1 + l block l, layers + 1 the
+  // final norm and the LM head (a tied head is the embedding).
+  struct Unit {
+    std::vector<std::size_t> params;
+    bool root = false;        // gathered through the step
+    bool gathered = true;     // the parameters hold their whole weights
+    std::size_t missing = 0;  // gradients not in yet this backward
+  };
+  std::size_t unit_of_block(int block) const;
+  void gather(std::size_t u);
+  void release(std::size_t u);
+  void take_pieces();  // the pieces from the whole weights (before the first release)
+  void launch_ready();
+  void launch(std::size_t b);
+
+  ProcessGroup& group_;
+  Transformer& model_;
+  torch::ScalarType reduce_dtype_;
+  bool reshard_after_forward_;
+  std::vector<ShardSpan> spans_;
+  std::vector<std::int64_t> weight_offset_;  // parameter -> its piece in weight_shards_
+  Tensor weight_shards_;
+  bool pieces_current_ = false;  // weight_shards_ holds the weights (else the parameters do)
+  std::vector<Unit> units_;
+  std::vector<std::size_t> unit_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::vector<Tensor> inputs_;  // per parameter: its padded gradient, waiting for its bucket
+  std::size_t next_ = 0;        // the next bucket to go out
+  Sink sink_;
+  Transformer::BlockHook hook_;
+};
+
+}  // namespace primecfg::train
