@@ -42,8 +42,8 @@ struct Workload {
   i64 ce_chunk = 0;
   i64 micro_batches = 1;  // per optimizer step
   bool ckpt = false, ckpt_optimizer = false;
-  i64 hf_weight_bytes = 0;  // safetensors files mapped while loading an HF directory
-  i64 jsonl_bytes = 0;      // size of data.path
+  i64 hf_weight_bytes = 0;            // safetensors files mapped while loading an HF directory
+  i64 jsonl_bytes = 0;                // size of data.path
   bool reshard_after_forward = true;  // model.reshard_after_forward (sharded runs)
 };
 

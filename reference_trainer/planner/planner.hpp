@@ -71,7 +71,8 @@ struct Assumptions {
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
   // Sharded runs (FSDP, distributed/shard_layout.hpp): the ranks the weights and the
   // FP32 state are split over, the ranks that share one node's host memory (nullopt:
-  // all of them), and the size of a gradient reduce-scatter bucket (dist.bucket_mib). With world 1 the plan is the single-process one.
+  // all of them), and the size of a gradient reduce-scatter bucket (dist.bucket_mib). With world 1 the plan
+  // is the single-process one.
   std::int64_t world = 1;
   // Under a launcher even one rank runs the sharded step (its buffers included).
   bool process_group = false;
