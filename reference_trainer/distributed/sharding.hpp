@@ -1,8 +1,8 @@
 // A parallelism: how the ranks of a run share the model's state and its gradients.
 // These are the calls the loop, the offload pipelines and the checkpoints make to it,
-// and nothing else; a new parallelism (parameter sharding as FSDP does it, HSDP)
-// implements this concept and becomes `Sharding` here, so that nothing outside
-// distributed/ names an implementation.
+// and nothing else. Today's is FSDP (distributed/fsdp.hpp); another (HSDP, expert
+// parallelism) implements this concept and becomes `Sharding` here, so that nothing
+// outside distributed/ names an implementation.
 //
 // One process (world 1, no launcher) runs without one: the callers hold a null
 // `Sharding*` then.
