@@ -46,7 +46,11 @@ constexpr FieldDecision decisions[] = {
     {"model.ac.targets", no_effect, "only selective checkpointing reads it, and that is not implemented"},
     {"model.ac_offloading", refused, "activation offloading"},
     {"model.fused_lm_head_token_chunk_size", used, "the loss chunking"},
-    {"model.dp_replicate", refused, "HSDP replication"},
+    {"model.dp_replicate",
+     used,
+     "HSDP: how many replicas of the sharded state (distributed/fsdp.hpp)",
+     {},
+     "one process: the weights are whole, nothing is sharded"},
     {"model.ep", refused, "expert parallelism"},
     {"model.ep_comm_backend", refused, "DeepEP"},
     {"model.trust_remote_code", refused, "remote model code"},
@@ -245,9 +249,11 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   // ep = "auto" picks the degree from the experts there are: none here, so 1.
   if (m.ep.is_number() && m.ep.number() > 1)
     c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
-  if (m.dp_replicate > 1)
-    c.refuse("model.dp_replicate",
-             fmt::format("HSDP replication (dp_replicate = {}) {}", m.dp_replicate, not_impl));
+  if (world % m.dp_replicate != 0)
+    c.error("model.dp_replicate",
+             fmt::format("dp_replicate = {} does not divide the world size {}{}: HSDP splits the ranks into "
+                         "dp_replicate shard groups of equal size",
+                         m.dp_replicate, world, world == 1 ? " (one process, no launcher)" : ""));
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
   if (m.vlm)

@@ -196,7 +196,8 @@ class Trainer {
           "piece of every parameter; use adamw, sgd or sign_sgd, or run one process",
           opts_.launch.world));
     pg_ = std::make_unique<ProcessGroup>(opts_.launch, setup_.device,
-                                         std::chrono::seconds(cfg_.dist_timeout_seconds));
+                                         std::chrono::seconds(cfg_.dist_timeout_seconds),
+                                         static_cast<int>(cfg_.model.dp_replicate));
     std::uint64_t h = 1469598103934665603ull;  // FNV-1a of what the run was started with
     for (const std::string* s : {&opts_.resolved_config, &opts_.resolved_options})
       for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;

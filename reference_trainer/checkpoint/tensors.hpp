@@ -93,7 +93,8 @@ inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, cons
 }
 
 // Writes step pos.step into <root>/step_N (through a temporary folder and one rename).
-// Sharded (`dp`): every rank writes its optimizer file, rank 0 the rest and then,
+// Sharded (`dp`): every rank of the first replica writes its piece of the optimizer
+// state (with HSDP the pieces of one shard group), rank 0 the rest and then,
 // once every rank has written, the manifest; a rank that fails makes all fail, and
 // the temporary folder is removed.
 template <offload_pipeline Pipeline>
@@ -102,7 +103,11 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                      const std::optional<fs::path>& source_dir, Sharding* dp) {
   state.sync_host();
   if (dp) dp->gather_all();  // rank 0 writes the whole weights; the next step shards them again
-  const int rank = dp ? dp->rank() : 0, world = dp ? dp->world() : 1;
+  const int rank = dp ? dp->rank() : 0;
+  // The optimizer state is written in pieces, one file per piece, by the ranks of the
+  // first replica (HSDP's other replicas hold the same pieces).
+  const int piece = dp ? dp->shard_rank() : 0, pieces = dp ? dp->shard_world() : 1;
+  const bool writes_pieces = !dp || dp->replica() == 0;
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
   auto on_rank0 = [&](std::string_view what, const std::function<void()>& fn) {
     if (!dp) return fn();
@@ -130,15 +135,15 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
       write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
       copy_tokenizer_files(source_dir, tmp);
     }
-    if (!cfg.skip_optimizer) {
+    if (!cfg.skip_optimizer && writes_pieces) {
       TensorBundle b;
       for (auto& s : state.states())
         for (auto& [name, t] : optimizer_tensors(s))
-          b.add(name, world == 1 ? t.view(s.p->tensor.sizes()) : t);  // one rank: one piece, no padding
-      safetensors::write(tmp / optimizer_file_name(rank, world), b.entries,
+          b.add(name, pieces == 1 ? t.view(s.p->tensor.sizes()) : t);  // one piece: no padding
+      safetensors::write(tmp / optimizer_file_name(piece, pieces), b.entries,
                          {{"optimizer", std::string(opt.name())},
-                          {"rank", std::to_string(rank)},
-                          {"world_size", std::to_string(world)}});
+                          {"rank", std::to_string(piece)},
+                          {"world_size", std::to_string(pieces)}});
     }
     if (rank == 0) {
       TensorBundle b;
@@ -149,7 +154,7 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                           {"scheduler_step", std::to_string(pos.scheduler_step)},
                           {"offload", std::string(Pipeline::strategy::name)},
                           {"optimizer", std::string(opt.name())},
-                          {"world_size", std::to_string(world)}});
+                          {"world_size", std::to_string(pieces)}});
     }
   } catch (const std::exception& e) {
     if (!dp) {

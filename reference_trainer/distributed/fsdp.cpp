@@ -36,7 +36,7 @@ Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dty
   auto& params = model.params();
   std::int64_t total = 0;
   for (auto& p : params) {
-    spans_.push_back(ShardSpan::of(p.tensor.numel(), rank(), world()));
+    spans_.push_back(ShardSpan::of(p.tensor.numel(), shard_rank(), shard_world()));
     weight_offset_.push_back(total);
     total += spans_.back().per_rank;
   }
@@ -81,7 +81,7 @@ Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dty
     }
     buckets_.back().params.push_back(k);
     bucket_of_[k] = buckets_.size() - 1;
-    bytes += static_cast<double>(spans_[k].padded(world())) * elem;
+    bytes += static_cast<double>(spans_[k].padded(shard_world())) * elem;
   }
   for (auto& b : buckets_) b.missing = b.params.size();
   inputs_.resize(params.size());
@@ -132,10 +132,10 @@ void Fsdp::gather(std::size_t u) {
     // The same bytes without autograd's version counter: refilling a weight that a
     // saved graph holds is not an in-place change of what it computed with.
     Tensor data = params[i].tensor.variable_data();
-    const bool d = s.padded(world()) == s.numel && data.is_contiguous();
+    const bool d = s.padded(shard_world()) == s.numel && data.is_contiguous();
     direct.push_back(d);
     ins.push_back(weight_shard(i));
-    outs.push_back(d ? data.view({-1}) : torch::empty({s.padded(world())}, weight_shards_.options()));
+    outs.push_back(d ? data.view({-1}) : torch::empty({s.padded(shard_world())}, weight_shards_.options()));
   }
   group_.all_gather(outs, ins,
                     fmt::format("the all-gather of {}'s weights ({} to {})",
@@ -160,7 +160,7 @@ void Fsdp::release(std::size_t u) {
 
 void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
   const ShardSpan& s = spans_[i];
-  const std::int64_t padded = s.padded(world());
+  const std::int64_t padded = s.padded(shard_world());
   Tensor in;
   if (grad.scalar_type() == reduce_dtype_ && padded == s.numel && grad.is_contiguous()) {
     in = grad.view({-1});  // kept alive here until its bucket went out
@@ -184,15 +184,22 @@ void Fsdp::launch_ready() {
 void Fsdp::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
   std::vector<Tensor> ins, outs;
+  std::int64_t total = 0;
+  for (auto i : bucket.params) total += spans_[i].per_rank;
+  // One buffer for the bucket's pieces, so that HSDP sums them over the replicas in one go.
+  Tensor flat = torch::empty({total}, inputs_[bucket.params.front()].options());
+  std::int64_t at = 0;
   for (auto i : bucket.params) {
     ins.push_back(inputs_[i]);
-    outs.push_back(torch::empty({spans_[i].per_rank}, inputs_[i].options()));
+    outs.push_back(flat.narrow(0, at, spans_[i].per_rank));
+    at += spans_[i].per_rank;
   }
   auto& params = model_.params();
-  group_.reduce_scatter(
-      outs, ins,
-      fmt::format("the reduce-scatter of gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
-                  params[bucket.params.front()].name, params[bucket.params.back()].name));
+  const std::string what =
+      fmt::format("gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
+                  params[bucket.params.front()].name, params[bucket.params.back()].name);
+  group_.reduce_scatter(outs, ins, "the reduce-scatter of " + what);
+  group_.all_reduce_sum(flat, "the all-reduce across replicas of " + what, ProcessGroup::Among::replicas);
   for (std::size_t k = 0; k < bucket.params.size(); ++k) {
     const std::size_t i = bucket.params[k];
     inputs_[i] = Tensor();
@@ -205,7 +212,7 @@ void Fsdp::flush() {
   for (std::size_t b = next_; b < buckets_.size(); ++b) {
     for (auto i : buckets_[b].params)
       if (!inputs_[i].defined())
-        inputs_[i] = torch::zeros({spans_[i].padded(world())}, weight_shards_.options().dtype(reduce_dtype_));
+        inputs_[i] = torch::zeros({spans_[i].padded(shard_world())}, weight_shards_.options().dtype(reduce_dtype_));
     buckets_[b].missing = 0;
   }
   launch_ready();
@@ -231,6 +238,12 @@ std::int64_t Fsdp::gathered_bytes() const {
 double Fsdp::sum(double v, std::string_view what) {
   Tensor t = torch::full({1}, v, weight_shards_.options().dtype(torch::kFloat64));
   group_.all_reduce_sum(t, what);
+  return t.item<double>();
+}
+
+double Fsdp::sum_pieces(double v, std::string_view what) {
+  Tensor t = torch::full({1}, v, weight_shards_.options().dtype(torch::kFloat64));
+  sum_pieces(t, what);
   return t.item<double>();
 }
 

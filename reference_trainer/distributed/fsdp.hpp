@@ -13,6 +13,8 @@
 //      reduce-scattered in model.reduce_dtype (sum over ranks), and each rank hands
 //      its piece of every gradient to the offload pipeline (the sink). A block's
 //      weights are freed when the last of its gradients is in;
+//      with HSDP (model.dp_replicate = R) the pieces are those of a shard group of
+//      world / R ranks; a bucket's pieces are then summed over the R replicas too;
 //   3. the pipeline updates its pieces and writes the new weights into weight_shard();
 //   4. gather_weights(): the whole weights, now stale, are freed; the next forward
 //      gathers the new pieces.
@@ -46,8 +48,14 @@ class Fsdp {
   Fsdp& operator=(const Fsdp&) = delete;
 
   ProcessGroup& group() { return group_; }
+  // This rank among all (the data it takes: its share of every step's micro-batches).
   int rank() const { return group_.rank(); }
   int world() const { return group_.world(); }
+  // This rank's piece of the state: the shard group's ranks split every parameter
+  // (all ranks without HSDP); replica r > 0 holds the same pieces as replica 0.
+  int shard_rank() const { return group_.shard_rank(); }
+  int shard_world() const { return group_.shard_world(); }
+  int replica() const { return group_.replica(); }
   // Parameter i (model.params() order) as this rank holds it.
   const ShardSpan& span(std::size_t i) const { return spans_[i]; }
   // This rank's piece of parameter i's weights (the model's dtype, on its device): the
@@ -80,9 +88,15 @@ class Fsdp {
   // sharding leaves resident, for the metrics and the tests.
   std::int64_t gathered_bytes() const;
 
-  // Sums over the ranks.
+  // Sums over all ranks (what each rank computed on its data: the loss).
   void sum(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what); }
   double sum(double v, std::string_view what);
+  // Sums over the pieces of the state, each counted once (the gradient norm): over the
+  // shard group, since the replicas hold the same pieces.
+  void sum_pieces(Tensor& t, std::string_view what) {
+    group_.all_reduce_sum(t, what, ProcessGroup::Among::shard_group);
+  }
+  double sum_pieces(double v, std::string_view what);
 
  private:
   struct Bucket {

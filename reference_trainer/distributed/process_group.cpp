@@ -104,8 +104,40 @@ class RoundName {
   bool stop_ = false;
 };
 
-ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout)
+// A backend over `size` ranks of the world, this one being `rank` among them; `prefix`
+// keeps each group's rendezvous keys apart in the store.
+c10::intrusive_ptr<c10d::Backend> ProcessGroup::make_backend(const std::string& prefix, int rank, int size) {
+  const std::chrono::milliseconds ms = timeout_;
+  if (device_.is_cuda()) {
+#if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = ms;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(
+        c10::make_intrusive<c10d::PrefixStore>(prefix + "nccl", store_), rank, size, opts);
+#else
+    throw run_error("sharded runs on CUDA need NCCL, and this primecfg-train was built without it");
+#endif
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(ms);
+  if (launch_.gloo_interfaces.empty()) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  } else {
+    std::stringstream names(launch_.gloo_interfaces);
+    for (std::string name; std::getline(names, name, ',');)
+      if (!name.empty()) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>(prefix + "gloo", store_), rank, size, opts);
+}
+
+ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout,
+                           int replicas)
     : launch_(launch), device_(device), timeout_(timeout) {
+  if (replicas < 1 || launch.world % replicas != 0)
+    throw run_error(fmt::format(
+        "model.dp_replicate = {} does not divide the world size {} (WORLD_SIZE): HSDP needs world size = "
+        "dp_replicate x the ranks of one shard group",
+        replicas, launch.world));
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(launch.master_port);
@@ -127,28 +159,18 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
                                 launch.rank, launch.master_addr, launch.master_port, timeout.count(),
                                 first_line(e.what())));
   }
-  const std::chrono::milliseconds ms = timeout;
   try {
-    if (device.is_cuda()) {
-#if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = ms;
-      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          c10::make_intrusive<c10d::PrefixStore>("nccl", store_), launch.rank, launch.world, opts);
-#else
-      throw run_error("sharded runs on CUDA need NCCL, and this primecfg-train was built without it");
-#endif
+    backend_ = make_backend("", launch.rank, launch.world);
+    if (replicas > 1) {
+      // prime-rl's mesh (dp_replicate, dp_shard), row-major: rank = replica * S + piece.
+      // A shard group is S consecutive ranks (one node, where S fits one); a replica
+      // group, the ranks holding the same piece.
+      const int s = launch.world / replicas;
+      replicas_ = replicas;
+      shard_backend_ = make_backend(fmt::format("shard{}/", launch.rank / s), launch.rank % s, s);
+      replica_backend_ = make_backend(fmt::format("replica{}/", launch.rank % s), launch.rank / s, replicas);
     } else {
-      auto opts = c10d::ProcessGroupGloo::Options::create(ms);
-      if (launch.gloo_interfaces.empty()) {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      } else {
-        std::stringstream names(launch.gloo_interfaces);
-        for (std::string name; std::getline(names, name, ',');)
-          if (!name.empty()) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
-      }
-      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          c10::make_intrusive<c10d::PrefixStore>("gloo", store_), launch.rank, launch.world, opts);
+      shard_backend_ = backend_;
     }
   } catch (const run_error&) {
     throw;
@@ -183,13 +205,19 @@ ProcessGroup::~ProcessGroup() {
   // As destroy_process_group(): NCCL's communicators and watchdog end here, not at exit
   // (a second process group in the same process needs that). After a failure the
   // peers may be gone: abort instead of waiting for them.
-  try {
-    if (failed_)
-      backend_->abort();
-    else
-      backend_->shutdown();
-  } catch (const std::exception&) {
+  for (auto* b : {&replica_backend_, &shard_backend_, &backend_}) {
+    try {
+      if (*b && (b == &backend_ || *b != backend_)) {
+        if (failed_)
+          (*b)->abort();
+        else
+          (*b)->shutdown();
+      }
+    } catch (const std::exception&) {
+    }
   }
+  replica_backend_.reset();
+  shard_backend_.reset();
   backend_.reset();
 }
 
@@ -251,10 +279,14 @@ void ProcessGroup::fail(std::string_view what, const std::exception& e) {
   throw run_error(msg);
 }
 
-void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what) {
+void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among among) {
+  if (among == Among::replicas && replicas_ == 1) return;  // one replica: the sum is its own
+  if (among == Among::shard_group && replicas_ == 1) among = Among::all;
   try {
     std::vector<torch::Tensor> ts{t};
-    backend_->allreduce(ts)->wait();
+    (among == Among::all ? backend_ : among == Among::shard_group ? shard_backend_ : replica_backend_)
+        ->allreduce(ts)
+        ->wait();
   } catch (const run_error&) {
     throw;
   } catch (const std::exception& e) {
@@ -276,7 +308,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root, std::string_view what) 
 void ProcessGroup::reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                                   std::string_view what) {
   try {
-    backend_->reduce_scatter_tensor_coalesced(outputs, inputs)->wait();
+    shard_backend_->reduce_scatter_tensor_coalesced(outputs, inputs)->wait();
   } catch (const std::exception& e) {
     fail(what, e);
   }
@@ -285,7 +317,7 @@ void ProcessGroup::reduce_scatter(std::vector<torch::Tensor>& outputs, std::vect
 void ProcessGroup::all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                               std::string_view what) {
   try {
-    backend_->allgather_into_tensor_coalesced(outputs, inputs)->wait();
+    shard_backend_->allgather_into_tensor_coalesced(outputs, inputs)->wait();
   } catch (const std::exception& e) {
     fail(what, e);
   }

@@ -40,7 +40,9 @@ class ProcessGroup {
   // Connects to the other ranks (rank 0 hosts the store, or torchrun's agent does when
   // TORCHELASTIC_USE_AGENT_STORE is set) and creates the backend for `device`'s
   // tensors. `timeout` bounds every collective and every wait on the store.
-  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout);
+  // `replicas` (model.dp_replicate, HSDP) splits the world into that many shard groups
+  // of world / replicas consecutive ranks; it must divide the world size.
+  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout, int replicas = 1);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -50,18 +52,29 @@ class ProcessGroup {
   int restart() const { return restart_; }
   int rank() const { return launch_.rank; }
   int world() const { return launch_.world; }
+  // HSDP's mesh: this rank's shard group (replica) and its place in it. Without
+  // replication the one shard group is the world.
+  int replicas() const { return replicas_; }
+  int replica() const { return rank() / shard_world(); }
+  int shard_world() const { return world() / replicas_; }
+  int shard_rank() const { return rank() % shard_world(); }
   const Launch& launch() const { return launch_; }
   torch::Device device() const { return device_; }
   std::string_view backend_name() const;
 
   // --- collectives over tensors on device() (blocking on the host for Gloo; for NCCL
   // the current stream waits for them) ---------------------------------------------
-  void all_reduce_sum(torch::Tensor& t, std::string_view what);
+  // Which ranks a sum runs over: all, this rank's shard group, or the ranks of the other
+  // shard groups holding the same piece (one per replica).
+  enum class Among { all, shard_group, replicas };
+  void all_reduce_sum(torch::Tensor& t, std::string_view what, Among among = Among::all);
   void broadcast(torch::Tensor& t, int root, std::string_view what);
-  // inputs[i] has world() * outputs[i].numel() elements; rank r gets the sum of piece r.
+  // Within the shard group: inputs[i] has shard_world() * outputs[i].numel() elements;
+  // shard rank r gets the sum of piece r.
   void reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                       std::string_view what);
-  // outputs[i] has world() * inputs[i].numel() elements: every rank's input, rank order.
+  // Within the shard group: outputs[i] has shard_world() * inputs[i].numel() elements,
+  // every shard rank's input in shard-rank order.
   void all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                   std::string_view what);
 
@@ -93,7 +106,11 @@ class ProcessGroup {
   std::chrono::seconds timeout_;
   std::unique_ptr<RoundName> round_;  // torchrun's agent store: this round's key space
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& prefix, int rank, int size);
+  c10::intrusive_ptr<c10d::Backend> backend_;          // all ranks
+  c10::intrusive_ptr<c10d::Backend> shard_backend_;    // this rank's shard group (backend_ without HSDP)
+  c10::intrusive_ptr<c10d::Backend> replica_backend_;  // the same piece in every shard group (HSDP only)
+  int replicas_ = 1;
   int restart_ = 0;
   std::int64_t step_ = 0;
   std::thread heartbeat_;

@@ -1,8 +1,8 @@
 // A parallelism: how the ranks of a run share the model's state and its gradients.
 // These are the calls the loop, the offload pipelines and the checkpoints make to it,
-// and nothing else. Today's is FSDP (distributed/fsdp.hpp); another (HSDP, expert
-// parallelism) implements this concept and becomes `Sharding` here, so that nothing
-// outside distributed/ names an implementation.
+// and nothing else. Today's is FSDP, with HSDP's replicas (distributed/fsdp.hpp);
+// another (expert or tensor parallelism) implements this concept and becomes
+// `Sharding` here, so that nothing outside distributed/ names an implementation.
 //
 // One process (world 1, no launcher) runs without one: the callers hold a null
 // `Sharding*` then.
@@ -26,9 +26,13 @@ namespace primecfg::train {
 template <class S>
 concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tensor& grad, torch::Tensor& t,
                             double v, typename S::Sink sink) {
-  // Where this process stands.
+  // Where this process stands: among all ranks (its share of the data), and among
+  // those that split the state (its piece; replicas hold the same pieces).
   { cs.rank() } -> std::same_as<int>;
   { cs.world() } -> std::same_as<int>;
+  { cs.shard_rank() } -> std::same_as<int>;
+  { cs.shard_world() } -> std::same_as<int>;
+  { cs.replica() } -> std::same_as<int>;
   // Place the state: parameter i's piece that this rank keeps (its FP32 master,
   // accumulator and moments, wherever the offload pipeline puts them; the checkpoint
   // writes and reads these pieces), and where the update writes its new weights.
@@ -47,9 +51,11 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
   s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
   { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
-  // Sums over the ranks (the loss, the gradient norm).
+  // Sums over the ranks (the loss), and over the pieces (the gradient norm).
   s.sum(t, std::string_view{});
   { s.sum(v, std::string_view{}) } -> std::same_as<double>;
+  s.sum_pieces(t, std::string_view{});
+  { s.sum_pieces(v, std::string_view{}) } -> std::same_as<double>;
 };
 
 // FSDP (distributed/fsdp.hpp): weights, FP32 state and gradients sharded, as prime-rl

@@ -158,7 +158,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
       }
     }
   }
-  // More ranks: the FP32 state is sharded over them (the bf16 weights are not).
+  // More ranks: the weights and the FP32 state are sharded over them (FSDP; over the
+  // shard groups' ranks with HSDP, whose replica count stays).
   const i64 per_node_cap = a.ranks_per_node.value_or(8);
   for (i64 w = std::max<i64>(2, a.world * 2); w <= 1024; w *= 2) {
     Assumptions more = a;
@@ -167,7 +168,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
     Plan q = make_plan(cfg, p.shape, more);
     if (const ModePlan* m = fastest_fit(q.modes)) {
       out.changes.push_back(fmt::format(
-          "{} ranks ({} per node, one GPU each; the FP32 state is sharded over them): then model.offload = "
+          "{} ranks ({} per node, one GPU each; the weights and the FP32 state are sharded over them): then "
+          "model.offload = "
           "\"{}\" fits, {} per GPU (data.batch_size must give each rank whole micro-batches)",
           w, *more.ranks_per_node, mode_name(m->mode), gib(m->gpu_total)));
       break;
@@ -176,8 +178,7 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
   if (out.changes.empty())
     out.changes.push_back(
         "none of --model.ac, a shorter data.seq_len, a smaller micro-batch or up to 1024 ranks makes a mode "
-        "fit: "
-        "every rank holds the whole bf16 model here (no parameter sharding yet)");
+        "fit");
   return out;
 }
 

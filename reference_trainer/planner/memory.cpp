@@ -167,7 +167,7 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // weights, the masters, accumulators and moments at rest, and holds whole weights
   // only for what the forward or backward is using: the root (embedding, final norm,
   // LM head) through the step, and the blocks in flight.
-  const i64 world = w.a.world;
+  const i64 world = w.shard_world;
   const bool sharded = w.a.sharded();
   i64 weights = 0, masters = 0, grads = 0, moments = 0, max_n = 0;
   i64 weight_shard = 0, max_padded = 0, gather_temp = 0, root = 0, largest_block = 0;
@@ -360,7 +360,7 @@ MemoryPlan host_plan(const Workload& w, const MemoryModel& mode) {
     if (w.ckpt_optimizer) {
       const DeviceState on_device = mode.device_state();
       for (const auto& p : w.params) {
-        const i64 n = shard_numel(p.numel(), w.a.world);
+        const i64 n = shard_numel(p.numel(), w.shard_world);
         if (on_device.masters) opt_bundle += 4 * n;
         if (on_device.moments) opt_bundle += moment_count(w.opt, p) * 4 * n;
       }

@@ -45,6 +45,9 @@ struct Workload {
   i64 hf_weight_bytes = 0;            // safetensors files mapped while loading an HF directory
   i64 jsonl_bytes = 0;                // size of data.path
   bool reshard_after_forward = true;  // model.reshard_after_forward (sharded runs)
+  // The ranks that split the state: the world, or one shard group of HSDP's
+  // (world / model.dp_replicate).
+  i64 shard_world = 1;
 };
 
 // Adds up one plan: its terms, each phase as the sum of the terms it names (names

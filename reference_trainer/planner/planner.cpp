@@ -150,6 +150,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
+  if (a.world % cfg.model.dp_replicate != 0)
+    throw plan_error(fmt::format("model.dp_replicate = {} does not divide {} = {}: HSDP splits the ranks into "
+                                 "dp_replicate shard groups of equal size",
+                                 cfg.model.dp_replicate, a.world_source, a.world));
+  w.shard_world = a.world / cfg.model.dp_replicate;
   std::visit(
       [&](const auto& d) {
         using C = std::decay_t<decltype(d)>;
@@ -189,6 +194,9 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.ac_freq = w.ac_freq;
   p.attention_mask = w.masked;
   p.reduce_bytes = static_cast<int>(w.reduce_bytes);
+  p.reshard_after_forward = w.reshard_after_forward;
+  p.replicas = cfg.model.dp_replicate;
+  p.shard_world = w.shard_world;
   p.assumptions = a;
 
   const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm, a.fused_swiglu);

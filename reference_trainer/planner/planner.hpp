@@ -147,6 +147,9 @@ struct Plan {
   std::int64_t ac_freq = 1;
   bool attention_mask = false;  // packed rows need a document mask
   int reduce_bytes = 4;         // model.reduce_dtype: the gradient buckets' element size
+  bool reshard_after_forward = true;
+  std::int64_t replicas = 1;     // model.dp_replicate (HSDP)
+  std::int64_t shard_world = 1;  // the ranks that split the state: world / replicas
   Assumptions assumptions;
   ActivationSummary activations;
   std::vector<ModePlan> modes;        // none, optimizer, full, with the config's ac

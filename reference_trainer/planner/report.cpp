@@ -178,11 +178,18 @@ std::string format_text(const Plan& p, const Advice* advice) {
   // One process (world 1) prints as it always did; the lines below exist only for ranks.
   if (a.world > 1)
     out += fmt::format(
-        "Ranks: {} ({}), {} per node ({}). FP32 masters, gradient accumulators and optimizer moments sharded "
-        "1/{} (padded), compute weights replicated; gradient buckets of {} (--dist.bucket-mib; at least the "
+        "Ranks: {} ({}), {} per node ({}). {}Compute weights, FP32 masters, gradient accumulators and "
+        "optimizer moments sharded 1/{} (padded); whole weights only for the root (embedding, final norm, "
+        "LM head) and the blocks in use ({}); gradient buckets of {} (--dist.bucket-mib; at least the "
         "largest parameter) in {}. GPU figures are per rank; host per rank, then per node.\n",
-        a.world, a.world_source, a.per_node(), a.ranks_per_node_source, a.world, human(a.bucket_bytes),
-        p.reduce_bytes == 2 ? "bf16" : "fp32");
+        a.world, a.world_source, a.per_node(), a.ranks_per_node_source,
+        p.replicas > 1 ? fmt::format("HSDP: {} replicas of {}-rank shard groups (model.dp_replicate). ",
+                                     p.replicas, p.shard_world)
+                       : "",
+        p.shard_world,
+        p.reshard_after_forward ? "model.reshard_after_forward: two at a time"
+                                : "reshard_after_forward = false: every block from its forward to its backward",
+        human(a.bucket_bytes), p.reduce_bytes == 2 ? "bf16" : "fp32");
   const auto& act = p.activations;
   out += fmt::format(
       "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token); all {} blocks {} "
@@ -338,6 +345,9 @@ std::string format_json(const Plan& p, const Advice* advice) {
       {"attention_mask", p.attention_mask},
       {"world_size", a.world},
       {"ranks_per_node", a.per_node()},
+      {"dp_replicate", p.replicas},
+      {"shard_world_size", p.shard_world},
+      {"reshard_after_forward", p.reshard_after_forward},
       {"dist",
        {{"world_source", a.world_source},
         {"ranks_per_node_source", a.ranks_per_node_source},

@@ -26,6 +26,7 @@ usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -277,6 +278,57 @@ for offload in ("none", "optimizer", "full"):
                     raise AssertionError(f"step {step}: {rest:.0f} bytes whole between steps, want 0")
 
 
+
+
+# HSDP (model.dp_replicate = 2 over 4 ranks): two shard groups of two ranks, each holding
+# the whole state in two pieces; the gradients summed over the groups. One process's
+# numbers, and a checkpoint of two pieces (the first group's) that any world resumes.
+for offload in ("none", "optimizer", "full"):
+    for reshard in (True, False):
+        label = "reshard_after_forward" if reshard else "no reshard_after_forward"
+
+        @case(f"HSDP 2 x 2, offload = {offload}, {label}: one process's numbers, two pieces saved")
+        def _(work, offload=offload, reshard=reshard):
+            flags = ["--model.dp-replicate=2"] + ([] if reshard else ["--no-model.reshard-after-forward"])
+            ref_metrics, _, ref_final = reference(offload)
+            ok(torchrun(4, config(work, offload=offload), *flags), "torchrun")
+            got = metrics(work)
+            same_steps(ref_metrics, got, "HSDP 2 x 2")
+            close(ref_final, state(work, 4), "HSDP 2 x 2, step 4")
+            pieces = sorted(f for f in os.listdir(os.path.join(work, "out", "checkpoints", "step_4")) if f.startswith("optimizer"))
+            if pieces != ["optimizer-00000-of-00002.safetensors", "optimizer-00001-of-00002.safetensors"]:
+                raise AssertionError(f"optimizer files {pieces}, want the two pieces of one shard group")
+            total, root = whole_bytes(work)
+            want = root if reshard else total
+            for step, after in enumerate(held_whole(got, "fsdp_whole_after_forward_gib"), 1):
+                if abs(after - want) > 1e-5 * want:
+                    raise AssertionError(f"step {step}: {after:.0f} bytes whole after the forward, want {want}")
+
+
+@case("HSDP: saved by 2 x 2 ranks, resumed on 1 process and on 2 x 1: continues as one process does")
+def _(work):
+    ref_metrics, _, ref_final = reference("optimizer")
+    ok(torchrun(4, config(work, steps=2), "--model.dp-replicate=2"), "first part, HSDP 2 x 2")
+    base = os.path.join(work, "out")
+    again = config(work, steps=4, resume=2)
+    for name, run in (("one process", lambda: one(again)),
+                      ("HSDP 2 x 1", lambda: torchrun(2, again, "--model.dp-replicate=2"))):
+        shutil.rmtree(os.path.join(base, "checkpoints", "step_4"), ignore_errors=True)
+        ok(run(), f"resume on {name}")
+        same_steps(ref_metrics, metrics(work), f"resumed on {name}", first=3)
+        close(ref_final, state(work, 4), f"resumed on {name}, step 4")
+
+
+@case("HSDP: a dp_replicate that does not divide the world size is an error naming both")
+def _(work):
+    cfg = config(work, extra="")
+    for world, run in ((1, lambda: one(cfg, "--model.dp-replicate=2")),
+                       (3, lambda: torchrun(3, cfg, "--model.dp-replicate=2"))):
+        p = run()
+        if p.returncode == 0:
+            raise AssertionError(f"world {world} with dp_replicate = 2 ran")
+        if "model.dp_replicate" not in p.stderr or f"world size {world}" not in p.stderr:
+            raise AssertionError(f"world {world}: the error does not name model.dp_replicate and the world size:\n{p.stderr[-1500:]}")
 
 
 for saved, resumed, mode_from, mode_to in (

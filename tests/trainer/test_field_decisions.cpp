@@ -201,7 +201,6 @@ TEST_CASE("field decisions: check_support and check_rl_only do what the tables s
   auto& m = a.model;
   m.cp = 2;
   m.ep = 2;
-  m.dp_replicate = 2;
   m.lora = LoraConfig{};
   m.quantization = QuantizationConfig{};
   m.vlm = VlmConfig{};

@@ -638,6 +638,39 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
   }
 }
 
+TEST_CASE("planner: HSDP shards within a group and replicates across groups") {
+  const auto s = hand_shape();
+  auto cfg = fake_config("hand", 8);
+  auto a = exact();
+  a.world = 2;
+  const auto two = plan::make_plan(cfg, s, a);  // FSDP over 2 ranks
+  a.world = 8;
+  cfg.model.dp_replicate = 4;  // 4 replicas of 2-rank shard groups
+  const auto hsdp = plan::make_plan(cfg, s, a);
+  CHECK(hsdp.replicas == 4);
+  CHECK(hsdp.shard_world == 2);
+  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+    CAPTURE(plan::mode_name(m));
+    // Each rank holds the pieces of a 2-rank group: what FSDP over 2 ranks holds.
+    for (const char* term : {"weight_shard", "masters", "grads", "moments", "weights", "grad_buckets"}) {
+      CAPTURE(term);
+      CHECK(hsdp.mode(m).gpu.term(term) == two.mode(m).gpu.term(term));
+      CHECK(hsdp.mode(m).host.term(term) == two.mode(m).host.term(term));
+    }
+    CHECK(hsdp.mode(m).host_node == hsdp.mode(m).host.peak * 8);  // one node of 8 ranks by default
+  }
+  CHECK(plan::format_text(hsdp).find("HSDP: 4 replicas of 2-rank shard groups") != std::string::npos);
+  CHECK(train::strict_json::parse(plan::format_json(hsdp))["shard_world_size"] == 2);
+  // dp_replicate must divide the world size.
+  cfg.model.dp_replicate = 3;
+  try {
+    plan::make_plan(cfg, s, a);
+    FAIL("dp_replicate = 3 over 8 ranks was planned");
+  } catch (const plan::plan_error& e) {
+    CHECK(std::string(e.what()).find("model.dp_replicate = 3 does not divide") != std::string::npos);
+  }
+}
+
 TEST_CASE("planner: a sharded run's collective buffers") {
   const auto s = hand_shape();
   auto cfg = fake_config("hand", 4);

@@ -383,7 +383,7 @@ double FullOffloadPipeline::finish_host_step() {
   }
   finish_pending();
   double norm_sq = gsq_host_ + (ctx_->single_micro ? device_norm_sq() : 0.0);
-  if (dp_) norm_sq = dp_->sum(norm_sq, "the sum of the gradient norms");
+  if (dp_) norm_sq = dp_->sum_pieces(norm_sq, "the sum of the gradient norms");
   std::lock_guard lk(mu_);
   stats_.drain_s = seconds_since(t_drain);
   return std::sqrt(norm_sq);

@@ -42,7 +42,7 @@ class FullOffloadMemory final : public MemoryModel {
     auto pin = [&](i64 bytes) { return pinned_bytes(w, bytes); };
     i64 masters = 0, grads = 0, moments = 0;
     for (const auto& p : w.params) {
-      const i64 n = shard_numel(p.numel(), w.a.world);  // the FP32 state: this rank's shard
+      const i64 n = shard_numel(p.numel(), w.shard_world);  // the FP32 state: this rank's shard
       // bf16-model masters stay in pageable memory; fp32 weights upload straight from
       // pinned masters.
       masters += dt == 2 || !pinned ? 4 * n : pin(4 * n);

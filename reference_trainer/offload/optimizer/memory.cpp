@@ -31,7 +31,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
     const bool split_tail = updates_in_hooks(w);
     i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
     for (const auto& p : w.params) {
-      const i64 bytes = 4 * shard_numel(p.numel(), w.a.world) * moment_count(w.opt, p);  // the rank's shard
+      const i64 bytes = 4 * shard_numel(p.numel(), w.shard_world) * moment_count(w.opt, p);  // the rank's shard
       if (split_tail && p.name == "model.embed_tokens.weight") {
         tail_moments = bytes;
         continue;
@@ -58,7 +58,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
   HostTerms host_terms(const Workload& w, Builder& b) const override {
     i64 moments = 0;
     for (const auto& p : w.params)
-      moments += moment_count(w.opt, p) * pinned_bytes(w, 4 * shard_numel(p.numel(), w.a.world));
+      moments += moment_count(w.opt, p) * pinned_bytes(w, 4 * shard_numel(p.numel(), w.shard_world));
     b.add("moments", moments, w.a.cuda ? "optimizer moments, pinned" : "optimizer moments");
     return {{"moments"}, {}};
   }

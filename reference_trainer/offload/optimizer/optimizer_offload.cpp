@@ -129,7 +129,7 @@ double OptimizerOffloadPipeline::finish_updates() {
       }
     // As NoOffload sums them: FP32 norms per parameter, squared and summed in FP64.
     Tensor sq = grad_norms_.to(torch::kFloat64).square().sum();
-    if (dp_) dp_->sum(sq, "the sum of the gradient norms");
+    if (dp_) dp_->sum_pieces(sq, "the sum of the gradient norms");
     return sq.sqrt().item<double>();
   }
   Tensor norm = clip_grad_norm(states_, opt_.max_norm, dp_);

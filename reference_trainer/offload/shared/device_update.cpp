@@ -6,7 +6,7 @@ Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<doubl
   std::vector<Tensor> grads;
   for (auto& s : states) grads.push_back(s.grad);
   Tensor sq = at::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).square().sum();
-  if (dp) dp->sum(sq, "the sum of the gradient norms");
+  if (dp) dp->sum_pieces(sq, "the sum of the gradient norms");
   Tensor norm = sq.sqrt();
   if (max_norm)
     at::_foreach_mul_(grads, (norm + 1e-6).reciprocal().mul(*max_norm).clamp_max(1.0).to(torch::kFloat32));
