@@ -446,6 +446,11 @@ class Trainer {
       // block without reshard_after_forward) and between steps (nothing).
       met.pipeline["fsdp_whole_after_forward_gib"] = static_cast<double>(gathered_after_forward) / (1 << 30);
       met.pipeline["fsdp_whole_at_rest_gib"] = static_cast<double>(sharding_->gathered_bytes()) / (1 << 30);
+      // The most held at once in the step (gathers in flight included): the planner's
+      // `weights` term; and the gathers that were prefetched.
+      const auto gathers = sharding_->take_gather_stats();
+      met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(gathers.peak_bytes) / (1 << 30);
+      met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(gathers.ahead);
     }
     return met;
   }
@@ -499,15 +504,22 @@ class Trainer {
             s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
-    if (opts_.demo && sharding_) sharding_->gather_all();  // every rank: a collective
-    if (opts_.demo && (!pg_ || pg_->rank() == 0)) demo(*model_);
+    // The gather is a collective: every rank takes part, whether or not it prints
+    // (only rank 0 does), so the condition is the config's, the same on every rank.
+    if (demo_data() && sharding_) sharding_->gather_all();
+    if (opts_.demo && demo_data() && (!pg_ || pg_->rank() == 0)) demo(*model_);
     return result;
+  }
+
+  // The reverse-text default, which the demo samples from.
+  const SFTDataConfig* demo_data() const {
+    const auto* d = std::get_if<SFTDataConfig>(&cfg_.data);
+    return d && !d->path ? d : nullptr;
   }
 
   // A few held-out reversals, greedy-decoded.
   void demo(Transformer& model) {
-    const auto* d = std::get_if<SFTDataConfig>(&cfg_.data);
-    if (!d || d->path) return;
+    const SFTDataConfig* d = demo_data();
     std::fprintf(stderr, "\nreverse-text samples (held out):\n");
     int correct = 0;
     for (int i = 0; i < 6; ++i) {

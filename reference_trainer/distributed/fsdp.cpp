@@ -54,18 +54,31 @@ Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dty
                                                         : layers + 1;
     units_[unit_of_[i]].params.push_back(i);
   }
-  for (auto& u : units_) u.missing = u.params.size();
+  for (auto& u : units_) {
+    u.missing = u.params.size();
+    for (auto i : u.params)
+      u.bytes += static_cast<std::int64_t>(params[i].tensor.numel()) * params[i].tensor.element_size();
+    whole_now_ += u.bytes;
+  }
+  whole_peak_ = whole_now_;
   hook_.before = [this](int block) {
     if (!pieces_current_) take_pieces();
-    gather(unit_of_block(block));
+    const std::size_t u = unit_of_block(block);
+    gather(u);
+    if (u + 1 < units_.size()) prefetch(u + 1);
   };
   hook_.after = [this](int block, const Tensor& out) {
     const std::size_t u = unit_of_block(block);
     if (units_[u].root || !reshard_after_forward_) return;
     release(u);
     // Gathered again when its output's gradient arrives, just before its backward (or,
-    // under activation checkpointing, its recompute) needs the weights.
-    if (out.requires_grad()) out.register_hook([this, u](const Tensor&) { gather(u); });
+    // under activation checkpointing, its recompute) needs the weights; the block
+    // below is prefetched then.
+    if (out.requires_grad())
+      out.register_hook([this, u](const Tensor&) {
+        gather(u);
+        if (u > 1) prefetch(u - 1);
+      });
   };
 
   // Buckets of about bucket_mib of full-size gradients in the reduce dtype, the last
@@ -119,43 +132,86 @@ void Fsdp::take_pieces() {
   pieces_current_ = true;
 }
 
-void Fsdp::gather(std::size_t u) {
+void Fsdp::start(std::size_t u) {
   Unit& unit = units_[u];
-  if (unit.gathered) return;
+  if (unit.state != Unit::released) return;
   torch::NoGradGuard ng;
   auto& params = model_.params();
-  std::vector<Tensor> ins, outs;
-  std::vector<char> direct;
+  std::vector<Tensor> ins;
+  unit.outs.clear();
   for (auto i : unit.params) {
     const ShardSpan& s = spans_[i];
     alloc_bytes(params[i].tensor);
     // The same bytes without autograd's version counter: refilling a weight that a
-    // saved graph holds is not an in-place change of what it computed with.
+    // saved graph holds is not an in-place change of what it computed with. A padded
+    // parameter is gathered apart and copied in when it has arrived.
     Tensor data = params[i].tensor.variable_data();
-    const bool d = s.padded(shard_world()) == s.numel && data.is_contiguous();
-    direct.push_back(d);
+    const bool direct = s.padded(shard_world()) == s.numel && data.is_contiguous();
     ins.push_back(weight_shard(i));
-    outs.push_back(d ? data.view({-1}) : torch::empty({s.padded(shard_world())}, weight_shards_.options()));
+    unit.outs.push_back(direct ? data.view({-1})
+                               : torch::empty({s.padded(shard_world())}, weight_shards_.options()));
   }
-  group_.all_gather(outs, ins,
-                    fmt::format("the all-gather of {}'s weights ({} to {})",
-                                u == 0                   ? std::string("the embedding")
-                                : u + 1 == units_.size() ? std::string("the LM head")
-                                                         : fmt::format("block {}", u - 1),
-                                params[unit.params.front()].name, params[unit.params.back()].name));
-  for (std::size_t k = 0; k < outs.size(); ++k) {
-    if (direct[k]) continue;
+  unit.pending = group_.all_gather_start(
+      unit.outs, ins,
+      fmt::format("the all-gather of {}'s weights ({} to {})",
+                  u == 0                   ? std::string("the embedding")
+                  : u + 1 == units_.size() ? std::string("the LM head")
+                                           : fmt::format("block {}", u - 1),
+                  params[unit.params.front()].name, params[unit.params.back()].name));
+  unit.state = Unit::in_flight;
+  whole_now_ += unit.bytes;
+  whole_peak_ = std::max(whole_peak_, whole_now_);
+}
+
+void Fsdp::gather(std::size_t u) {
+  Unit& unit = units_[u];
+  ahead_ += unit.state == Unit::in_flight;  // started before it was needed
+  start(u);
+  if (unit.state != Unit::in_flight) return;
+  unit.pending.wait();
+  torch::NoGradGuard ng;
+  auto& params = model_.params();
+  for (std::size_t k = 0; k < unit.outs.size(); ++k) {
     const std::size_t i = unit.params[k];
-    params[i].tensor.variable_data().view({-1}).copy_(outs[k].narrow(0, 0, spans_[i].numel));
+    Tensor data = params[i].tensor.variable_data().view({-1});
+    if (unit.outs[k].data_ptr() != data.data_ptr()) data.copy_(unit.outs[k].narrow(0, 0, spans_[i].numel));
   }
-  unit.gathered = true;
+  unit.outs.clear();
+  unit.state = Unit::whole;
 }
 
 void Fsdp::release(std::size_t u) {
   Unit& unit = units_[u];
-  if (!unit.gathered || !pieces_current_) return;
+  if (unit.state == Unit::released || !pieces_current_) return;
+  if (unit.state == Unit::in_flight) gather(u);  // never free bytes a collective still writes
   for (auto i : unit.params) free_bytes(model_.params()[i].tensor);
-  unit.gathered = false;
+  unit.state = Unit::released;
+  whole_now_ -= unit.bytes;
+  prefetch_if_room();
+}
+
+void Fsdp::prefetch(std::size_t u) {
+  want_ = u;
+  prefetch_if_room();
+}
+
+void Fsdp::prefetch_if_room() {
+  if (want_ == 0) return;
+  if (reshard_after_forward_) {
+    int blocks = 0;
+    for (const Unit& unit : units_) blocks += !unit.root && unit.state != Unit::released;
+    if (blocks >= 2) return;
+  }
+  const std::size_t u = want_;
+  want_ = 0;
+  start(u);
+}
+
+Fsdp::GatherStats Fsdp::take_gather_stats() {
+  const GatherStats s{whole_peak_, ahead_};
+  whole_peak_ = whole_now_;
+  ahead_ = 0;
+  return s;
 }
 
 void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
@@ -222,6 +278,7 @@ void Fsdp::flush() {
 }
 
 void Fsdp::gather_weights() {
+  want_ = 0;
   for (std::size_t u = 0; u < units_.size(); ++u) release(u);
 }
 

@@ -8,7 +8,10 @@
 //      they are freed again once the block's forward is queued, and gathered once more
 //      just before its backward; without it they stay until its backward is done.
 //      The embedding, the final norm and the LM head (the root, as FSDP2 calls it)
-//      stay gathered through the step;
+//      stay gathered through the step. Each gather is prefetched: the next block's
+//      (the previous one's, in backward) starts when a block's own has arrived, and
+//      runs while the block computes. With reshard_after_forward at most two blocks
+//      are whole or in flight: a prefetch waits until the block before is freed;
 //   2. backward: each gradient, as its hook fires, joins a bucket; a full bucket is
 //      reduce-scattered in model.reduce_dtype (sum over ranks), and each rank hands
 //      its piece of every gradient to the offload pipeline (the sink). A block's
@@ -87,6 +90,14 @@ class Fsdp {
   // Bytes of whole weights this rank holds now (the pieces are apart): what the
   // sharding leaves resident, for the metrics and the tests.
   std::int64_t gathered_bytes() const;
+  // Since the last call: the most whole weights (gathered or being gathered) held at
+  // once, which the planner's `weights` term predicts; and how many gathers were
+  // started ahead of their use (prefetched).
+  struct GatherStats {
+    std::int64_t peak_bytes = 0;
+    std::int64_t ahead = 0;
+  };
+  GatherStats take_gather_stats();
 
   // Sums over all ranks (what each rank computed on its data: the loss).
   void sum(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what); }
@@ -107,13 +118,20 @@ class Fsdp {
   // final norm and the LM head (a tied head is the embedding).
   struct Unit {
     std::vector<std::size_t> params;
-    bool root = false;        // gathered through the step
-    bool gathered = true;     // the parameters hold their whole weights
-    std::size_t missing = 0;  // gradients not in yet this backward
+    bool root = false;  // gathered through the step
+    enum State { released, in_flight, whole } state = whole;  // whole: the parameters hold the weights
+    std::size_t missing = 0;                                  // gradients not in yet this backward
+    std::int64_t bytes = 0;                                   // whole weights
+    ProcessGroup::Pending pending;                            // the all-gather while in flight
+    std::vector<Tensor> outs;                                 // its outputs (padded ones apart)
   };
   std::size_t unit_of_block(int block) const;
-  void gather(std::size_t u);
+  void start(std::size_t u);   // the all-gather starts
+  void gather(std::size_t u);  // ... and has arrived
   void release(std::size_t u);
+  // Gathers u ahead once the blocks whole or in flight allow (reshard_after_forward: two).
+  void prefetch(std::size_t u);
+  void prefetch_if_room();
   void take_pieces();  // the pieces from the whole weights (before the first release)
   void launch_ready();
   void launch(std::size_t b);
@@ -127,6 +145,8 @@ class Fsdp {
   Tensor weight_shards_;
   bool pieces_current_ = false;  // weight_shards_ holds the weights (else the parameters do)
   std::vector<Unit> units_;
+  std::size_t want_ = 0;  // the unit to prefetch when there is room; 0: none
+  std::int64_t whole_now_ = 0, whole_peak_ = 0, ahead_ = 0;
   std::vector<std::size_t> unit_of_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -316,10 +317,35 @@ void ProcessGroup::reduce_scatter(std::vector<torch::Tensor>& outputs, std::vect
 
 void ProcessGroup::all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                               std::string_view what) {
+  all_gather_start(outputs, inputs, std::string(what)).wait();
+}
+
+ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>& outputs,
+                                                     std::vector<torch::Tensor>& inputs, std::string what) {
+  Pending p;
   try {
-    shard_backend_->allgather_into_tensor_coalesced(outputs, inputs)->wait();
+    p.work_ = shard_backend_->allgather_into_tensor_coalesced(outputs, inputs);
   } catch (const std::exception& e) {
     fail(what, e);
+  }
+  p.group_ = this;
+  p.what_ = std::move(what);
+  return p;
+}
+
+ProcessGroup::Pending::Pending() = default;
+ProcessGroup::Pending::~Pending() = default;
+ProcessGroup::Pending::Pending(Pending&&) noexcept = default;
+ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&&) noexcept = default;
+bool ProcessGroup::Pending::active() const { return static_cast<bool>(work_); }
+
+void ProcessGroup::Pending::wait() {
+  if (!work_) return;
+  auto work = std::move(work_);
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    group_->fail(what_, e);
   }
 }
 

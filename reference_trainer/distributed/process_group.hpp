@@ -29,6 +29,7 @@
 namespace c10d {
 class Store;
 class Backend;
+class Work;
 }  // namespace c10d
 
 namespace primecfg::train {
@@ -77,6 +78,27 @@ class ProcessGroup {
   // every shard rank's input in shard-rank order.
   void all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                   std::string_view what);
+
+  // A collective in flight. wait() before its outputs are read: for Gloo the host
+  // waits, for NCCL the current stream does (the host goes on).
+  class Pending {
+   public:
+    Pending();
+    ~Pending();
+    Pending(Pending&&) noexcept;
+    Pending& operator=(Pending&&) noexcept;
+    bool active() const;
+    void wait();
+
+   private:
+    friend class ProcessGroup;
+    ProcessGroup* group_ = nullptr;
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::string what_;
+  };
+  // all_gather, started: it runs while the caller goes on (FSDP's prefetch).
+  Pending all_gather_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                           std::string what);
 
   // --- over the store --------------------------------------------------------------
   // Rank 0 runs `fn` and hands its result (or its error) to every rank: what only one

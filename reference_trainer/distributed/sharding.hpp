@@ -51,6 +51,7 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
   s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
   { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
+  { s.take_gather_stats() } -> std::same_as<typename S::GatherStats>;  // peak whole, gathers ahead
   // Sums over the ranks (the loss), and over the pieces (the gradient norm).
   s.sum(t, std::string_view{});
   { s.sum(v, std::string_view{}) } -> std::same_as<double>;

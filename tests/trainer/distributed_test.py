@@ -280,6 +280,67 @@ for offload in ("none", "optimizer", "full"):
 
 
 
+def six_blocks(work, offload):
+    """A 6-block model (the tiny shape, deeper; random weights), fake data, no checkpoint."""
+    d = os.path.join(work, "six")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 260,
+                   "hidden_size": 128, "num_hidden_layers": 6, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384, "rope_theta": 10000.0,
+                   "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+                   "attention_bias": False, "torch_dtype": "float32"}, f)
+    path = os.path.join(work, "six.toml")
+    with open(path, "w") as f:
+        f.write(f"""max_steps = 3
+output_dir = {json.dumps(os.path.join(work, "out"))}
+dist_timeout_seconds = 20
+[model]
+name = {json.dumps(d)}
+offload = "{offload}"
+[model.debug]
+random_init = true
+[data]
+type = "fake"
+seq_len = 32
+batch_size = 8
+micro_batch_size = 2
+""")
+    block = 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 384 + 2 * 32 + 2 * 128)
+    root = 4 * (260 * 128 + 128)
+    return path, root, block
+
+
+# The gathers are prefetched (the next block's starts while a block computes); with
+# reshard_after_forward no more than two blocks are whole or in flight at once, as the
+# planner counts, and without it every block. (Step 1 builds the whole model first.)
+for offload in ("none", "full"):
+    for reshard, ac in ((True, False), (True, True), (False, False)):
+        label = ("reshard_after_forward" if reshard else "no reshard_after_forward") + (", model.ac" if ac else "")
+
+        @case(f"2 ranks, 6 blocks, offload = {offload}, {label}: prefetched gathers hold what the planner counts")
+        def _(work, offload=offload, reshard=reshard, ac=ac):
+            cfg, root, block = six_blocks(work, offload)
+            flags = ([] if reshard else ["--no-model.reshard-after-forward"]) + (["--model.ac"] if ac else [])
+            ok(torchrun(2, cfg, *flags), "torchrun (no checkpoint at the end)")
+            want = root + (2 if reshard else 6) * block
+            peaks = held_whole(metrics(work), "fsdp_whole_peak_gib")
+            if len(peaks) != 3:
+                raise AssertionError(f"{len(peaks)} steps logged, want 3")
+            for step, peak in enumerate(peaks[1:], 2):
+                if abs(peak - want) > 1e-5 * want:
+                    raise AssertionError(f"step {step}: {peak:.0f} bytes whole at most, want {want} (root + "
+                                         f"{2 if reshard else 6} blocks)")
+            # Per micro-batch (2 a rank), every block ahead in the forward (6; the LM head too
+            # in the first, after which the root stays whole), and in the backward each
+            # block below the top one when it is gathered again (5).
+            want_ahead = 1 + 2 * (6 + (5 if reshard else 0))
+            for step, m in enumerate(metrics(work)[1:], 2):
+                if m["pipeline"]["fsdp_gathers_ahead"] != want_ahead:
+                    raise AssertionError(f"step {step}: {m['pipeline']['fsdp_gathers_ahead']} gathers prefetched, "
+                                         f"want {want_ahead}")
+
+
 # HSDP (model.dp_replicate = 2 over 4 ranks): two shard groups of two ranks, each holding
 # the whole state in two pieces; the gradients summed over the groups. One process's
 # numbers, and a checkpoint of two pieces (the first group's) that any world resumes.
