@@ -251,9 +251,9 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
   if (world % m.dp_replicate != 0)
     c.error("model.dp_replicate",
-             fmt::format("dp_replicate = {} does not divide the world size {}{}: HSDP splits the ranks into "
-                         "dp_replicate shard groups of equal size",
-                         m.dp_replicate, world, world == 1 ? " (one process, no launcher)" : ""));
+            fmt::format("dp_replicate = {} does not divide the world size {}{}: HSDP splits the ranks into "
+                        "dp_replicate shard groups of equal size",
+                        m.dp_replicate, world, world == 1 ? " (one process, no launcher)" : ""));
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
   if (m.vlm)

@@ -17,6 +17,7 @@
 #include "distributed/process_group.hpp"
 #include "distributed/sharding.hpp"
 #include "metrics.hpp"
+#include "nn/hf_weights.hpp"
 #include "nn/loss_chunking.hpp"
 #include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
@@ -177,12 +178,6 @@ class Trainer {
     if (opts_.launch.launched) connect();
     claim_output_dir();  // before anything is loaded: a mistake costs seconds, not a model load
     load_model();
-    if (pg_) {
-      const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
-      sharding_ = std::make_unique<Sharding>(*pg_, *model_, reduce, opts_.dist.bucket_mib,
-                                             cfg_.model.reshard_after_forward);
-      sharding_->broadcast_weights();
-    }
     load_data();
     if (!opts_.dump_logits) start();
   }
@@ -306,10 +301,29 @@ class Trainer {
         },
         cfg_.data);
     torch::manual_seed(static_cast<std::uint64_t>(seed));
-    model_ = std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
-                                           static_cast<std::uint64_t>(seed));
-    if (model.hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init))
-      model_->load_hf_weights(*model.hf_dir);
+    const bool from_hf = model.hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init);
+    if (!pg_) {
+      model_ = std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
+                                             static_cast<std::uint64_t>(seed));
+      if (from_hf) model_->load_hf_weights(*model.hf_dir);
+      return;
+    }
+    // Sharded: each parameter is built (and loaded) whole, its piece kept, the whole
+    // freed before the next, so no rank holds the whole model at any time.
+    const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
+    sharding_ = std::make_unique<Sharding>(*pg_, model.args,
+                                           torch::TensorOptions().dtype(setup_.dtype).device(setup_.device),
+                                           reduce, opts_.dist.bucket_mib, cfg_.model.reshard_after_forward);
+    std::optional<HfWeights> hf;
+    if (from_hf) hf.emplace(*model.hf_dir, model.args);
+    model_ =
+        std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
+                                      static_cast<std::uint64_t>(seed), [&](std::size_t i, NamedParam& p) {
+                                        if (hf) hf->load(p);
+                                        sharding_->adopt(i, p);
+                                      });
+    if (hf) hf->finish();
+    sharding_->attach(*model_);
   }
 
   void load_data() {
@@ -339,8 +353,8 @@ class Trainer {
     ce_chunk_ = ce_chunk_tokens(cfg_.model.fused_lm_head_token_chunk_size, args.vocab_size,
                                 loader_->options().micro_batch_size * seq_len);
     if (resume_step_) {
-      pos_ =
-          load_checkpoint(step_dir(ckpt_root_, *resume_step_), *resume_step_, *model_, *state_, opt_, ckpt_);
+      pos_ = load_checkpoint(step_dir(ckpt_root_, *resume_step_), *resume_step_, *model_, *state_, opt_,
+                             ckpt_, sharding_.get());
       loader_->set_position(pos_.data_position);
     }
     endless_ = std::holds_alternative<FakeDataConfig>(cfg_.data) ||

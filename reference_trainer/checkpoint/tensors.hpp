@@ -243,7 +243,7 @@ inline int saved_world(const fs::path& dir) {
 
 template <offload_pipeline Pipeline>
 TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transformer& model, Pipeline& state,
-                              const OptSettings& opt, const CheckpointConfig& cfg) {
+                              const OptSettings& opt, const CheckpointConfig& cfg, Sharding* dp) {
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
     const Manifest manifest = verify_checkpoint(dir, step);
@@ -259,7 +259,18 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
                       (dir / "config.json").string(), fmt::join(diffs, "; ")));
     auto mf = safetensors::file::open(dir / "model.safetensors");
     std::set<std::string> consumed;
-    for (auto& p : model.params()) load_into(mf, p.name, p.tensor, consumed);
+    for (std::size_t i = 0; i < model.params().size(); ++i) {
+      NamedParam& p = model.params()[i];
+      if (!dp) {
+        load_into(mf, p.name, p.tensor, consumed);
+        continue;
+      }
+      // Sharded: one whole weight at a time, of which this rank keeps its piece.
+      NamedParam whole{p.name, torch::empty(p.tensor.sizes(), p.tensor.options().requires_grad(false)),
+                       p.block};
+      load_into(mf, p.name, whole.tensor, consumed);
+      dp->adopt(i, whole);
+    }
     all_consumed(mf, consumed);
     if (!cfg.skip_optimizer) {
       if (!manifest.optimizer)

@@ -26,43 +26,37 @@ void alloc_bytes(const Tensor& t) {
 
 }  // namespace
 
-Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dtype, double bucket_mib,
-           bool reshard_after_forward)
-    : group_(group),
-      model_(model),
-      reduce_dtype_(reduce_dtype),
-      reshard_after_forward_(reshard_after_forward) {
-  torch::NoGradGuard ng;
-  auto& params = model.params();
+Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
+           torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward)
+    : group_(group), reduce_dtype_(reduce_dtype), reshard_after_forward_(reshard_after_forward) {
+  const std::vector<ParamShape> shapes = args.params();  // the model's params(), in order
   std::int64_t total = 0;
-  for (auto& p : params) {
-    spans_.push_back(ShardSpan::of(p.tensor.numel(), shard_rank(), shard_world()));
+  for (const auto& p : shapes) {
+    spans_.push_back(ShardSpan::of(p.numel(), shard_rank(), shard_world()));
     weight_offset_.push_back(total);
     total += spans_.back().per_rank;
   }
-  weight_shards_ = torch::zeros({total}, params.front().tensor.options().requires_grad(false));
+  weight_shards_ = torch::zeros({total}, weights.requires_grad(false));
+  adopted_.assign(shapes.size(), false);
 
   // The units the forward gathers: the embedding, each block, the final norm and head.
-  const auto layers = static_cast<std::size_t>(model.args().layers);
+  const auto layers = static_cast<std::size_t>(args.layers);
   units_.resize(layers + 2);
   units_.front().root = units_.back().root = true;
-  unit_of_.assign(params.size(), 0);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const NamedParam& p = params[i];
+  unit_of_.assign(shapes.size(), 0);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const ParamShape& p = shapes[i];
     unit_of_[i] = p.name == "model.embed_tokens.weight" ? 0
                   : p.block >= 0                        ? 1 + static_cast<std::size_t>(p.block)
                                                         : layers + 1;
     units_[unit_of_[i]].params.push_back(i);
+    units_[unit_of_[i]].bytes += p.numel() * static_cast<std::int64_t>(weight_shards_.element_size());
   }
   for (auto& u : units_) {
     u.missing = u.params.size();
-    for (auto i : u.params)
-      u.bytes += static_cast<std::int64_t>(params[i].tensor.numel()) * params[i].tensor.element_size();
-    whole_now_ += u.bytes;
+    u.state = Unit::released;
   }
-  whole_peak_ = whole_now_;
   hook_.before = [this](int block) {
-    if (!pieces_current_) take_pieces();
     const std::size_t u = unit_of_block(block);
     gather(u);
     if (u + 1 < units_.size()) prefetch(u + 1);
@@ -85,9 +79,9 @@ Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dty
   // parameters first (backward's order).
   const double limit = bucket_mib * 1024 * 1024;
   const double elem = static_cast<double>(c10::elementSize(reduce_dtype));
-  bucket_of_.assign(params.size(), 0);
+  bucket_of_.assign(shapes.size(), 0);
   double bytes = 0;
-  for (std::size_t k = params.size(); k-- > 0;) {
+  for (std::size_t k = shapes.size(); k-- > 0;) {
     if (buckets_.empty() || bytes >= limit) {
       buckets_.emplace_back();
       bytes = 0;
@@ -97,7 +91,26 @@ Fsdp::Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dty
     bytes += static_cast<double>(spans_[k].padded(shard_world())) * elem;
   }
   for (auto& b : buckets_) b.missing = b.params.size();
-  inputs_.resize(params.size());
+  inputs_.resize(shapes.size());
+}
+
+void Fsdp::adopt(std::size_t i, NamedParam& p) {
+  if (i >= spans_.size() || p.tensor.numel() != spans_[i].numel)
+    throw std::logic_error(
+        fmt::format("Fsdp::adopt: {} is not parameter {} of the model it was made for", p.name, i));
+  torch::NoGradGuard ng;
+  const ShardSpan& s = spans_[i];
+  if (s.length > 0)
+    weight_shard(i).narrow(0, 0, s.length).copy_(p.tensor.detach().reshape(-1).narrow(0, s.offset, s.length));
+  free_bytes(p.tensor);
+  adopted_[i] = true;
+}
+
+void Fsdp::attach(Transformer& model) {
+  if (model.params().size() != spans_.size() ||
+      std::find(adopted_.begin(), adopted_.end(), false) != adopted_.end())
+    throw std::logic_error("Fsdp::attach: a parameter of the model was not adopted");
+  model_ = &model;
 }
 
 std::size_t Fsdp::unit_of_block(int block) const {
@@ -109,34 +122,11 @@ Tensor Fsdp::weight_shard(std::size_t i) const {
   return weight_shards_.narrow(0, weight_offset_[i], spans_[i].per_rank);
 }
 
-void Fsdp::broadcast_weights() {
-  torch::NoGradGuard ng;
-  for (auto& p : model_.params()) {
-    Tensor t = p.tensor.detach();
-    group_.broadcast(t, 0, fmt::format("the broadcast of rank 0's {}", p.name));
-  }
-}
-
-// Until the first forward the parameters hold the weights (initialised, loaded from an
-// HF directory or a checkpoint, broadcast); from then on the pieces do.
-void Fsdp::take_pieces() {
-  torch::NoGradGuard ng;
-  auto& params = model_.params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const ShardSpan& s = spans_[i];
-    if (s.length > 0)
-      weight_shard(i)
-          .narrow(0, 0, s.length)
-          .copy_(params[i].tensor.detach().reshape(-1).narrow(0, s.offset, s.length));
-  }
-  pieces_current_ = true;
-}
-
 void Fsdp::start(std::size_t u) {
   Unit& unit = units_[u];
   if (unit.state != Unit::released) return;
   torch::NoGradGuard ng;
-  auto& params = model_.params();
+  auto& params = model_->params();
   std::vector<Tensor> ins;
   unit.outs.clear();
   for (auto i : unit.params) {
@@ -151,13 +141,13 @@ void Fsdp::start(std::size_t u) {
     unit.outs.push_back(direct ? data.view({-1})
                                : torch::empty({s.padded(shard_world())}, weight_shards_.options()));
   }
-  unit.pending = group_.all_gather_start(
-      unit.outs, ins,
-      fmt::format("the all-gather of {}'s weights ({} to {})",
-                  u == 0                   ? std::string("the embedding")
-                  : u + 1 == units_.size() ? std::string("the LM head")
-                                           : fmt::format("block {}", u - 1),
-                  params[unit.params.front()].name, params[unit.params.back()].name));
+  unit.pending =
+      group_.all_gather_start(unit.outs, ins,
+                              fmt::format("the all-gather of {}'s weights ({} to {})",
+                                          u == 0                   ? std::string("the embedding")
+                                          : u + 1 == units_.size() ? std::string("the LM head")
+                                                                   : fmt::format("block {}", u - 1),
+                                          params[unit.params.front()].name, params[unit.params.back()].name));
   unit.state = Unit::in_flight;
   whole_now_ += unit.bytes;
   whole_peak_ = std::max(whole_peak_, whole_now_);
@@ -170,7 +160,7 @@ void Fsdp::gather(std::size_t u) {
   if (unit.state != Unit::in_flight) return;
   unit.pending.wait();
   torch::NoGradGuard ng;
-  auto& params = model_.params();
+  auto& params = model_->params();
   for (std::size_t k = 0; k < unit.outs.size(); ++k) {
     const std::size_t i = unit.params[k];
     Tensor data = params[i].tensor.variable_data().view({-1});
@@ -182,9 +172,9 @@ void Fsdp::gather(std::size_t u) {
 
 void Fsdp::release(std::size_t u) {
   Unit& unit = units_[u];
-  if (unit.state == Unit::released || !pieces_current_) return;
+  if (unit.state == Unit::released) return;
   if (unit.state == Unit::in_flight) gather(u);  // never free bytes a collective still writes
-  for (auto i : unit.params) free_bytes(model_.params()[i].tensor);
+  for (auto i : unit.params) free_bytes(model_->params()[i].tensor);
   unit.state = Unit::released;
   whole_now_ -= unit.bytes;
   prefetch_if_room();
@@ -250,10 +240,9 @@ void Fsdp::launch(std::size_t b) {
     outs.push_back(flat.narrow(0, at, spans_[i].per_rank));
     at += spans_[i].per_rank;
   }
-  auto& params = model_.params();
-  const std::string what =
-      fmt::format("gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
-                  params[bucket.params.front()].name, params[bucket.params.back()].name);
+  auto& params = model_->params();
+  const std::string what = fmt::format("gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
+                                       params[bucket.params.front()].name, params[bucket.params.back()].name);
   group_.reduce_scatter(outs, ins, "the reduce-scatter of " + what);
   group_.all_reduce_sum(flat, "the all-reduce across replicas of " + what, ProcessGroup::Among::replicas);
   for (std::size_t k = 0; k < bucket.params.size(); ++k) {
@@ -268,7 +257,8 @@ void Fsdp::flush() {
   for (std::size_t b = next_; b < buckets_.size(); ++b) {
     for (auto i : buckets_[b].params)
       if (!inputs_[i].defined())
-        inputs_[i] = torch::zeros({spans_[i].padded(shard_world())}, weight_shards_.options().dtype(reduce_dtype_));
+        inputs_[i] =
+            torch::zeros({spans_[i].padded(shard_world())}, weight_shards_.options().dtype(reduce_dtype_));
     buckets_[b].missing = 0;
   }
   launch_ready();
@@ -288,7 +278,7 @@ void Fsdp::gather_all() {
 
 std::int64_t Fsdp::gathered_bytes() const {
   std::int64_t n = 0;
-  for (const auto& p : model_.params()) n += static_cast<std::int64_t>(p.tensor.storage().nbytes());
+  for (const auto& p : model_->params()) n += static_cast<std::int64_t>(p.tensor.storage().nbytes());
   return n;
 }
 

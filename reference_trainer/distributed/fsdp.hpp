@@ -2,7 +2,9 @@
 // ranks of a ProcessGroup: every parameter, flattened, is split into `world` equal
 // pieces (distributed/shard_layout.hpp), and each rank keeps one piece of it at rest:
 // of the compute-dtype weights (here), and of the FP32 master, gradient accumulator
-// and moments (wherever the offload strategy puts them). Per step:
+// and moments (wherever the offload strategy puts them). No rank holds the whole model
+// at startup either: each parameter is adopted as it is built (its piece kept, the
+// whole freed). Per step:
 //   1. forward: just before a block's weights are used, every rank's pieces of them
 //      are all-gathered into the block's parameters; with model.reshard_after_forward
 //      they are freed again once the block's forward is queued, and gathered once more
@@ -45,8 +47,10 @@ using torch::Tensor;
 
 class Fsdp {
  public:
-  Fsdp(ProcessGroup& group, Transformer& model, torch::ScalarType reduce_dtype, double bucket_mib,
-       bool reshard_after_forward);
+  // For a model of `args` whose weights have `weights`' dtype and device. The model
+  // is built after: adopt() each parameter as it is built, then attach() the model.
+  Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
+       torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward);
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
 
@@ -65,8 +69,12 @@ class Fsdp {
   // weights at rest, and where the offload pipeline writes the updated ones.
   Tensor weight_shard(std::size_t i) const;
 
-  // Every rank starts from rank 0's weights (the whole model, before the first step).
-  void broadcast_weights();
+  // Parameter i, just built (drawn, loaded from an HF directory or a checkpoint): this
+  // rank keeps its piece and frees the whole. Every rank builds the same weights (the
+  // same seed, the same files), so the pieces fit together without a broadcast.
+  void adopt(std::size_t i, NamedParam& p);
+  // The model whose parameters were all adopted: its forward gathers them from here on.
+  void attach(Transformer& model);
 
   // The gradients of one backward. The sink gets (parameter, this rank's piece of the
   // gradient summed over the ranks), from the hook whose gradient completed a bucket
@@ -118,7 +126,7 @@ class Fsdp {
   // final norm and the LM head (a tied head is the embedding).
   struct Unit {
     std::vector<std::size_t> params;
-    bool root = false;  // gathered through the step
+    bool root = false;                                        // gathered through the step
     enum State { released, in_flight, whole } state = whole;  // whole: the parameters hold the weights
     std::size_t missing = 0;                                  // gradients not in yet this backward
     std::int64_t bytes = 0;                                   // whole weights
@@ -132,18 +140,17 @@ class Fsdp {
   // Gathers u ahead once the blocks whole or in flight allow (reshard_after_forward: two).
   void prefetch(std::size_t u);
   void prefetch_if_room();
-  void take_pieces();  // the pieces from the whole weights (before the first release)
   void launch_ready();
   void launch(std::size_t b);
 
   ProcessGroup& group_;
-  Transformer& model_;
+  Transformer* model_ = nullptr;
   torch::ScalarType reduce_dtype_;
   bool reshard_after_forward_;
   std::vector<ShardSpan> spans_;
   std::vector<std::int64_t> weight_offset_;  // parameter -> its piece in weight_shards_
   Tensor weight_shards_;
-  bool pieces_current_ = false;  // weight_shards_ holds the weights (else the parameters do)
+  std::vector<bool> adopted_;
   std::vector<Unit> units_;
   std::size_t want_ = 0;  // the unit to prefetch when there is room; 0: none
   std::int64_t whole_now_ = 0, whole_peak_ = 0, ahead_ = 0;

@@ -285,7 +285,9 @@ void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among
   if (among == Among::shard_group && replicas_ == 1) among = Among::all;
   try {
     std::vector<torch::Tensor> ts{t};
-    (among == Among::all ? backend_ : among == Among::shard_group ? shard_backend_ : replica_backend_)
+    (among == Among::all           ? backend_
+     : among == Among::shard_group ? shard_backend_
+                                   : replica_backend_)
         ->allreduce(ts)
         ->wait();
   } catch (const run_error&) {

@@ -38,7 +38,6 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // writes and reads these pieces), and where the update writes its new weights.
   { cs.span(i) } -> std::same_as<const ShardSpan&>;
   { cs.weight_shard(i) } -> std::same_as<torch::Tensor>;
-  s.broadcast_weights();  // every rank starts from rank 0's weights
   // Hook the gradients: each gradient, as backward produces it, goes in (add_grad);
   // the sink gets this rank's piece of it, summed over the ranks; flush() after each
   // backward sends what is still held.
@@ -50,7 +49,7 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
   s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
-  { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
+  { cs.gathered_bytes() } -> std::same_as<std::int64_t>;               // whole weights held now
   { s.take_gather_stats() } -> std::same_as<typename S::GatherStats>;  // peak whole, gathers ahead
   // Sums over the ranks (the loss), and over the pieces (the gradient norm).
   s.sum(t, std::string_view{});

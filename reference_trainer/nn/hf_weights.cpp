@@ -1,8 +1,8 @@
-// Transformer::load_hf_weights: an HF checkpoint's safetensors files into the model,
-// every tensor accounted for.
-#include "base/safetensors.hpp"
+// HfWeights and Transformer::load_hf_weights: an HF checkpoint's safetensors files
+// into the model, every tensor accounted for.
+#include "nn/hf_weights.hpp"
+
 #include "base/strict_json.hpp"
-#include "nn/transformer.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -49,7 +49,7 @@ torch::ScalarType to_torch(safetensors::dtype d) {
 
 }  // namespace
 
-void Transformer::load_hf_weights(const std::filesystem::path& dir) {
+HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args) : dir_(dir), args_(args) {
   // The weights are what transformers loads: the shards that
   // model.safetensors.index.json names, else model.safetensors. Other safetensors
   // files in the folder (a checkpoint's optimizer state) are not weights.
@@ -90,16 +90,11 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
                              ": neither model.safetensors nor model.safetensors.index.json (only safetensors "
                              "weights are read)");
   }
-  std::vector<safetensors::file> files;
-  for (const auto& p : paths) files.push_back(safetensors::file::open(p));
+  for (const auto& p : paths) files_.push_back(safetensors::file::open(p));
 
   // Where each tensor of the files lies; a name twice is an error.
-  struct Found {
-    const safetensors::file* file;
-    const safetensors::tensor_info* info;
-  };
-  std::map<std::string, Found, std::less<>> tensors;
-  for (const auto& f : files)
+  auto& tensors = tensors_;
+  for (const auto& f : files_)
     for (const auto& t : f.tensors()) {
       const std::string& name = t.name;
       if (!index.empty()) {
@@ -113,36 +108,41 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
         throw std::runtime_error(fmt::format("{}: tensor {} is also in {}; which one to load is ambiguous",
                                              f.path().string(), name, it->second.file->path().string()));
     }
-  auto as_tensor = [&](const Found& t) {
-    const auto type = t.info->type;
-    if (type != safetensors::dtype::F32 && type != safetensors::dtype::BF16 &&
-        type != safetensors::dtype::F16 && type != safetensors::dtype::F64)
-      throw std::runtime_error(
-          fmt::format("{}: tensor {} has dtype {}; weights must be F32, BF16, F16 or F64",
-                      t.file->path().string(), t.info->name, safetensors::dtype_name(type)));
-    return torch::from_blob(const_cast<std::byte*>(t.info->data), t.info->shape,
-                            torch::TensorOptions().dtype(to_torch(type)));
-  };
+}
+
+torch::Tensor HfWeights::as_tensor(const Found& t) const {
+  const auto type = t.info->type;
+  if (type != safetensors::dtype::F32 && type != safetensors::dtype::BF16 &&
+      type != safetensors::dtype::F16 && type != safetensors::dtype::F64)
+    throw std::runtime_error(fmt::format("{}: tensor {} has dtype {}; weights must be F32, BF16, F16 or F64",
+                                         t.file->path().string(), t.info->name,
+                                         safetensors::dtype_name(type)));
+  return torch::from_blob(const_cast<std::byte*>(t.info->data), t.info->shape,
+                          torch::TensorOptions().dtype(to_torch(type)));
+}
+
+void HfWeights::load(NamedParam& p) {
+  auto& tensors = tensors_;
+  const auto& dir = dir_;
   torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    auto it = tensors.find(p.name);
-    if (it == tensors.end())
-      throw std::runtime_error(
-          fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
-                      "describes a model that has it)",
-                      dir.string(), p.name));
-    std::vector<std::int64_t> want(p.tensor.sizes().begin(), p.tensor.sizes().end());
-    if (it->second.info->shape != want)
-      throw std::runtime_error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]",
-                                           it->second.file->path().string(), p.name,
-                                           fmt::join(it->second.info->shape, ", "), fmt::join(want, ", ")));
-    p.tensor.detach().copy_(as_tensor(it->second));
-    tensors.erase(it);
-  }
+  auto it = tensors.find(p.name);
+  if (it == tensors.end())
+    throw std::runtime_error(
+        fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
+                    "describes a model that has it)",
+                    dir.string(), p.name));
+  std::vector<std::int64_t> want(p.tensor.sizes().begin(), p.tensor.sizes().end());
+  if (it->second.info->shape != want)
+    throw std::runtime_error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]",
+                                         it->second.file->path().string(), p.name,
+                                         fmt::join(it->second.info->shape, ", "), fmt::join(want, ", ")));
+  p.tensor.detach().copy_(as_tensor(it->second));
+  tensors.erase(it);
   // A tied model may still carry lm_head.weight; transformers then uses the
   // embedding, so the copy must be the same numbers or the two would disagree.
-  if (auto head = tensors.find("lm_head.weight"); head != tensors.end() && args_.tie_embeddings) {
-    Tensor embed = param("model.embed_tokens.weight").detach();
+  if (p.name != "model.embed_tokens.weight" || !args_.tie_embeddings) return;
+  if (auto head = tensors.find("lm_head.weight"); head != tensors.end()) {
+    Tensor embed = p.tensor.detach();
     std::vector<std::int64_t> want(embed.sizes().begin(), embed.sizes().end());
     if (head->second.info->shape != want || !torch::equal(as_tensor(head->second).to(embed.options()), embed))
       throw std::runtime_error(fmt::format(
@@ -151,6 +151,10 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
           head->second.file->path().string()));
     tensors.erase(head);
   }
+}
+
+void HfWeights::finish() {
+  const auto& tensors = tensors_;
   if (!tensors.empty()) {
     std::vector<std::string> names;
     for (const auto& [name, t] : tensors) names.push_back(name);
@@ -160,6 +164,12 @@ void Transformer::load_hf_weights(const std::filesystem::path& dir) {
         "does not ignore weights (not used: {})",
         first.file->path().string(), names.front(), fmt::join(names, ", ")));
   }
+}
+
+void Transformer::load_hf_weights(const std::filesystem::path& dir) {
+  HfWeights weights(dir, args_);
+  for (auto& p : params_) weights.load(p);
+  weights.finish();
 }
 
 }  // namespace primecfg::train

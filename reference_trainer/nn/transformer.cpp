@@ -27,7 +27,7 @@ namespace F = torch::nn::functional;
 // ---------------------------------------------------------------------------
 
 Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::ScalarType dtype,
-                         std::uint64_t seed)
+                         std::uint64_t seed, const ParamBuilt& built)
     : args_(a), device_(device), dtype_(dtype) {
   // Random values are drawn in FP32 from a generator seeded here. On the CPU it is a
   // private generator, so the same seed gives the same model in every dtype. On a
@@ -58,6 +58,8 @@ Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::Scalar
     else
       t = at::normal(0.0, 0.02, sizes, gen);
     params_.push_back({shape.name, t.to(device_, dtype_).requires_grad_(true), shape.block});
+    t = Tensor();  // the FP32 draw goes before the next is made
+    if (built) built(params_.size() - 1, params_.back());
   }
   // Handles by name; the ones an architecture lacks stay undefined.
   auto find = [&](const std::string& name) {

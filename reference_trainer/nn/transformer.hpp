@@ -32,8 +32,13 @@ struct NamedParam {
 
 class Transformer {
  public:
+  // Called for each parameter as soon as its weights are drawn, in params() order:
+  // where a sharded run loads it, keeps its piece and frees the whole (so that no
+  // rank ever holds the whole model).
+  using ParamBuilt = std::function<void(std::size_t index, NamedParam& p)>;
   // Random init (normal 0.02, norms 1, biases 0) on device in dtype, from the given seed.
-  Transformer(const ModelArgs& args, torch::Device device, torch::ScalarType dtype, std::uint64_t seed);
+  Transformer(const ModelArgs& args, torch::Device device, torch::ScalarType dtype, std::uint64_t seed,
+              const ParamBuilt& built = {});
 
   const ModelArgs& args() const { return args_; }
   std::vector<NamedParam>& params() { return params_; }

@@ -194,16 +194,18 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
   } else {
     // model.reshard_after_forward: a block is freed after its forward and gathered
-    // again for its backward, where the next block's gather may come before the
-    // previous block's last gradient frees it: two blocks. Without it, every block
-    // stays gathered from its forward to its backward: the whole model at the start
-    // of backward.
+    // again for its backward; the next block's gather is prefetched while one
+    // computes, and waits until the block before is freed: two blocks. Without it,
+    // every block stays gathered from its forward to its backward: the whole model at
+    // the start of backward.
     const i64 blocks = w.reshard_after_forward ? std::min<i64>(2, s.layers) * largest_block : weights - root;
     b.add("weights", root + blocks,
           w.reshard_after_forward
               ? "whole weights in use: the root (embedding, final norm, LM head) + two blocks"
               : "whole weights in use: the root + every block (reshard_after_forward = false)");
-    b.add("weights_whole", weights, "every whole weight, built on each rank at startup before it is sharded");
+    // Startup builds one parameter at a time, keeps its piece and frees the whole.
+    b.add("startup_param", round_up(max_n * dt, blk),
+          "the largest parameter, built whole at startup before its piece is kept");
   }
   if (on_device.masters) b.add("masters", masters, "FP32 master weights");
   if (on_device.grads) b.add("grads", grads, "FP32 gradient accumulators");
@@ -327,7 +329,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
   };
-  b.phase("startup", {sharded ? "weights_whole" : "weights", "init_draw"});
+  b.phase("startup", sharded ? std::vector<std::string>{"weight_shard", "startup_param", "init_draw"}
+                             : std::vector<std::string>{"weights", "init_draw"});
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk"}));
   // The gradient buckets (absent at world 1) fill from the gradient hooks, so they

@@ -151,9 +151,10 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
   if (a.world % cfg.model.dp_replicate != 0)
-    throw plan_error(fmt::format("model.dp_replicate = {} does not divide {} = {}: HSDP splits the ranks into "
-                                 "dp_replicate shard groups of equal size",
-                                 cfg.model.dp_replicate, a.world_source, a.world));
+    throw plan_error(
+        fmt::format("model.dp_replicate = {} does not divide {} = {}: HSDP splits the ranks into "
+                    "dp_replicate shard groups of equal size",
+                    cfg.model.dp_replicate, a.world_source, a.world));
   w.shard_world = a.world / cfg.model.dp_replicate;
   std::visit(
       [&](const auto& d) {

@@ -69,7 +69,7 @@ std::string shape_line(const Plan& p) {
 const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
   static const std::vector<std::pair<std::string, std::string>> l = {
       {"weights", "weights (compute copy)"},
-      {"weights_whole", "startup: every whole weight"},
+      {"startup_param", "startup: one whole parameter"},
       {"masters", "FP32 masters"},
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
@@ -187,8 +187,9 @@ std::string format_text(const Plan& p, const Advice* advice) {
                                      p.replicas, p.shard_world)
                        : "",
         p.shard_world,
-        p.reshard_after_forward ? "model.reshard_after_forward: two at a time"
-                                : "reshard_after_forward = false: every block from its forward to its backward",
+        p.reshard_after_forward
+            ? "model.reshard_after_forward: two at a time"
+            : "reshard_after_forward = false: every block from its forward to its backward",
         human(a.bucket_bytes), p.reduce_bytes == 2 ? "bf16" : "fp32");
   const auto& act = p.activations;
   out += fmt::format(

@@ -557,7 +557,7 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
     // Two blocks: the root and both blocks are the whole model.
     CHECK(none.term("weights") == one.mode(Offload::none).gpu.term("weights"));
     CHECK(none.term("weights") == 1336 * 2);
-    CHECK(none.term("weights_whole") == 1336 * 2);
+    CHECK(none.term("startup_param") == 128 * 2);  // the largest parameter: the 128-element embedding
     CHECK(none.term("masters") == fp32);
     CHECK(none.term("grads") == fp32);
     CHECK(none.term("moments") == 2 * fp32);  // AdamW: two moments
@@ -606,7 +606,10 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
     }
     CHECK(p.mode(Offload::none).gpu.term("weights") == root + 2 * block);
     CHECK(root + 2 * block < q1.mode(Offload::none).gpu.term("weights") / 3);
-    CHECK(p.mode(Offload::none).gpu.term("weights_whole") == q1.mode(Offload::none).gpu.term("weights"));
+    // Startup: the pieces, and one whole parameter at a time (the embedding, the largest).
+    CHECK(p.mode(Offload::none).gpu.term("startup_param") == round_to(151936 * 1024 * 2, 512));
+    CHECK(p.mode(Offload::none).gpu.phase("startup")->bytes <
+          q1.mode(Offload::none).gpu.phase("startup")->bytes);
     CHECK(p.mode(Offload::none).gpu.peak < q1.mode(Offload::none).gpu.peak);
   }
 }
@@ -620,7 +623,7 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
   auto a = exact();
   const auto one = plan::make_plan(cfg, s, a);
   CHECK(one.mode(Offload::none).gpu.term("weights") == (136 + 4 * 600) * 2);
-  CHECK(one.mode(Offload::none).gpu.term("weights_whole") == 0);  // one process: nothing sharded
+  CHECK(one.mode(Offload::none).gpu.term("startup_param") == 0);  // one process: nothing sharded
   a.world = 2;
   for (bool reshard : {true, false}) {
     CAPTURE(reshard);
@@ -630,9 +633,10 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
       CAPTURE(plan::mode_name(m.mode));
       CHECK(m.gpu.term("weights") == (136 + (reshard ? 2 : 4) * 600) * 2);
       CHECK(m.gpu.term("weight_shard") == (136 + 4 * 600) * 2 / 2);
-      CHECK(m.gpu.term("weights_whole") == (136 + 4 * 600) * 2);
-      // Startup builds the whole model on each rank; the steps hold what is in use.
-      CHECK(m.gpu.phase("startup")->bytes == m.gpu.term("weights_whole") + m.gpu.term("init_draw"));
+      // Startup builds one parameter at a time beside the pieces; the steps hold what is in use.
+      CHECK(m.gpu.term("startup_param") == 128 * 2);
+      CHECK(m.gpu.phase("startup")->bytes ==
+            m.gpu.term("weight_shard") + m.gpu.term("startup_param") + m.gpu.term("init_draw"));
       CHECK(m.gpu.phase("weight_gather") == nullptr);
     }
   }

@@ -31,7 +31,8 @@ class OptimizerOffloadMemory final : public MemoryModel {
     const bool split_tail = updates_in_hooks(w);
     i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
     for (const auto& p : w.params) {
-      const i64 bytes = 4 * shard_numel(p.numel(), w.shard_world) * moment_count(w.opt, p);  // the rank's shard
+      const i64 bytes =
+          4 * shard_numel(p.numel(), w.shard_world) * moment_count(w.opt, p);  // the rank's shard
       if (split_tail && p.name == "model.embed_tokens.weight") {
         tail_moments = bytes;
         continue;

@@ -53,8 +53,7 @@ void master_from_weights(ParamState& s) {
   }
   s.master.zero_();  // the padding stays zero
   if (s.shard->length > 0)
-    s.master.narrow(0, 0, s.shard->length)
-        .copy_(s.p->tensor.detach().reshape({-1}).narrow(0, s.shard->offset, s.shard->length));
+    s.master.narrow(0, 0, s.shard->length).copy_(s.weight.narrow(0, 0, s.shard->length));
 }
 
 void add_host_bytes(double& acc, const Tensor& t) {

@@ -1,0 +1,49 @@
+// The weights of an HF directory, read one parameter at a time: what transformers
+// loads (the shards model.safetensors.index.json names, else model.safetensors), every
+// tensor accounted for. One parameter at a time, so that a sharded run keeps its piece
+// of each and never holds the whole model.
+//
+// Internal to primecfg-train.
+#pragma once
+
+#include "base/safetensors.hpp"
+#include "nn/transformer.hpp"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace primecfg::train {
+
+class HfWeights {
+ public:
+  // Opens and indexes the files; errors (no weights, a bad index, a tensor twice)
+  // name the file and the tensor.
+  HfWeights(const std::filesystem::path& dir, const ModelArgs& args);
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+
+  // Copies p's tensor from the files into p (found once, the right shape, a
+  // floating-point dtype). For a tied embedding, an lm_head.weight in the files must
+  // equal it (transformers would ignore it).
+  void load(NamedParam& p);
+  // After every parameter: each tensor of the files was one.
+  void finish();
+
+ private:
+  struct Found {
+    const safetensors::file* file;
+    const safetensors::tensor_info* info;
+  };
+  torch::Tensor as_tensor(const Found& t) const;
+
+  std::filesystem::path dir_;
+  ModelArgs args_;
+  std::vector<safetensors::file> files_;
+  std::map<std::string, Found, std::less<>> tensors_;  // not loaded yet
+};
+
+}  // namespace primecfg::train
