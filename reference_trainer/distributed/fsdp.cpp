@@ -38,6 +38,8 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weig
   }
   weight_shards_ = torch::zeros({total}, weights.requires_grad(false));
   adopted_.assign(shapes.size(), false);
+  checksums_ = torch::zeros({static_cast<std::int64_t>(shapes.size())},
+                            weights.dtype(torch::kFloat64).requires_grad(false));
 
   // The units the forward gathers: the embedding, each block, the final norm and head.
   const auto layers = static_cast<std::size_t>(args.layers);
@@ -102,6 +104,8 @@ void Fsdp::adopt(std::size_t i, NamedParam& p) {
   const ShardSpan& s = spans_[i];
   if (s.length > 0)
     weight_shard(i).narrow(0, 0, s.length).copy_(p.tensor.detach().reshape(-1).narrow(0, s.offset, s.length));
+  checksums_.narrow(0, static_cast<std::int64_t>(i), 1)
+      .copy_(p.tensor.detach().sum(torch::kFloat64).reshape({1}));
   free_bytes(p.tensor);
   adopted_[i] = true;
 }
@@ -111,6 +115,14 @@ void Fsdp::attach(Transformer& model) {
       std::find(adopted_.begin(), adopted_.end(), false) != adopted_.end())
     throw std::logic_error("Fsdp::attach: a parameter of the model was not adopted");
   model_ = &model;
+  // The ranks built their weights apart: the same, or the pieces would not fit
+  // together. Each whole parameter's sum, compared across the ranks.
+  const Tensor sums = checksums_.cpu();
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  const auto* bytes = static_cast<const unsigned char*>(sums.data_ptr());
+  for (std::int64_t k = 0; k < sums.numel() * 8; ++k) h = (h ^ bytes[k]) * 1099511628211ull;
+  group_.check_same(
+      "the sum of the weights each rank built (drawn from the data seed, or read from model.name)", h);
 }
 
 std::size_t Fsdp::unit_of_block(int block) const {

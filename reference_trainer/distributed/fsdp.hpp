@@ -73,7 +73,9 @@ class Fsdp {
   // rank keeps its piece and frees the whole. Every rank builds the same weights (the
   // same seed, the same files), so the pieces fit together without a broadcast.
   void adopt(std::size_t i, NamedParam& p);
-  // The model whose parameters were all adopted: its forward gathers them from here on.
+  // The model whose parameters were all adopted: its forward gathers them from here
+  // on. A collective: every rank must have built the same weights, else an error
+  // names the ranks that differ.
   void attach(Transformer& model);
 
   // The gradients of one backward. The sink gets (parameter, this rank's piece of the
@@ -151,6 +153,7 @@ class Fsdp {
   std::vector<std::int64_t> weight_offset_;  // parameter -> its piece in weight_shards_
   Tensor weight_shards_;
   std::vector<bool> adopted_;
+  Tensor checksums_;  // the sum of each parameter as this rank built it
   std::vector<Unit> units_;
   std::size_t want_ = 0;  // the unit to prefetch when there is room; 0: none
   std::int64_t whole_now_ = 0, whole_peak_ = 0, ahead_ = 0;
