@@ -491,7 +491,7 @@ def fault(work, victim, sig, timeout_s, *needles):
             raise AssertionError(f"the surviving rank took {took:.0f} s (timeout {timeout_s} s)")
         for n in needles:
             if n not in err:
-                raise AssertionError(f"'{n}' not in the survivor's error:\n{err[-2000:]}")
+                raise AssertionError(f"'{n}' not in the survivor's error (exit {survivor.returncode}):\n{err[-2000:]}")
         return took
     finally:
         for p in procs:
