@@ -40,7 +40,7 @@ struct Workload {
   i64 ac_freq = 1;
   bool masked = false;
   i64 ce_chunk = 0;
-  i64 micro_batches = 1;  // per optimizer step
+  i64 micro_batches = 1;  // per optimizer step, on one rank
   bool ckpt = false, ckpt_optimizer = false;
   i64 hf_weight_bytes = 0;            // safetensors files mapped while loading an HF directory
   i64 jsonl_bytes = 0;                // size of data.path

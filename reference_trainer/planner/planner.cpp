@@ -177,7 +177,9 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
   const i64 chunk = ce_chunk_tokens(cfg.model.fused_lm_head_token_chunk_size, shape.vocab_size, w.N);
   w.ce_chunk = std::min(chunk, w.N);
-  w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B));
+  // A rank's share: each runs batch / micro_batch_size / world of them (the trainer
+  // refuses a count the ranks cannot share evenly), and accumulates only with more than one.
+  w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B) / a.world);
   w.ckpt = cfg.ckpt.has_value();
   w.ckpt_optimizer = cfg.ckpt && !cfg.ckpt->skip_optimizer;
   if (!preset_shape(cfg.model.name) && !(cfg.model.debug && cfg.model.debug->random_init))

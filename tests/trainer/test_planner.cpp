@@ -642,6 +642,21 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
   }
 }
 
+TEST_CASE("planner: a rank accumulates only over its own micro-batches") {
+  // 8 micro-batches a step: one process (and 4 ranks, 2 each) accumulate; over 8 ranks each
+  // runs one, as the trainer does, and full offload keeps no FP32 accumulators.
+  const auto s = hand_shape();
+  auto cfg = fake_config("hand", 4);
+  std::get<FakeDataConfig>(cfg.data).batch_size = 8;
+  for (std::int64_t world : {1, 4, 8}) {
+    CAPTURE(world);
+    auto a = exact();
+    a.world = world;
+    const auto p = plan::make_plan(cfg, s, a);
+    CHECK((p.mode(Offload::full).host.term("grads") > 0) == (world < 8));
+  }
+}
+
 TEST_CASE("planner: HSDP shards within a group and replicates across groups") {
   const auto s = hand_shape();
   auto cfg = fake_config("hand", 8);
