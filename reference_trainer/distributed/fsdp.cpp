@@ -1,6 +1,7 @@
 #include "distributed/fsdp.hpp"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 
@@ -118,9 +119,7 @@ void Fsdp::attach(Transformer& model) {
   // The ranks built their weights apart: the same, or the pieces would not fit
   // together. Each whole parameter's sum, compared across the ranks.
   const Tensor sums = checksums_.cpu();
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  const auto* bytes = static_cast<const unsigned char*>(sums.data_ptr());
-  for (std::int64_t k = 0; k < sums.numel() * 8; ++k) h = (h ^ bytes[k]) * 1099511628211ull;
+  const std::uint64_t h = XXH64(sums.data_ptr(), sums.nbytes(), 0);
   group_.check_same(
       "the sum of the weights each rank built (drawn from the data seed, or read from model.name)", h);
 }

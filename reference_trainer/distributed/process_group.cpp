@@ -206,14 +206,14 @@ ProcessGroup::~ProcessGroup() {
   // As destroy_process_group(): NCCL's communicators and watchdog end here, not at exit
   // (a second process group in the same process needs that). After a failure the
   // peers may be gone: abort instead of waiting for them.
+  // Without HSDP the shard group is backend_ itself and there is no replica group.
   for (auto* b : {&replica_backend_, &shard_backend_, &backend_}) {
+    if (!*b || (b != &backend_ && *b == backend_)) continue;
     try {
-      if (*b && (b == &backend_ || *b != backend_)) {
-        if (failed_)
-          (*b)->abort();
-        else
-          (*b)->shutdown();
-      }
+      if (failed_)
+        (*b)->abort();
+      else
+        (*b)->shutdown();
     } catch (const std::exception&) {
     }
   }
@@ -282,7 +282,6 @@ void ProcessGroup::fail(std::string_view what, const std::exception& e) {
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among among) {
   if (among == Among::replicas && replicas_ == 1) return;  // one replica: the sum is its own
-  if (among == Among::shard_group && replicas_ == 1) among = Among::all;
   try {
     std::vector<torch::Tensor> ts{t};
     (among == Among::all           ? backend_

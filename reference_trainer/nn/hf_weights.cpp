@@ -93,7 +93,6 @@ HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args) : 
   for (const auto& p : paths) files_.push_back(safetensors::file::open(p));
 
   // Where each tensor of the files lies; a name twice is an error.
-  auto& tensors = tensors_;
   for (const auto& f : files_)
     for (const auto& t : f.tensors()) {
       const std::string& name = t.name;
@@ -103,7 +102,7 @@ HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args) : 
           throw std::runtime_error(fmt::format("{}: tensor {} is not listed for this file in {}",
                                                f.path().string(), name, index_path.string()));
       }
-      auto [it, fresh] = tensors.emplace(name, Found{&f, &t});
+      auto [it, fresh] = tensors_.emplace(name, Found{&f, &t});
       if (!fresh)
         throw std::runtime_error(fmt::format("{}: tensor {} is also in {}; which one to load is ambiguous",
                                              f.path().string(), name, it->second.file->path().string()));
@@ -122,26 +121,24 @@ torch::Tensor HfWeights::as_tensor(const Found& t) const {
 }
 
 void HfWeights::load(NamedParam& p) {
-  auto& tensors = tensors_;
-  const auto& dir = dir_;
   torch::NoGradGuard no_grad;
-  auto it = tensors.find(p.name);
-  if (it == tensors.end())
+  auto it = tensors_.find(p.name);
+  if (it == tensors_.end())
     throw std::runtime_error(
         fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
                     "describes a model that has it)",
-                    dir.string(), p.name));
+                    dir_.string(), p.name));
   std::vector<std::int64_t> want(p.tensor.sizes().begin(), p.tensor.sizes().end());
   if (it->second.info->shape != want)
     throw std::runtime_error(fmt::format("{}: tensor {} has shape [{}], config.json implies [{}]",
                                          it->second.file->path().string(), p.name,
                                          fmt::join(it->second.info->shape, ", "), fmt::join(want, ", ")));
   p.tensor.detach().copy_(as_tensor(it->second));
-  tensors.erase(it);
+  tensors_.erase(it);
   // A tied model may still carry lm_head.weight; transformers then uses the
   // embedding, so the copy must be the same numbers or the two would disagree.
   if (p.name != "model.embed_tokens.weight" || !args_.tie_embeddings) return;
-  if (auto head = tensors.find("lm_head.weight"); head != tensors.end()) {
+  if (auto head = tensors_.find("lm_head.weight"); head != tensors_.end()) {
     Tensor embed = p.tensor.detach();
     std::vector<std::int64_t> want(embed.sizes().begin(), embed.sizes().end());
     if (head->second.info->shape != want || !torch::equal(as_tensor(head->second).to(embed.options()), embed))
@@ -149,16 +146,15 @@ void HfWeights::load(NamedParam& p) {
           "{}: tensor lm_head.weight differs from model.embed_tokens.weight, but config.json ties them "
           "(tie_word_embeddings = true): transformers would ignore it",
           head->second.file->path().string()));
-    tensors.erase(head);
+    tensors_.erase(head);
   }
 }
 
 void HfWeights::finish() {
-  const auto& tensors = tensors_;
-  if (!tensors.empty()) {
+  if (!tensors_.empty()) {
     std::vector<std::string> names;
-    for (const auto& [name, t] : tensors) names.push_back(name);
-    const auto& first = tensors.begin()->second;
+    for (const auto& [name, t] : tensors_) names.push_back(name);
+    const auto& first = tensors_.begin()->second;
     throw std::runtime_error(fmt::format(
         "{}: tensor {} is not a parameter of the model that config.json describes, and primecfg-train "
         "does not ignore weights (not used: {})",
