@@ -447,6 +447,12 @@ int main(int argc, char** argv) {
       // the FP32 state, and a node's ranks share its host memory.
       auto a = machine(opts);
       train::plan::apply_ranks(a, opts, train::Launch::from_environment());
+      // Gloo's ranks on one named GPU share it: each gets its node's share.
+      if (launch.several() && opts.dist.backend == train::DistBackend::gloo && opts.device &&
+          train::TrainerOptions::cuda_index(*opts.device) && a.gpu_capacity && !opts.plan_gpu_memory) {
+        *a.gpu_capacity /= launch.local_world;
+        a.gpu_capacity_source += fmt::format(", shared by its {} ranks", launch.local_world);
+      }
       auto plan = train::plan::make_plan(cfg.value, a);
       if (auto why = train::plan::fit_refusal(plan, cfg.value.model.offload); !why.empty()) {
         std::fprintf(

@@ -30,6 +30,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -70,6 +71,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, step_time = 0, tokens_per_s = 0;
   std::optional<double> mfu;
   double peak_device = 0, host_rss = 0;
+  std::vector<double> peak_device_ranks;  // several ranks: each one's peak, in rank order
   std::map<std::string, double> host_state;
   std::map<std::string, double> pipeline;
   std::int64_t tokens = 0;
@@ -114,6 +116,10 @@ class Reporter {
         {"host_mem_gib", host},
         {"offload", mode_},
     };
+    if (!m.peak_device_ranks.empty()) {
+      strict_json::ordered& ranks = line["peak_device_mem_gib_ranks"] = strict_json::ordered::array();
+      for (double v : m.peak_device_ranks) ranks.push_back(rounded(v / GiB, "{:.4f}"));
+    }
     if (!m.pipeline.empty()) {
       strict_json::ordered& pipe = line["pipeline"] = strict_json::ordered::object();
       for (const auto& [k, v] : m.pipeline) pipe[k] = rounded(v, "{:.6g}");

@@ -71,17 +71,26 @@ struct ProfileOptions {
   }
 };
 
+enum class DistBackend { nccl, gloo };
+
 // Sharded runs (FSDP) over several ranks (launched by torchrun or any launcher that
 // sets RANK, WORLD_SIZE, ...; distributed/launch.hpp). None of these changes a result.
 struct DistOptions {
   double bucket_mib = 25;
+  std::optional<DistBackend> backend = std::nullopt;
 
   static constexpr auto fields() {
     using D = DistOptions;
-    return describe(field(&D::bucket_mib,
-                          "Gradients are reduce-scattered in buckets of about this many MiB (full-size "
-                          "tensors; at least one parameter each). Weights are gathered a block at a time.",
-                          gt(0)));
+    return describe(
+        field(&D::bucket_mib,
+              "Gradients are reduce-scattered in buckets of about this many MiB (full-size tensors; at "
+              "least one parameter each). Weights are gathered a block at a time.",
+              gt(0)),
+        field(&D::backend,
+              "Collectives library (None: NCCL on CUDA, Gloo on the CPU). gloo on CUDA copies every "
+              "collective through host memory: slow, but several ranks may then share one GPU "
+              "(--device=cuda:N), each with its own allocations, to measure per-rank memory on a "
+              "machine with one GPU."));
   }
 };
 
@@ -167,6 +176,8 @@ struct TrainerOptions {
   void validate(validation& v) {
     if (device && *device != "cpu" && *device != "cuda" && !cuda_index(*device))
       v.error(device, "must be cpu, cuda or cuda:N");
+    if (dist.backend == DistBackend::nccl && device && *device == "cpu")
+      v.error(dist.backend, "NCCL runs on CUDA devices only; the CPU's collectives run on gloo");
     if (plan && device && *device == "cpu")
       v.error(device, "--plan models a CUDA run; --device=cpu is not supported with it");
     if (!plan) {

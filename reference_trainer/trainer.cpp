@@ -190,9 +190,9 @@ class Trainer {
           "optim.type = \"muon\" with {} ranks: Muon orthogonalizes whole matrices, and each rank holds a "
           "piece of every parameter; use adamw, sgd or sign_sgd, or run one process",
           opts_.launch.world));
-    pg_ = std::make_unique<ProcessGroup>(opts_.launch, setup_.device,
-                                         std::chrono::seconds(cfg_.dist_timeout_seconds),
-                                         static_cast<int>(cfg_.model.dp_replicate));
+    pg_ = std::make_unique<ProcessGroup>(
+        opts_.launch, setup_.device, std::chrono::seconds(cfg_.dist_timeout_seconds),
+        static_cast<int>(cfg_.model.dp_replicate), opts_.dist.backend == DistBackend::gloo);
     std::uint64_t h = 1469598103934665603ull;  // FNV-1a of what the run was started with
     for (const std::string* s : {&opts_.resolved_config, &opts_.resolved_options})
       for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
@@ -452,6 +452,16 @@ class Trainer {
     // Per GPU: each rank computes its share of the tokens.
     if (peak_) met.mfu = met.tokens_per_s / (sharding_ ? sharding_->world() : 1) * flops_per_token_ / *peak_;
     met.peak_device = peak_device_bytes(setup_.device);
+    if (sharding_ && sharding_->world() > 1) {
+      // Every rank's peak in rank 0's line: ranks differ (rank 0 writes the files, pieces
+      // round up), and ranks sharing one GPU each measure their own.
+      auto peaks =
+          torch::zeros({sharding_->world()}, torch::TensorOptions(torch::kFloat64).device(setup_.device));
+      peaks[sharding_->rank()] = met.peak_device;
+      sharding_->sum(peaks, "each rank's peak memory");
+      const auto host = peaks.cpu();
+      met.peak_device_ranks.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+    }
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
@@ -586,20 +596,26 @@ class Trainer {
 RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   Setup setup;
   std::string dev = opts.device.value_or(torch::cuda::is_available() ? "cuda" : "cpu");
-  // One GPU per rank: LOCAL_RANK's (of those CUDA_VISIBLE_DEVICES leaves).
+  // One GPU per rank: LOCAL_RANK's (of those CUDA_VISIBLE_DEVICES leaves). Gloo's
+  // collectives may also put every rank on one named GPU (NCCL refuses two ranks on
+  // one device): per-rank memory measured where there is one GPU.
   if (opts.launch.several() && dev.rfind("cuda", 0) == 0) {
-    if (dev != "cuda")
+    if (dev != "cuda" && opts.dist.backend != DistBackend::gloo)
       throw run_error(
           fmt::format("device = \"{}\" with {} ranks: each rank uses cuda:LOCAL_RANK; set device = "
-                      "\"cuda\" (CUDA_VISIBLE_DEVICES picks the GPUs)",
-                      dev, opts.launch.world));
-    dev = fmt::format("cuda:{}", opts.launch.local_rank);
+                      "\"cuda\" (CUDA_VISIBLE_DEVICES picks the GPUs), or dist.backend = \"gloo\" to put "
+                      "every rank on {}",
+                      dev, opts.launch.world, dev));
+    if (dev == "cuda") dev = fmt::format("cuda:{}", opts.launch.local_rank);
   }
   try {
     setup.device = torch::Device(dev);
   } catch (const std::exception&) {
     throw run_error(fmt::format("unknown device \"{}\"", dev));
   }
+  if (opts.dist.backend == DistBackend::nccl && !setup.device.is_cuda())
+    throw run_error(
+        fmt::format("dist.backend = \"nccl\" runs on CUDA devices only, and this run is on {}", dev));
   if (setup.device.is_cuda() && !torch::cuda::is_available())
     throw run_error("device cuda requested but this LibTorch has no usable CUDA device");
   if (setup.device.is_cuda() && setup.device.has_index() &&

@@ -109,7 +109,7 @@ class RoundName {
 // keeps each group's rendezvous keys apart in the store.
 c10::intrusive_ptr<c10d::Backend> ProcessGroup::make_backend(const std::string& prefix, int rank, int size) {
   const std::chrono::milliseconds ms = timeout_;
-  if (device_.is_cuda()) {
+  if (!gloo_) {
 #if defined(PRIMECFG_WITH_CUDA) && defined(USE_C10D_NCCL)
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = ms;
@@ -132,8 +132,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroup::make_backend(const std::string& 
 }
 
 ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout,
-                           int replicas)
-    : launch_(launch), device_(device), timeout_(timeout) {
+                           int replicas, bool gloo)
+    : launch_(launch), device_(device), gloo_(gloo || !device.is_cuda()), timeout_(timeout) {
   if (replicas < 1 || launch.world % replicas != 0)
     throw run_error(fmt::format(
         "model.dp_replicate = {} does not divide the world size {} (WORLD_SIZE): HSDP needs world size = "
@@ -177,7 +177,7 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
     throw;
   } catch (const std::exception& e) {
     throw run_error(fmt::format("rank {}: cannot connect the {} process group of {} ranks: {}", launch.rank,
-                                device.is_cuda() ? "NCCL" : "Gloo", launch.world, first_line(e.what())));
+                                gloo_ ? "Gloo" : "NCCL", launch.world, first_line(e.what())));
   }
   round_.reset();  // every rank has connected: nobody reads the round's name any more
   note_step(0);
@@ -222,7 +222,10 @@ ProcessGroup::~ProcessGroup() {
   backend_.reset();
 }
 
-std::string_view ProcessGroup::backend_name() const { return device_.is_cuda() ? "nccl" : "gloo"; }
+std::string_view ProcessGroup::backend_name() const {
+  if (!gloo_) return "nccl";
+  return device_.is_cuda() ? "gloo, through host memory" : "gloo";
+}
 
 // Which rank stopped, or which ranks are behind this one: read from the store, which
 // may itself be gone (rank 0 hosts it).
@@ -325,7 +328,14 @@ ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>&
                                                      std::vector<torch::Tensor>& inputs, std::string what) {
   Pending p;
   try {
-    p.work_ = shard_backend_->allgather_into_tensor_coalesced(outputs, inputs);
+    if (gloo_ && device_.is_cuda()) {
+      // Gloo's coalesced all-gather has no CUDA path (it would hand device pointers to
+      // its transport); its single-tensor one stages through pinned host memory.
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        p.works_.push_back(shard_backend_->_allgather_base(outputs[i], inputs[i]));
+    } else {
+      p.works_.push_back(shard_backend_->allgather_into_tensor_coalesced(outputs, inputs));
+    }
   } catch (const std::exception& e) {
     fail(what, e);
   }
@@ -338,13 +348,14 @@ ProcessGroup::Pending::Pending() = default;
 ProcessGroup::Pending::~Pending() = default;
 ProcessGroup::Pending::Pending(Pending&&) noexcept = default;
 ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&&) noexcept = default;
-bool ProcessGroup::Pending::active() const { return static_cast<bool>(work_); }
+bool ProcessGroup::Pending::active() const { return !works_.empty(); }
 
 void ProcessGroup::Pending::wait() {
-  if (!work_) return;
-  auto work = std::move(work_);
+  if (works_.empty()) return;
+  auto works = std::move(works_);
+  works_.clear();
   try {
-    work->wait();
+    for (auto& w : works) w->wait();
   } catch (const std::exception& e) {
     group_->fail(what_, e);
   }

@@ -42,8 +42,10 @@ class ProcessGroup {
   // TORCHELASTIC_USE_AGENT_STORE is set) and creates the backend for `device`'s
   // tensors. `timeout` bounds every collective and every wait on the store.
   // `replicas` (model.dp_replicate, HSDP) splits the world into that many shard groups
-  // of world / replicas consecutive ranks; it must divide the world size.
-  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout, int replicas = 1);
+  // of world / replicas consecutive ranks; it must divide the world size. `gloo`: Gloo
+  // even for CUDA tensors (through host memory; ranks may then share a GPU).
+  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout, int replicas = 1,
+               bool gloo = false);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -63,8 +65,8 @@ class ProcessGroup {
   torch::Device device() const { return device_; }
   std::string_view backend_name() const;
 
-  // --- collectives over tensors on device() (blocking on the host for Gloo; for NCCL
-  // the current stream waits for them) ---------------------------------------------
+  // --- collectives over tensors on device() (blocking on the host for Gloo, also on
+  // CUDA tensors; for NCCL the current stream waits for them) -----------------------
   // Which ranks a sum runs over: all, this rank's shard group, or the ranks of the other
   // shard groups holding the same piece (one per replica).
   enum class Among { all, shard_group, replicas };
@@ -93,7 +95,7 @@ class ProcessGroup {
    private:
     friend class ProcessGroup;
     ProcessGroup* group_ = nullptr;
-    c10::intrusive_ptr<c10d::Work> work_;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works_;
     std::string what_;
   };
   // all_gather, started: it runs while the caller goes on (FSDP's prefetch).
@@ -125,6 +127,7 @@ class ProcessGroup {
 
   Launch launch_;
   torch::Device device_;
+  bool gloo_;  // Gloo's collectives (on CPU tensors, or CUDA ones through host memory)
   std::chrono::seconds timeout_;
   std::unique_ptr<RoundName> round_;  // torchrun's agent store: this round's key space
   c10::intrusive_ptr<c10d::Store> store_;

@@ -170,7 +170,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const i64 world = w.shard_world;
   const bool sharded = w.a.sharded();
   i64 weights = 0, masters = 0, grads = 0, moments = 0, max_n = 0;
-  i64 weight_shard = 0, max_padded = 0, gather_temp = 0, root = 0, largest_block = 0;
+  i64 weight_shard = 0, gather_temp = 0, root = 0, largest_block = 0;
+  i64 max_padded_block = 0, max_padded_root = 0;  // the largest bucket's parameter, by where it is
   std::vector<i64> block_weights(static_cast<std::size_t>(std::max<i64>(s.layers, 0)), 0);
   for (const auto& p : w.params) {
     const i64 n = shard_numel(p.numel(), world);
@@ -185,7 +186,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     moments += moment_count(w.opt, p) * round_up(n * 4, blk);
     weight_shard += round_up(n * dt, blk);
     max_n = std::max(max_n, p.numel());
-    max_padded = std::max(max_padded, n * world);
+    i64& padded = p.block >= 0 && p.block < s.layers ? max_padded_block : max_padded_root;
+    padded = std::max(padded, n * world);
     // A padded parameter is gathered into a buffer of its own, then copied into place.
     if (n * world != p.numel()) gather_temp = std::max(gather_temp, round_up(n * world * dt, blk));
   }
@@ -193,16 +195,18 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   if (!sharded) {
     b.add("weights", weights, dt == 2 ? "bf16 compute copy of every parameter" : "fp32 compute weights");
   } else {
-    // model.reshard_after_forward: a block is freed after its forward and gathered
-    // again for its backward; the next block's gather is prefetched while one
-    // computes, and waits until the block before is freed: two blocks. Without it,
-    // every block stays gathered from its forward to its backward: the whole model at
-    // the start of backward.
-    const i64 blocks = w.reshard_after_forward ? std::min<i64>(2, s.layers) * largest_block : weights - root;
-    b.add("weights", root + blocks,
-          w.reshard_after_forward
-              ? "whole weights in use: the root (embedding, final norm, LM head) + two blocks"
-              : "whole weights in use: the root + every block (reshard_after_forward = false)");
+    // The root (embedding, final norm, LM head) stays whole through the step. With
+    // model.reshard_after_forward a block is freed after its forward and gathered again
+    // for its backward; the next block's gather is prefetched while one computes, and
+    // waits until the block before is freed: two blocks, while blocks run (the loss and
+    // the embedding's backward run with none). Without it, every block stays gathered
+    // from its forward to its backward: the whole model from the loss to the last
+    // block's backward.
+    b.add("weights", root, "whole weights of the root (embedding, final norm, LM head), through the step");
+    b.add("blocks_whole",
+          w.reshard_after_forward ? std::min<i64>(2, s.layers) * largest_block : weights - root,
+          w.reshard_after_forward ? "two blocks whole: the one running and the next, prefetched"
+                                  : "every block whole (reshard_after_forward = false)");
     // Startup builds one parameter at a time, keeps its piece and frees the whole.
     b.add("startup_param", round_up(max_n * dt, blk),
           "the largest parameter, built whole at startup before its piece is kept");
@@ -211,18 +215,38 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   if (on_device.grads) b.add("grads", grads, "FP32 gradient accumulators");
   if (on_device.moments) b.add("moments", moments, "optimizer moments (FP32)");
   // Collective buffers of a sharded run. A bucket holds whole parameters, about
-  // dist.bucket_mib of full-size gradients in the reduce dtype, and at least the
-  // largest padded parameter (one parameter is never split over buckets).
-  i64 bucket = 0;
+  // dist.bucket_mib of full-size gradients in the reduce dtype, and at least its
+  // largest padded parameter (one parameter is never split over buckets): the blocks'
+  // buckets are alive while the blocks' gradients come, the root's (the embedding, as
+  // large as a block or more) only in the head's and the embedding's backward.
   if (sharded) {
-    bucket = std::max(w.a.bucket_bytes / w.reduce_bytes, max_padded);
-    const i64 rb = w.reduce_bytes, out = (bucket + world - 1) / world;
     b.add("weight_shard", weight_shard,
           "this rank's piece of every weight (compute dtype): the weights at rest, the all-gathers' input");
     // One bucket in flight in its reduce-scatter while the next is filled, and the
-    // two reduce-scatter outputs (1/world of each) the shard's accumulators add.
-    b.add("grad_buckets", 2 * round_up(bucket * rb, blk) + 2 * round_up(out * rb, blk),
-          "gradient reduce-scatter: two full-size buckets + their 1/world outputs");
+    // two reduce-scatter outputs (1/world of each) the shard's accumulators add; with
+    // Gloo on CUDA, the copy its reduce-scatter sums.
+    const i64 rb = w.reduce_bytes;
+    struct Bucket {
+      i64 full, out;  // a bucket's full-size gradients, and its 1/world reduce-scatter output
+    };
+    auto bucket_of = [&](i64 largest) {
+      const i64 n = std::max(w.a.bucket_bytes / rb, largest);
+      return Bucket{round_up(n * rb, blk), round_up((n + world - 1) / world * rb, blk)};
+    };
+    const Bucket blocks = bucket_of(max_padded_block), root_param = bucket_of(max_padded_root);
+    const i64 copy = w.a.bucket_copy ? 1 : 0;  // Gloo on CUDA: the copy of the bucket being summed
+    b.add("grad_buckets", 2 * blocks.full + 2 * blocks.out + copy * blocks.full,
+          copy ? "gradient reduce-scatter of the blocks: two full-size buckets + their 1/world outputs + "
+                 "Gloo's copy of one"
+               : "gradient reduce-scatter of the blocks: two full-size buckets + their 1/world outputs");
+    // A root parameter larger than a bucket is a bucket of its own, the first (an untied
+    // LM head) or the last (the embedding) to fill: beside it at most one block's bucket.
+    b.add("grad_buckets_root",
+          root_param.full + root_param.out + copy * root_param.full + blocks.full + blocks.out,
+          copy ? "gradient reduce-scatter of a root parameter: its bucket, Gloo's copy and its 1/world "
+                 "output, beside one block bucket"
+               : "gradient reduce-scatter of a root parameter: its bucket and its 1/world output, beside "
+                 "one block bucket");
     b.add("gather_temp", gather_temp, "all-gather output of the largest padded parameter");
   }
   // The mode's own buffers (a window the state streams through) are alive from step
@@ -331,18 +355,23 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   };
   b.phase("startup", sharded ? std::vector<std::string>{"weight_shard", "startup_param", "init_draw"}
                              : std::vector<std::string>{"weights", "init_draw"});
+  // Sharded runs: the blocks held whole (blocks_whole) while blocks run; without
+  // resharding, from the last block's forward to its backward.
+  const std::string held = sharded && !w.reshard_after_forward ? "blocks_whole" : "";
+  if (sharded) b.phase("forward_block", with({"activations", "mask", "inputs", "blocks_whole"}));
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
-                           "ce_chunk"}));
-  // The gradient buckets (absent at world 1) fill from the gradient hooks, so they
-  // are alive through every phase of backward.
-  b.phase("backward_head",
-          with({"activations", "mask", "inputs", "final_norm", "ce_backward", "grad_buckets"}));
+                           "ce_chunk", held}));
+  // The gradient buckets (absent at world 1) fill from the gradient hooks: the blocks'
+  // through the blocks' backward, a root parameter's when its gradient comes (the
+  // LM head's here unless it is the tied embedding, whose gradient waits).
+  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward", held,
+                                 s.tie_embeddings ? "" : "grad_buckets_root"}));
   // An update in the gradient hooks has its temporaries in backward.
   const std::string in_hooks = update_at == UpdateAt::gradient_hooks ? "step_transient" : "";
   b.phase("backward_block",
           with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
-                "backward_temps", "embed_grad_held", in_hooks, "grad_buckets"}));
-  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets"}));
+                "backward_temps", "embed_grad_held", in_hooks, "grad_buckets", "blocks_whole"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets_root"}));
   if (update_at != UpdateAt::host) b.phase("optimizer_step", with({"step_transient"}));
   return b.done();
 }

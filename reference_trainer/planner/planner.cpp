@@ -113,6 +113,7 @@ void check_ranks(const Assumptions& a) {
 
 void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env) {
   a.bucket_bytes = static_cast<i64>(o.dist.bucket_mib * static_cast<double>(i64{1} << 20));
+  a.bucket_copy = a.cuda && o.dist.backend == DistBackend::gloo;
   if (o.plan_world_size) {
     a.world = *o.plan_world_size;
     a.world_source = "--plan-world-size";

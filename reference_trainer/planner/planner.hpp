@@ -79,6 +79,8 @@ struct Assumptions {
   bool sharded() const { return world > 1 || process_group; }
   std::optional<std::int64_t> ranks_per_node;
   std::int64_t bucket_bytes = 25ll << 20;
+  // dist.backend = "gloo" on CUDA: Gloo's reduce-scatter sums a copy of each bucket.
+  bool bucket_copy = false;
   std::string world_source = "--plan-world-size", ranks_per_node_source = "--plan-ranks-per-node";
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };

@@ -69,12 +69,14 @@ std::string shape_line(const Plan& p) {
 const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
   static const std::vector<std::pair<std::string, std::string>> l = {
       {"weights", "weights (compute copy)"},
+      {"blocks_whole", "blocks gathered whole"},
       {"startup_param", "startup: one whole parameter"},
       {"masters", "FP32 masters"},
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
       {"weight_shard", "weight shard (at rest)"},
-      {"grad_buckets", "gradient reduce-scatter buckets"},
+      {"grad_buckets", "gradient reduce-scatter buckets (blocks)"},
+      {"grad_buckets_root", "gradient reduce-scatter buckets (root)"},
       {"gather_temp", "all-gather of a padded weight"},
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
@@ -102,6 +104,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
 
 const std::vector<std::pair<std::string, std::string>>& phase_labels() {
   static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward_block", "forward of the last block"},
       {"forward", "end of forward (LM head + CE)"},
       {"backward_head", "backward of the LM head"},
       {"backward_block", "backward of the last block"},
@@ -117,6 +120,7 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
 // The phase at a peak, in a column 12 characters wide (the rows above give it in full).
 std::string short_phase(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> l = {
+      {"forward_block", "block fwd"},
       {"forward", "forward"},
       {"backward_head", "head bwd"},
       {"backward_block", "block bwd"},

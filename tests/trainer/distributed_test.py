@@ -226,6 +226,17 @@ for offload in ("none", "optimizer", "full"):
                 raise AssertionError(f"{len(pieces)} optimizer files, want one per rank: {pieces}")
             if any(m["tokens"] != r["tokens"] for m, r in zip(got, ref_metrics)):
                 raise AssertionError("metrics: tokens are not the global batch's")
+            # Every rank's own peak, in rank order; rank 0's is the line's peak. (On the
+            # CPU a rank's peak is its process's high-water mark, so they differ.)
+            for m in got:
+                ranks = m.get("peak_device_mem_gib_ranks")
+                if world == 1:
+                    if ranks is not None:
+                        raise AssertionError(f"one rank: peak_device_mem_gib_ranks {ranks}")
+                    continue
+                if ranks is None or len(ranks) != world or min(ranks) <= 0 or ranks[0] != m["peak_device_mem_gib"]:
+                    raise AssertionError(f"step {m['step']}: peak_device_mem_gib_ranks {ranks}, "
+                                         f"peak_device_mem_gib {m['peak_device_mem_gib']}")
 
 
 def whole_bytes(work):

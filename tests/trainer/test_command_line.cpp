@@ -63,6 +63,13 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   CHECK_FALSE(typo.ok());
   CHECK(format_text(typo.diagnostics, "options").find("ring_mib") != std::string::npos);
   CHECK_FALSE(options_of(v({"--plan", "--device=cpu"})).ok());  // --plan models CUDA
+  // Gloo may carry CUDA tensors (ranks sharing a GPU); NCCL never carries CPU ones.
+  auto gloo = options_of(v({"--device=cuda:0", "--dist.backend=gloo"}));
+  REQUIRE(gloo.ok());
+  CHECK(*gloo.value.dist.backend == train::DistBackend::gloo);
+  auto nccl_cpu = options_of(v({"--device=cpu", "--dist.backend=nccl"}));
+  CHECK_FALSE(nccl_cpu.ok());
+  CHECK(format_text(nccl_cpu.diagnostics, "options").find("dist.backend") != std::string::npos);
 }
 
 // Were a name both an option and a config field, the config's flag would be taken for

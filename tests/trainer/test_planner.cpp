@@ -555,8 +555,8 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
 
     const auto& none = p.mode(Offload::none).gpu;
     // Two blocks: the root and both blocks are the whole model.
-    CHECK(none.term("weights") == one.mode(Offload::none).gpu.term("weights"));
-    CHECK(none.term("weights") == 1336 * 2);
+    CHECK(none.term("weights") + none.term("blocks_whole") == one.mode(Offload::none).gpu.term("weights"));
+    CHECK(none.term("weights") == 136 * 2);
     CHECK(none.term("startup_param") == 128 * 2);  // the largest parameter: the 128-element embedding
     CHECK(none.term("masters") == fp32);
     CHECK(none.term("grads") == fp32);
@@ -577,7 +577,7 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
     CHECK(full.gpu.term("masters") == 0);
     CHECK(full.host.term("masters") == fp32);
     CHECK(full.host.term("moments") == 2 * fp32);
-    CHECK(full.gpu.term("weights") == 1336 * 2);
+    CHECK(full.gpu.term("weights") + full.gpu.term("blocks_whole") == 1336 * 2);
 
     // One node holds every rank by default; its host memory is theirs together.
     for (const auto& m : p.modes) CHECK(m.host_node == m.host.peak * world);
@@ -604,7 +604,8 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
       if (q.block < 0) root += bytes;
       if (q.block == 0) block += bytes;
     }
-    CHECK(p.mode(Offload::none).gpu.term("weights") == root + 2 * block);
+    CHECK(p.mode(Offload::none).gpu.term("weights") == root);
+    CHECK(p.mode(Offload::none).gpu.term("blocks_whole") == 2 * block);
     CHECK(root + 2 * block < q1.mode(Offload::none).gpu.term("weights") / 3);
     // Startup: the pieces, and one whole parameter at a time (the embedding, the largest).
     CHECK(p.mode(Offload::none).gpu.term("startup_param") == round_to(151936 * 1024 * 2, 512));
@@ -631,7 +632,16 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
     const auto p = plan::make_plan(cfg, s, a);
     for (const auto& m : p.modes) {
       CAPTURE(plan::mode_name(m.mode));
-      CHECK(m.gpu.term("weights") == (136 + (reshard ? 2 : 4) * 600) * 2);
+      CHECK(m.gpu.term("weights") == 136 * 2);
+      CHECK(m.gpu.term("blocks_whole") == (reshard ? 2 : 4) * 600 * 2);
+      // Blocks are whole while blocks run; without resharding, from the loss on too.
+      auto has = [&](const char* phase, const char* term) {
+        const auto& t = m.gpu.phase(phase)->terms;
+        return std::find(t.begin(), t.end(), term) != t.end();
+      };
+      for (const char* ph : {"forward_block", "backward_block"}) CHECK(has(ph, "blocks_whole"));
+      for (const char* ph : {"forward", "backward_head"}) CHECK(has(ph, "blocks_whole") == !reshard);
+      CHECK(!has("backward_embedding", "blocks_whole"));
       CHECK(m.gpu.term("weight_shard") == (136 + 4 * 600) * 2 / 2);
       // Startup builds one parameter at a time beside the pieces; the steps hold what is in use.
       CHECK(m.gpu.term("startup_param") == 128 * 2);
@@ -671,7 +681,8 @@ TEST_CASE("planner: HSDP shards within a group and replicates across groups") {
   for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
     CAPTURE(plan::mode_name(m));
     // Each rank holds the pieces of a 2-rank group: what FSDP over 2 ranks holds.
-    for (const char* term : {"weight_shard", "masters", "grads", "moments", "weights", "grad_buckets"}) {
+    for (const char* term :
+         {"weight_shard", "masters", "grads", "moments", "weights", "blocks_whole", "grad_buckets"}) {
       CAPTURE(term);
       CHECK(hsdp.mode(m).gpu.term(term) == two.mode(m).gpu.term(term));
       CHECK(hsdp.mode(m).host.term(term) == two.mode(m).host.term(term));
@@ -729,16 +740,69 @@ TEST_CASE("planner: a sharded run's collective buffers") {
                      persistent1 = g1.phase("optimizer_step")->bytes;
   // Weights whole (2 B), masters + accumulators + two moments halved (16 B / 2), the
   // bf16 weight shard (2 B / 2), per parameter.
-  CHECK(persistent == 1336 * 2 + 1336 * 8 + 1336);
-  for (const char* ph : {"backward_head", "backward_block", "backward_embedding"}) {
-    CAPTURE(ph);
-    CHECK(g.phase(ph)->bytes - persistent == g1.phase(ph)->bytes - persistent1 + g.term("grad_buckets"));
-  }
+  // Root whole (2 B of its 136), masters + accumulators + two moments halved (16 B / 2),
+  // the bf16 weight shard (2 B / 2), per parameter; the two blocks whole while they run.
+  CHECK(persistent == 136 * 2 + 1336 * 8 + 1336);
+  const std::int64_t blocks = 1200 * 2;
+  // The hand model's embedding is tied: its gradient waits for the embedding's backward,
+  // so the LM head's backward has no bucket.
+  CHECK(g.phase("backward_head")->bytes - persistent == g1.phase("backward_head")->bytes - persistent1);
+  CHECK(g.phase("backward_block")->bytes - persistent ==
+        g1.phase("backward_block")->bytes - persistent1 + g.term("grad_buckets") + blocks);
+  CHECK(g.phase("backward_embedding")->bytes - persistent ==
+        g1.phase("backward_embedding")->bytes - persistent1 + g.term("grad_buckets_root"));
+  CHECK(g.term("grad_buckets_root") == 128 * 4 + 64 * 4 + 128 * 4 + 64 * 4);
   CHECK(g.phase("forward")->bytes - persistent == g1.phase("forward")->bytes - persistent1);
   CHECK(g.phase("weight_gather") == nullptr);
   std::int64_t max_phase = 0;
   for (const auto& ph : g.phases) max_phase = std::max(max_phase, ph.bytes);
   CHECK(g.peak == max_phase);
+}
+
+TEST_CASE("planner: a bucket as large as the embedding is alive only in the root's backward") {
+  // Llama-3.2-3B: a block's largest parameter (the MLP's 8192 x 3072) is 16 times
+  // smaller than the tied embedding (128256 x 3072); each sets its own buckets.
+  auto cfg = fake_config("meta-llama/Llama-3.2-3B", 8192);
+  std::get<FakeDataConfig>(cfg.data).batch_size = 2;
+  auto a = exact();
+  a.world = 2;
+  const auto p = plan::make_plan(cfg, a);
+  const auto& g = p.mode(Offload::none).gpu;
+  const std::int64_t mlp = 8192ll * 3072 * 4, embedding = 128256ll * 3072 * 4;  // FP32 reduce
+  CHECK(g.term("grad_buckets") == 2 * mlp + 2 * (mlp / 2));
+  CHECK(g.term("grad_buckets_root") == embedding + embedding / 2 + mlp + mlp / 2);
+  auto has = [&](const char* phase, const char* term) {
+    const auto& t = g.phase(phase)->terms;
+    return std::find(t.begin(), t.end(), term) != t.end();
+  };
+  CHECK(has("backward_block", "grad_buckets"));
+  CHECK(!has("backward_block", "grad_buckets_root"));
+  CHECK(has("backward_embedding", "grad_buckets_root"));
+  CHECK(!has("backward_embedding", "grad_buckets"));
+  // The tied embedding's gradient from the LM head is held, not bucketed, until the
+  // embedding's own has come.
+  CHECK(!has("backward_head", "grad_buckets_root"));
+  CHECK(!has("backward_head", "grad_buckets"));
+  // Gloo on CUDA (dist.backend = "gloo": ranks sharing one GPU) sums a copy of each bucket.
+  a.bucket_copy = true;
+  const auto pg = plan::make_plan(cfg, a);
+  const auto& gloo = pg.mode(Offload::none).gpu;
+  CHECK(gloo.term("grad_buckets") == g.term("grad_buckets") + mlp);
+  CHECK(gloo.term("grad_buckets_root") == g.term("grad_buckets_root") + embedding);
+  // An untied LM head's bucket is alive in its backward.
+  cfg.model.name = "meta-llama/Meta-Llama-3-8B";
+  const auto untied = plan::make_plan(cfg, a);
+  const auto& t = untied.mode(Offload::none).gpu.phase("backward_head")->terms;
+  CHECK(std::find(t.begin(), t.end(), "grad_buckets_root") != t.end());
+  train::TrainerOptions o;
+  o.plan = true;
+  o.dist.backend = train::DistBackend::gloo;
+  plan::Assumptions from_options;
+  plan::apply_ranks(from_options, o, train::Launch{});
+  CHECK(from_options.bucket_copy);
+  o.dist.backend = train::DistBackend::nccl;
+  plan::apply_ranks(from_options, o, train::Launch{});
+  CHECK(!from_options.bucket_copy);
 }
 
 TEST_CASE("planner: host memory per node decides the host fit") {
