@@ -343,8 +343,9 @@ int main(int argc, char** argv) {
   run.launch = launch;
   run.dist = opts.dist;
   // Without a launcher nothing is reduced or gathered: a value given for it is said
-  // to have no effect rather than dropped without a word.
-  if (!launch.launched)
+  // to have no effect rather than dropped without a word. (A plan of several ranks
+  // reads them: the buckets, and Gloo's copies, are in its per-rank figures.)
+  if (!launch.launched && !(opts.plan && opts.plan_world_size.value_or(1) > 1))
     for (const auto& [path, from] : options.provenance)
       if (path.rfind("dist.", 0) == 0 && !from.is_default())
         std::fprintf(stderr, "%s: note: %s has no effect in one process (no ranks to reduce over)\n",

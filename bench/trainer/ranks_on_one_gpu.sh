@@ -12,9 +12,10 @@
 #
 # For each row (model, sequence length, mode, activation checkpointing, ranks) it asks
 # `--plan --plan-format=json --plan-world-size=N` for the per-rank peak, skips a row
-# whose ranks would not fit the GPU together (the planner's per-rank peak x N against
-# the GPU, or the node's host memory), trains STEPS steps and reads every rank's peak
-# from rank 0's metrics.jsonl (`peak_device_mem_gib_ranks`).
+# whose ranks would not fit the GPU together (the planner's per-rank total, context
+# included, x N against the GPU, as the run's own memory check does; or the node's host
+# memory), trains STEPS steps and reads every rank's peak from rank 0's metrics.jsonl
+# (`peak_device_mem_gib_ranks`).
 #
 # Environment: ROWS      "model:seq:mode:ac:ranks ..." (ac = ac or noac)
 #              STEPS     steps per row (3)
@@ -56,10 +57,11 @@ import json, sys
 plan = json.load(open(sys.argv[1]))
 row = next(m for m in plan["modes"] if m["offload"] == sys.argv[2])
 gib = row["gpu"]["peak_bytes"] / 2**30
-print(f"{gib:.3f}", f"{gib * int(sys.argv[3]):.1f}", "yes" if row["host"]["fits"] else "no")
+total = row["gpu"]["total_bytes"] / 2**30  # + CUDA context and allocator slack, as the run's memory check
+print(f"{gib:.3f}", f"{total * int(sys.argv[3]):.1f}", "yes" if row["host"]["fits"] else "no")
 PY
   )
-  if awk -v t="$together" -v g="$GPU_GIB" 'BEGIN { exit !(t > g - 2) }' || [ "$host_fits" = no ]; then
+  if awk -v t="$together" -v g="$GPU_GIB" 'BEGIN { exit !(t > g) }' || [ "$host_fits" = no ]; then
     echo "| $model | $seq | \`$mode\` | ${ac/noac/off} | $ranks | $predicted | | | | skipped: $ranks ranks need $together GiB of GPU together, host fits: $host_fits |" >>"$table"
     echo "SKIP $name (together $together GiB, host fits $host_fits)"
     continue

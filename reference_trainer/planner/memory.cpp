@@ -240,13 +240,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                  "Gloo's copy of one"
                : "gradient reduce-scatter of the blocks: two full-size buckets + their 1/world outputs");
     // A root parameter larger than a bucket is a bucket of its own, the first (an untied
-    // LM head) or the last (the embedding) to fill: beside it at most one block's bucket.
-    b.add("grad_buckets_root",
-          root_param.full + root_param.out + copy * root_param.full + blocks.full + blocks.out,
-          copy ? "gradient reduce-scatter of a root parameter: its bucket, Gloo's copy and its 1/world "
-                 "output, beside one block bucket"
-               : "gradient reduce-scatter of a root parameter: its bucket and its 1/world output, beside "
-                 "one block bucket");
+    // LM head) or the last (the embedding) to fill. Each reduce-scatter is waited for
+    // before the next bucket goes, so no block bucket is alive beside it.
+    b.add("grad_buckets_root", root_param.full + root_param.out + copy * root_param.full,
+          copy ? "gradient reduce-scatter of a root parameter: its bucket, Gloo's copy and its 1/world output"
+               : "gradient reduce-scatter of a root parameter: its bucket and its 1/world output");
     b.add("gather_temp", gather_temp, "all-gather output of the largest padded parameter");
   }
   // The mode's own buffers (a window the state streams through) are alive from step
@@ -337,6 +335,13 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
       "embed_grad", (s.tie_embeddings ? 2 : 1) * V * D * dt,
       s.tie_embeddings ? "tied embedding: LM-head gradient held + embedding gradient" : "embedding gradient");
   if (s.tie_embeddings) b.add("embed_grad_held", V * D * dt, "tied embedding's LM-head gradient, held");
+  if (sharded) {
+    // A root gradient goes into its bucket once the backward that made it is done: the
+    // LM head's with only its scaled copy left, the embedding's summed (tied) into one.
+    b.add("head_grad_out", (s.tie_embeddings ? 0 : V * D * dt) + N * D * dt,
+          "the LM head's gradient and the hidden states', as the head's backward returns them");
+    b.add("embed_grad_out", V * D * dt, "the embedding's gradient (with a tied LM head's, summed)");
+  }
 
   // --- Optimizer step -----------------------------------------------------------
   // (The global gradient norm is a multi-tensor reduction to one scalar per tensor.)
@@ -364,14 +369,17 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // The gradient buckets (absent at world 1) fill from the gradient hooks: the blocks'
   // through the blocks' backward, a root parameter's when its gradient comes (the
   // LM head's here unless it is the tied embedding, whose gradient waits).
-  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward", held,
-                                 s.tie_embeddings ? "" : "grad_buckets_root"}));
+  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward", held}));
+  if (sharded && !s.tie_embeddings)
+    b.phase("head_reduce", with({"activations", "mask", "inputs", "final_norm", "head_grad_out", held,
+                                 "grad_buckets_root"}));
   // An update in the gradient hooks has its temporaries in backward.
   const std::string in_hooks = update_at == UpdateAt::gradient_hooks ? "step_transient" : "";
   b.phase("backward_block",
           with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
                 "backward_temps", "embed_grad_held", in_hooks, "grad_buckets", "blocks_whole"}));
-  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grad_buckets_root"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks}));
+  if (sharded) b.phase("embedding_reduce", with({"inputs", "embed_grad_out", in_hooks, "grad_buckets_root"}));
   if (update_at != UpdateAt::host) b.phase("optimizer_step", with({"step_transient"}));
   return b.done();
 }

@@ -75,8 +75,8 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"grads", "FP32 gradient accumulators"},
       {"moments", "optimizer moments"},
       {"weight_shard", "weight shard (at rest)"},
-      {"grad_buckets", "gradient reduce-scatter buckets (blocks)"},
-      {"grad_buckets_root", "gradient reduce-scatter buckets (root)"},
+      {"grad_buckets", "reduce-scatter buckets (blocks)"},
+      {"grad_buckets_root", "reduce-scatter buckets (root)"},
       {"gather_temp", "all-gather of a padded weight"},
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
@@ -97,6 +97,8 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"backward_temps", "backward temporaries (one block)"},
       {"embed_grad", "embedding gradient(s)"},
       {"embed_grad_held", "  tied LM-head gradient held"},
+      {"head_grad_out", "LM-head gradient into its bucket"},
+      {"embed_grad_out", "embedding gradient into its bucket"},
       {"step_transient", "optimizer-step temporaries"},
   };
   return l;
@@ -107,8 +109,10 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
       {"forward_block", "forward of the last block"},
       {"forward", "end of forward (LM head + CE)"},
       {"backward_head", "backward of the LM head"},
+      {"head_reduce", "LM-head grad reduce-scatter"},
       {"backward_block", "backward of the last block"},
       {"backward_embedding", "backward of the embedding"},
+      {"embedding_reduce", "embedding grad reduce-scatter"},
       {"optimizer_step", "optimizer step"},
       {"startup", "startup"},
       {"step", "training step"},
@@ -120,14 +124,11 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
 // The phase at a peak, in a column 12 characters wide (the rows above give it in full).
 std::string short_phase(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> l = {
-      {"forward_block", "block fwd"},
-      {"forward", "forward"},
-      {"backward_head", "head bwd"},
-      {"backward_block", "block bwd"},
-      {"backward_embedding", "embed bwd"},
-      {"optimizer_step", "optim step"},
-      {"startup", "startup"},
-      {"step", "step"},
+      {"forward_block", "block fwd"},   {"forward", "forward"},
+      {"backward_head", "head bwd"},    {"head_reduce", "head rs"},
+      {"backward_block", "block bwd"},  {"backward_embedding", "embed bwd"},
+      {"embedding_reduce", "embed rs"}, {"optimizer_step", "optim step"},
+      {"startup", "startup"},           {"step", "step"},
       {"checkpoint", "checkpoint"},
   };
   for (const auto& [k, v] : l)

@@ -410,6 +410,11 @@ def _(work):
     # A sharded-run option without a launcher is said to have no effect, not dropped.
     p = subprocess.run(plan + ["--dist.bucket-mib=4"], capture_output=True, text=True)
     expect(p, 0, "dist.bucket_mib has no effect in one process")
+    # A plan of several ranks reads them: no such note there.
+    p = subprocess.run(plan + ["--dist.bucket-mib=4", "--plan-world-size=2"], capture_output=True, text=True)
+    expect(p, 0)
+    if "has no effect" in p.stderr:
+        raise AssertionError(f"--plan-world-size=2: {p.stderr}")
     # --plan under a launcher plans its world: 2 ranks here.
     p = subprocess.run(plan, capture_output=True, text=True, env=dict(os.environ, WORLD_SIZE="2", RANK="0"))
     expect(p, 0)

@@ -750,8 +750,12 @@ TEST_CASE("planner: a sharded run's collective buffers") {
   CHECK(g.phase("backward_block")->bytes - persistent ==
         g1.phase("backward_block")->bytes - persistent1 + g.term("grad_buckets") + blocks);
   CHECK(g.phase("backward_embedding")->bytes - persistent ==
-        g1.phase("backward_embedding")->bytes - persistent1 + g.term("grad_buckets_root"));
-  CHECK(g.term("grad_buckets_root") == 128 * 4 + 64 * 4 + 128 * 4 + 64 * 4);
+        g1.phase("backward_embedding")->bytes - persistent1);
+  // The embedding's gradient (the tied head's summed in) goes into its own bucket.
+  CHECK(g.term("grad_buckets_root") == 128 * 4 + 64 * 4);
+  CHECK(g.phase("embedding_reduce")->bytes - persistent ==
+        g.term("inputs") + 128 * 2 + g.term("grad_buckets_root"));
+  CHECK(g.phase("head_reduce") == nullptr);  // tied: the head's gradient waits for the embedding's
   CHECK(g.phase("forward")->bytes - persistent == g1.phase("forward")->bytes - persistent1);
   CHECK(g.phase("weight_gather") == nullptr);
   std::int64_t max_phase = 0;
@@ -770,15 +774,16 @@ TEST_CASE("planner: a bucket as large as the embedding is alive only in the root
   const auto& g = p.mode(Offload::none).gpu;
   const std::int64_t mlp = 8192ll * 3072 * 4, embedding = 128256ll * 3072 * 4;  // FP32 reduce
   CHECK(g.term("grad_buckets") == 2 * mlp + 2 * (mlp / 2));
-  CHECK(g.term("grad_buckets_root") == embedding + embedding / 2 + mlp + mlp / 2);
+  CHECK(g.term("grad_buckets_root") == embedding + embedding / 2);
   auto has = [&](const char* phase, const char* term) {
     const auto& t = g.phase(phase)->terms;
     return std::find(t.begin(), t.end(), term) != t.end();
   };
   CHECK(has("backward_block", "grad_buckets"));
   CHECK(!has("backward_block", "grad_buckets_root"));
-  CHECK(has("backward_embedding", "grad_buckets_root"));
-  CHECK(!has("backward_embedding", "grad_buckets"));
+  CHECK(has("embedding_reduce", "grad_buckets_root"));
+  CHECK(!has("embedding_reduce", "grad_buckets"));
+  CHECK(!has("backward_embedding", "grad_buckets_root"));
   // The tied embedding's gradient from the LM head is held, not bucketed, until the
   // embedding's own has come.
   CHECK(!has("backward_head", "grad_buckets_root"));
@@ -789,11 +794,15 @@ TEST_CASE("planner: a bucket as large as the embedding is alive only in the root
   const auto& gloo = pg.mode(Offload::none).gpu;
   CHECK(gloo.term("grad_buckets") == g.term("grad_buckets") + mlp);
   CHECK(gloo.term("grad_buckets_root") == g.term("grad_buckets_root") + embedding);
-  // An untied LM head's bucket is alive in its backward.
+  // An untied LM head's gradient goes into its bucket when the head's backward is done.
   cfg.model.name = "meta-llama/Meta-Llama-3-8B";
   const auto untied = plan::make_plan(cfg, a);
-  const auto& t = untied.mode(Offload::none).gpu.phase("backward_head")->terms;
+  const auto& u = untied.mode(Offload::none).gpu;
+  REQUIRE(u.phase("head_reduce") != nullptr);
+  const auto& t = u.phase("head_reduce")->terms;
   CHECK(std::find(t.begin(), t.end(), "grad_buckets_root") != t.end());
+  CHECK(std::find(t.begin(), t.end(), "ce_backward") == t.end());
+  CHECK(u.term("head_grad_out") == (128256ll * 4096 + 8192 * 4096) * 2);  // one 8192-token micro-batch
   train::TrainerOptions o;
   o.plan = true;
   o.dist.backend = train::DistBackend::gloo;
@@ -927,5 +936,6 @@ TEST_CASE("planner: a sharded plan's text and JSON") {
   const auto text = plan::format_text(p);
   CHECK(text.find("Ranks: 8") != std::string::npos);
   CHECK(text.find("PER NODE (8 ranks)") != std::string::npos);
-  CHECK(text.find("gradient reduce-scatter buckets") != std::string::npos);
+  CHECK(text.find("reduce-scatter buckets (blocks)") != std::string::npos);
+  CHECK(text.find("embedding grad reduce-scatter") != std::string::npos);
 }
