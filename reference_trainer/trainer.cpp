@@ -471,10 +471,12 @@ class Trainer {
       met.pipeline["fsdp_whole_after_forward_gib"] = static_cast<double>(gathered_after_forward) / (1 << 30);
       met.pipeline["fsdp_whole_at_rest_gib"] = static_cast<double>(sharding_->gathered_bytes()) / (1 << 30);
       // The most held at once in the step (gathers in flight included): the planner's
-      // `weights` term; and the gathers that were prefetched.
-      const auto gathers = sharding_->take_gather_stats();
-      met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(gathers.peak_bytes) / (1 << 30);
-      met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(gathers.ahead);
+      // `weights` term; the gathers that were prefetched; the gradient buckets summed
+      // while backward went on.
+      const auto c = sharding_->take_collective_stats();
+      met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(c.peak_bytes) / (1 << 30);
+      met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(c.ahead);
+      met.pipeline["fsdp_reduces_overlapped"] = static_cast<double>(c.overlapped_reduces);
     }
     return met;
   }
@@ -518,6 +520,10 @@ class Trainer {
     state_->sync_host();  // the last step's deferred updates
     if (opts_.collect_weights && sharding_ && sharding_->world() > 1)
       throw run_error("collect_weights: the masters are sharded over the ranks");
+    // The whole weights, for what reads them below. The gather is a collective: every
+    // rank takes part, whether or not it prints (only rank 0 does), so the condition
+    // is the config's and the options', the same on every rank.
+    if (sharding_ && (opts_.collect_weights || demo_data())) sharding_->gather_all();
     if (opts_.collect_weights) {
       for (auto& s : state_->states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
@@ -528,9 +534,6 @@ class Trainer {
             s.p->name, std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel()));
       }
     }
-    // The gather is a collective: every rank takes part, whether or not it prints
-    // (only rank 0 does), so the condition is the config's, the same on every rank.
-    if (demo_data() && sharding_) sharding_->gather_all();
     if (opts_.demo && demo_data() && (!pg_ || pg_->rank() == 0)) demo(*model_);
     return result;
   }

@@ -208,10 +208,11 @@ void Fsdp::prefetch_if_room() {
   start(u);
 }
 
-Fsdp::GatherStats Fsdp::take_gather_stats() {
-  const GatherStats s{whole_peak_, ahead_};
+Fsdp::CollectiveStats Fsdp::take_collective_stats() {
+  const CollectiveStats s{whole_peak_, ahead_, overlapped_};
   whole_peak_ = whole_now_;
   ahead_ = 0;
+  overlapped_ = 0;
   return s;
 }
 
@@ -240,27 +241,44 @@ void Fsdp::launch_ready() {
 
 void Fsdp::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
-  std::vector<Tensor> ins, outs;
+  Reduce r;
+  r.bucket = b;
   std::int64_t total = 0;
   for (auto i : bucket.params) total += spans_[i].per_rank;
   // One buffer for the bucket's pieces, so that HSDP sums them over the replicas in one go.
-  Tensor flat = torch::empty({total}, inputs_[bucket.params.front()].options());
+  r.flat = torch::empty({total}, inputs_[bucket.params.front()].options());
   std::int64_t at = 0;
   for (auto i : bucket.params) {
-    ins.push_back(inputs_[i]);
-    outs.push_back(flat.narrow(0, at, spans_[i].per_rank));
+    r.ins.push_back(std::move(inputs_[i]));
+    r.outs.push_back(r.flat.narrow(0, at, spans_[i].per_rank));
     at += spans_[i].per_rank;
   }
-  auto& params = model_->params();
-  const std::string what = fmt::format("gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
-                                       params[bucket.params.front()].name, params[bucket.params.back()].name);
-  group_.reduce_scatter(outs, ins, "the reduce-scatter of " + what);
-  group_.all_reduce_sum(flat, "the all-reduce across replicas of " + what, ProcessGroup::Among::replicas);
-  for (std::size_t k = 0; k < bucket.params.size(); ++k) {
-    const std::size_t i = bucket.params[k];
-    inputs_[i] = Tensor();
-    sink_(i, outs[k]);
+  r.pending = group_.reduce_scatter_start(r.outs, r.ins, "the reduce-scatter of " + bucket_name(b));
+  // The bucket before has been summing while backward went on; its pieces are needed
+  // now, so that no more than two buckets (inputs and outputs) are alive at once.
+  if (reducing_) {
+    finish_reduce();
+    ++overlapped_;
   }
+  reducing_ = std::move(r);
+}
+
+void Fsdp::finish_reduce() {
+  if (!reducing_) return;
+  Reduce r = std::move(*reducing_);
+  reducing_.reset();
+  r.pending.wait();
+  const Bucket& bucket = buckets_[r.bucket];
+  group_.all_reduce_sum(r.flat, "the all-reduce across replicas of " + bucket_name(r.bucket),
+                        ProcessGroup::Among::replicas);
+  for (std::size_t k = 0; k < bucket.params.size(); ++k) sink_(bucket.params[k], r.outs[k]);
+}
+
+std::string Fsdp::bucket_name(std::size_t b) const {
+  const Bucket& bucket = buckets_[b];
+  auto& params = model_->params();
+  return fmt::format("gradient bucket {} of {} ({} to {})", b + 1, buckets_.size(),
+                     params[bucket.params.front()].name, params[bucket.params.back()].name);
 }
 
 void Fsdp::flush() {
@@ -273,6 +291,7 @@ void Fsdp::flush() {
     buckets_[b].missing = 0;
   }
   launch_ready();
+  finish_reduce();
   next_ = 0;
   for (auto& b : buckets_) b.missing = b.params.size();
   for (auto& u : units_) u.missing = u.params.size();

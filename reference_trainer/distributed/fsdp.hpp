@@ -15,9 +15,11 @@
 //      runs while the block computes. With reshard_after_forward at most two blocks
 //      are whole or in flight: a prefetch waits until the block before is freed;
 //   2. backward: each gradient, as its hook fires, joins a bucket; a full bucket is
-//      reduce-scattered in model.reduce_dtype (sum over ranks), and each rank hands
-//      its piece of every gradient to the offload pipeline (the sink). A block's
-//      weights are freed when the last of its gradients is in;
+//      reduce-scattered in model.reduce_dtype (sum over ranks) while backward goes
+//      on, and when the next bucket goes out (or backward ends) each rank hands its
+//      piece of every gradient of it to the offload pipeline (the sink): at most two
+//      buckets are alive at once. A block's weights are freed when the last of its
+//      gradients is in;
 //      with HSDP (model.dp_replicate = R) the pieces are those of a shard group of
 //      world / R ranks; a bucket's pieces are then summed over the R replicas too;
 //   3. the pipeline updates its pieces and writes the new weights into weight_shard();
@@ -38,6 +40,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -79,9 +83,10 @@ class Fsdp {
   void attach(Transformer& model);
 
   // The gradients of one backward. The sink gets (parameter, this rank's piece of the
-  // gradient summed over the ranks), from the hook whose gradient completed a bucket
+  // gradient summed over the ranks, in reduce_dtype()), when the next bucket goes out
   // or from flush().
   using Sink = std::function<void(std::size_t param, Tensor& piece)>;
+  torch::ScalarType reduce_dtype() const { return reduce_dtype_; }
   void set_sink(Sink sink) { sink_ = std::move(sink); }
   void add_grad(std::size_t i, const Tensor& grad);
   // After each backward: the buckets still open go out (a parameter that got no
@@ -101,13 +106,15 @@ class Fsdp {
   // sharding leaves resident, for the metrics and the tests.
   std::int64_t gathered_bytes() const;
   // Since the last call: the most whole weights (gathered or being gathered) held at
-  // once, which the planner's `weights` term predicts; and how many gathers were
-  // started ahead of their use (prefetched).
-  struct GatherStats {
+  // once, which the planner's `weights` term predicts; how many gathers were started
+  // ahead of their use (prefetched); and how many reduce-scatters ran while backward
+  // went on (waited for only when the next bucket went out).
+  struct CollectiveStats {
     std::int64_t peak_bytes = 0;
     std::int64_t ahead = 0;
+    std::int64_t overlapped_reduces = 0;
   };
-  GatherStats take_gather_stats();
+  CollectiveStats take_collective_stats();
 
   // Sums over all ranks (what each rank computed on its data: the loss).
   void sum(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what); }
@@ -143,7 +150,9 @@ class Fsdp {
   void prefetch(std::size_t u);
   void prefetch_if_room();
   void launch_ready();
-  void launch(std::size_t b);
+  void launch(std::size_t b);  // its reduce-scatter starts
+  void finish_reduce();        // the one in flight has arrived: its pieces go to the sink
+  std::string bucket_name(std::size_t b) const;
 
   ProcessGroup& group_;
   Transformer* model_ = nullptr;
@@ -162,6 +171,15 @@ class Fsdp {
   std::vector<std::size_t> bucket_of_;
   std::vector<Tensor> inputs_;  // per parameter: its padded gradient, waiting for its bucket
   std::size_t next_ = 0;        // the next bucket to go out
+  // The bucket whose reduce-scatter is in flight, with what it reads and writes.
+  struct Reduce {
+    std::size_t bucket = 0;
+    ProcessGroup::Pending pending;
+    Tensor flat;
+    std::vector<Tensor> ins, outs;
+  };
+  std::optional<Reduce> reducing_;
+  std::int64_t overlapped_ = 0;
   Sink sink_;
   Transformer::BlockHook hook_;
 };

@@ -310,18 +310,18 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root, std::string_view what) 
   }
 }
 
-void ProcessGroup::reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                                  std::string_view what) {
+ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tensor>& outputs,
+                                                         std::vector<torch::Tensor>& inputs,
+                                                         std::string what) {
+  Pending p;
   try {
-    shard_backend_->reduce_scatter_tensor_coalesced(outputs, inputs)->wait();
+    p.works_.push_back(shard_backend_->reduce_scatter_tensor_coalesced(outputs, inputs));
   } catch (const std::exception& e) {
     fail(what, e);
   }
-}
-
-void ProcessGroup::all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                              std::string_view what) {
-  all_gather_start(outputs, inputs, std::string(what)).wait();
+  p.group_ = this;
+  p.what_ = std::move(what);
+  return p;
 }
 
 ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>& outputs,

@@ -72,15 +72,6 @@ class ProcessGroup {
   enum class Among { all, shard_group, replicas };
   void all_reduce_sum(torch::Tensor& t, std::string_view what, Among among = Among::all);
   void broadcast(torch::Tensor& t, int root, std::string_view what);
-  // Within the shard group: inputs[i] has shard_world() * outputs[i].numel() elements;
-  // shard rank r gets the sum of piece r.
-  void reduce_scatter(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                      std::string_view what);
-  // Within the shard group: outputs[i] has shard_world() * inputs[i].numel() elements,
-  // every shard rank's input in shard-rank order.
-  void all_gather(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                  std::string_view what);
-
   // A collective in flight. wait() before its outputs are read: for Gloo the host
   // waits, for NCCL the current stream does (the host goes on).
   class Pending {
@@ -98,9 +89,16 @@ class ProcessGroup {
     std::vector<c10::intrusive_ptr<c10d::Work>> works_;
     std::string what_;
   };
-  // all_gather, started: it runs while the caller goes on (FSDP's prefetch).
+  // Within the shard group, started: they run while the caller goes on, and their
+  // inputs and outputs must stay alive until wait() returns.
+  // All-gather (FSDP's prefetch): outputs[i] has shard_world() * inputs[i].numel()
+  // elements, every shard rank's input in shard-rank order.
   Pending all_gather_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
                            std::string what);
+  // Reduce-scatter (FSDP's gradient buckets): inputs[i] has shard_world() *
+  // outputs[i].numel() elements; shard rank r gets the sum of piece r.
+  Pending reduce_scatter_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
+                               std::string what);
 
   // --- over the store --------------------------------------------------------------
   // Rank 0 runs `fn` and hands its result (or its error) to every rank: what only one

@@ -42,6 +42,7 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // the sink gets this rank's piece of it, summed over the ranks; flush() after each
   // backward sends what is still held.
   s.set_sink(sink);
+  { cs.reduce_dtype() } -> std::same_as<torch::ScalarType>;  // the pieces' dtype
   s.add_grad(i, grad);
   s.flush();
   // Gather before use and release after: the forward calls these around each block's
@@ -49,8 +50,9 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
   s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
-  { cs.gathered_bytes() } -> std::same_as<std::int64_t>;               // whole weights held now
-  { s.take_gather_stats() } -> std::same_as<typename S::GatherStats>;  // peak whole, gathers ahead
+  { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
+  // Peak whole, gathers prefetched, reduce-scatters overlapped with backward.
+  { s.take_collective_stats() } -> std::same_as<typename S::CollectiveStats>;
   // Sums over the ranks (the loss), and over the pieces (the gradient norm).
   s.sum(t, std::string_view{});
   { s.sum(v, std::string_view{}) } -> std::same_as<double>;

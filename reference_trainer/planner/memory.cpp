@@ -222,10 +222,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   if (sharded) {
     b.add("weight_shard", weight_shard,
           "this rank's piece of every weight (compute dtype): the weights at rest, the all-gathers' input");
-    // Blocks: one bucket in its reduce-scatter while the next is filled, and the two
-    // outputs (1/world of each) the shard's accumulators add; with Gloo on CUDA, the copy
-    // its reduce-scatter sums. An upper bound while each reduce-scatter is waited for
-    // before the next goes (no measured row peaked in backward_block).
+    // Blocks: when a bucket's reduce-scatter starts, the one before is still in flight
+    // (its pieces are taken when the next goes out): two buckets and their outputs (1/world
+    // of each) at once; with Gloo on CUDA, the copy its reduce-scatter sums (one: the
+    // bucket before's has usually been summed by then). No measured row peaked in
+    // backward_block, so this term is not measured yet.
     const i64 rb = w.reduce_bytes;
     struct Bucket {
       i64 full, out;  // a bucket's full-size gradients, and its 1/world reduce-scatter output

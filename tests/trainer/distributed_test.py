@@ -216,9 +216,17 @@ for offload in ("none", "optimizer", "full"):
         @case(f"{world} ranks, offload = {offload}: every step and the final state match one process")
         def _(work, offload=offload, world=world):
             ref_metrics, _, ref_final = reference(offload)
-            p = torchrun(world, config(work, offload=offload))
+            # Several ranks: buckets of a few parameters, so that several reduce-scatters
+            # run while backward goes on; one rank: the default, one bucket.
+            buckets = ["--dist.bucket-mib=0.01"] if world > 1 else []
+            p = torchrun(world, config(work, offload=offload), *buckets)
             ok(p, "torchrun")
             got = metrics(work)
+            for m in got:
+                overlapped = m["pipeline"]["fsdp_reduces_overlapped"]
+                if (overlapped > 0) != (world > 1):
+                    raise AssertionError(f"step {m['step']}: {overlapped} reduce-scatters overlapped with "
+                                         f"backward, want {'some' if world > 1 else 'none (one bucket)'}")
             same_steps(ref_metrics, got, f"{world} ranks")
             close(ref_final, state(work, 4), f"{world} ranks, step 4")
             pieces = [f for f in os.listdir(os.path.join(work, "out", "checkpoints", "step_4")) if f.startswith("optimizer")]

@@ -363,6 +363,49 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+// Sharded (one Gloo rank of a launcher: every collective of FSDP runs), the updates
+// left when backward ends still run beside the next forward. They write this rank's
+// pieces of the weights, and the forward gathers a block from the pieces, the next
+// block's gather started ahead: both must wait for the pieces' update. A worker slowed
+// down keeps the updates behind, so that the forward does find them pending block
+// after block; a gather that did not wait would read the step before's weights.
+TEST_CASE("full offload, sharded: deferred updates are in the pieces before the forward gathers them") {
+  auto dir = fs::temp_directory_path() / ("primecfg-defer-fsdp-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    train::RunOptions o;
+    o.print = false;
+    o.collect_weights = true;
+    o.device = "cpu";
+    o.bf16 = bf16;
+    train::RunResult plain, ranked;
+    {
+      train::TestSeams seams({.defer = false});
+      plain = train::run_sft(tiny_full(4, 17, 5, dir / "plain"), o);
+    }
+    {
+      train::TestSeams seams({.defer = true, .worker_delay_ms = 2});
+      auto r = o;
+      r.launch.launched = true;
+      r.launch.master_port = 31600 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      ranked = train::run_sft(tiny_full(4, 17, 5, dir / "ranked"), r);
+    }
+    REQUIRE(plain.losses.size() == 5);
+    CHECK(ranked.losses == plain.losses);
+    REQUIRE(ranked.weights.size() == plain.weights.size());
+    for (std::size_t i = 0; i < plain.weights.size(); ++i) {
+      CAPTURE(plain.weights[i].first);
+      CHECK(ranked.weights[i].second == plain.weights[i].second);
+      CHECK(ranked.model_weights[i].second == plain.model_weights[i].second);
+    }
+    // The deferral did happen through the sharding: the forward waited for updates.
+    CHECK(last_figure(dir / "ranked", "defer_wait_s") > 0);
+    CHECK(last_figure(dir / "ranked", "fsdp_gathers_ahead") > 0);
+  }
+  fs::remove_all(dir);
+}
+
 // Deferred updates and checkpoints: a checkpoint taken right after a step whose updates
 // were handed to the next forward must hold the state after them, and a run resumed
 // from it (deferring again) goes on exactly as the uninterrupted one. On this tiny model

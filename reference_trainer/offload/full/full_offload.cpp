@@ -27,10 +27,11 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       cpu_threads_(static_cast<int>(run.offload.cpu_threads.value_or(0))),
       seams_(test_seams::full_offload()) {
   const bool cuda = !device_.is_cpu();
-  // Sharded: the updated weights are all-gathered when the step ends, so no update
-  // is left for the next forward, and the tied embedding is not split (its head
-  // share would be one rank's, before the reduction).
-  defer_ = !dp && seams_.defer.value_or(cuda);
+  // Sharded, the updates write this rank's pieces, which the next forward gathers
+  // block by block: the block hook below waits for a block's pieces before the
+  // sharding's hook gathers it. The tied embedding is not split then: its head share
+  // would be this rank's alone, before the sum over the ranks.
+  defer_ = seams_.defer.value_or(cuda);
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
   const auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
@@ -43,7 +44,13 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
   tied_embeddings_ = model.args().tie_embeddings;
-  block_hook_.before = [this](int block) { wait_for_block(block); };
+  const int layers = model.args().layers;
+  block_hook_.before = [this, layers](int block) {
+    wait_for_block(block);
+    // Sharded: the sharding's hook, next, starts the gather of the block after this
+    // one ahead of its use; that gather reads the pieces this rank updates.
+    if (dp_ && block < layers) wait_for_block(block + 1);
+  };
   rows_hook_ = [this](std::int64_t first, std::int64_t end) { wait_for_head_rows(first, end); };
   block_groups_.resize(static_cast<std::size_t>(model.args().layers));
   for (std::size_t i = 0; i < states_.size(); ++i) {
@@ -194,13 +201,19 @@ std::size_t FullOffloadPipeline::ring_for(std::size_t largest, std::size_t total
 
 void FullOffloadPipeline::start_host_pipeline() {
   const bool cuda = !device_.is_cpu();
-  std::size_t largest = 0, total = 0;
-  for (auto& s : states_) {
-    largest = std::max(largest, s.p->tensor.nbytes());
-    total += s.p->tensor.nbytes();
+  std::size_t largest = 0, total = 0, largest_grad = 0;
+  for (std::size_t i = 0; i < states_.size(); ++i) {
+    const std::size_t n = states_[i].p->tensor.nbytes();
+    largest = std::max(largest, n);
+    total += n;
+    // Sharded, a gradient arrives as this rank's piece in the reduce dtype: larger
+    // than the whole bf16 tensor on one rank with FP32 reductions.
+    largest_grad = std::max(
+        largest_grad,
+        dp_ ? static_cast<std::size_t>(dp_->span(i).per_rank) * c10::elementSize(dp_->reduce_dtype()) : n);
   }
   const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(cuda);
-  grad_ring_ = StagingRing(ring_for(largest, total));
+  grad_ring_ = StagingRing(ring_for(std::max(largest, largest_grad), total));
   grad_ring_buf_ = torch::empty({static_cast<std::int64_t>(grad_ring_.capacity())}, bytes);
   if (cuda) {
     d2h_ = dev::side_stream(device_);
@@ -376,7 +389,9 @@ double FullOffloadPipeline::finish_host_step() {
   cv_.notify_all();
   if (defer) {
     // One micro-batch: the whole norm was summed on the device, in the hooks.
-    const double norm = std::sqrt(device_norm_sq());
+    double norm_sq = device_norm_sq();
+    if (dp_) norm_sq = dp_->sum_pieces(norm_sq, "the sum of the gradient norms");
+    const double norm = std::sqrt(norm_sq);
     std::lock_guard lk(mu_);
     stats_.drain_s = seconds_since(t_drain);
     return norm;

@@ -244,6 +244,8 @@ void FullOffloadPipeline::release_in_order_locked(const StagingRing::Range& r) {
 // FP32 host accumulator; on the last one the parameter is updated right away.
 void FullOffloadPipeline::consume(const Job& job) {
   torch::NoGradGuard ng;
+  if (seams_.worker_delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(seams_.worker_delay_ms));
   const StepContext& c = *job.ctx;
   ParamState& s = states_[job.param];
   const Tensor& w = s.weight;  // sizes: the parameter's, or this rank's piece

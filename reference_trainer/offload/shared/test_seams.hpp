@@ -18,6 +18,9 @@ struct FullOffload {
   // The worker holds that head share back until the next forward names the rows its
   // lookup reads, so that the lookup path runs every step.
   bool hold_head_share = false;
+  // The worker waits this long before each update, so that the next forward finds
+  // the updates of the step before still pending, block after block.
+  int worker_delay_ms = 0;
   // With tied embeddings, the loss walks vocabulary chunks where vocab_chunked_loss
   // says so (false: token chunks, as NoOffload and OptimizerOffload do, so that a
   // comparison with them differs only in the update code).
