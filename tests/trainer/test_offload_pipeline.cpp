@@ -391,6 +391,17 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
       r.launch.master_port = 31600 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
       ranked = train::run_sft(tiny_full(4, 17, 5, dir / "ranked"), r);
     }
+    // A staging ring asked to be as small as it can: it still holds one gradient,
+    // which here is an FP32 piece, twice the bf16 tensor.
+    train::RunResult one_slot;
+    {
+      auto r = o;
+      r.launch.launched = true;
+      r.launch.master_port = 31700 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      r.offload.ring_mib = 1e-6;
+      one_slot = train::run_sft(tiny_full(4, 17, 5, dir / "one-slot"), r);
+    }
+    CHECK(one_slot.losses == plain.losses);
     REQUIRE(plain.losses.size() == 5);
     CHECK(ranked.losses == plain.losses);
     REQUIRE(ranked.weights.size() == plain.weights.size());

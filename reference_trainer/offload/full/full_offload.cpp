@@ -206,14 +206,15 @@ void FullOffloadPipeline::start_host_pipeline() {
     const std::size_t n = states_[i].p->tensor.nbytes();
     largest = std::max(largest, n);
     total += n;
-    // Sharded, a gradient arrives as this rank's piece in the reduce dtype: larger
-    // than the whole bf16 tensor on one rank with FP32 reductions.
     largest_grad = std::max(
         largest_grad,
         dp_ ? static_cast<std::size_t>(dp_->span(i).per_rank) * c10::elementSize(dp_->reduce_dtype()) : n);
   }
   const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(cuda);
-  grad_ring_ = StagingRing(ring_for(std::max(largest, largest_grad), total));
+  // Sized as the planner counts it, but never below one gradient: sharded, a gradient
+  // arrives as this rank's piece in the reduce dtype, which on one rank with FP32
+  // reductions is twice the bf16 tensor (a small offload.ring_mib would not hold it).
+  grad_ring_ = StagingRing(std::max(ring_for(largest, total), ring_for(largest_grad, largest_grad)));
   grad_ring_buf_ = torch::empty({static_cast<std::int64_t>(grad_ring_.capacity())}, bytes);
   if (cuda) {
     d2h_ = dev::side_stream(device_);
