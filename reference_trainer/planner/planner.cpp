@@ -227,8 +227,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
   if (a.world > 1)
     p.notes.push_back(
-        "sharded run: the staging rings of full offload, the tied LM head's gradient buffer, the host "
-        "temporaries and the weights' checkpoint copy are planned at full size on every rank");
+        "sharded run: the staging rings of full offload, the host temporaries and the weights' checkpoint "
+        "copy are planned at full size on every rank");
   return p;
 }
 

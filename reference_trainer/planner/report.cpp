@@ -174,8 +174,8 @@ std::string format_text(const Plan& p, const Advice* advice) {
   out += fmt::format(
       "micro-batch {} x {} tokens ({} per step), {} compute, optimizer {}, activation checkpointing {}\n",
       p.micro_batch, p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer,
-      p.ac ? fmt::format("on (every {} block{})", p.ac_freq == 1 ? std::string() : std::to_string(p.ac_freq),
-                         p.ac_freq == 1 ? "" : "s")
+      p.ac ? (p.ac_freq == 1 ? std::string("on (every block)")
+                             : fmt::format("on (every {} blocks)", p.ac_freq))
            : "off");
   out += fmt::format("GPU: {} ({}); host: {} ({})\n", a.gpu_capacity ? human(*a.gpu_capacity) : "unknown",
                      a.gpu_capacity_source, a.host_capacity ? human(*a.host_capacity) : "unknown",

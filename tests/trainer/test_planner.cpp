@@ -938,4 +938,21 @@ TEST_CASE("planner: a sharded plan's text and JSON") {
   CHECK(text.find("PER NODE (8 ranks)") != std::string::npos);
   CHECK(text.find("reduce-scatter buckets (blocks)") != std::string::npos);
   CHECK(text.find("embedding grad reduce-scatter") != std::string::npos);
+  // A sharded `full` does not split the tied embedding, so it has no head-share buffer;
+  // one process does.
+  CHECK(p.mode(Offload::full).host.term("head_grad") == 0);
+  a.world = 1;
+  a.ranks_per_node.reset();
+  // Pinned: V x D bf16 (297 MiB), rounded up to a power of 2 as the CUDA host allocator does.
+  CHECK(plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a).mode(Offload::full).host.term("head_grad") ==
+        (512ll << 20));
+  // The activation checkpointing line: "every block", "every 2 blocks".
+  auto every2 = fake_config("Qwen/Qwen3-0.6B", 8192);
+  every2.model.ac = ActivationCheckpointConfig{};
+  CHECK(plan::format_text(plan::make_plan(every2, a)).find("activation checkpointing on (every block)") !=
+        std::string::npos);
+  every2.model.ac = ActivationCheckpointConfig{};
+  every2.model.ac->freq = 2;
+  CHECK(plan::format_text(plan::make_plan(every2, a)).find("activation checkpointing on (every 2 blocks)") !=
+        std::string::npos);
 }

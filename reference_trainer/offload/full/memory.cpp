@@ -68,8 +68,9 @@ class FullOffloadMemory final : public MemoryModel {
       t.state.emplace_back("upload_ring");
     }
     // A tied embedding's LM-head gradient lands in a buffer of its own (its update
-    // runs in slices whenever the CPU has nothing else to do).
-    if (w.s.tie_embeddings) {
+    // runs in slices whenever the CPU has nothing else to do). Sharded, the tied
+    // embedding is not split: no such buffer.
+    if (w.s.tie_embeddings && !w.a.sharded()) {
       b.add("head_grad", pin(w.s.vocab_size * w.s.hidden * dt),
             "pinned buffer of the tied LM head's gradient");
       t.state.emplace_back("head_grad");
