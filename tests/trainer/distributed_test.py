@@ -361,6 +361,29 @@ for offload in ("none", "full"):
                                          f"want {want_ahead}")
 
 
+# full offload with one micro-batch a rank splits the tied embedding's update: the LM
+# head's share, summed over the ranks, updates the rows no rank's batch reads as
+# backward starts, each rank its piece; the piece's final gradient then updates the
+# batch's rows. Three ranks cut the 260 x 128 embedding inside rows (pieces of 11,094
+# elements), so a row is shared by two ranks. One process runs the same batch in three
+# micro-batches (no split): the same numbers, up to the sums' order.
+@case("3 ranks, offload = full, one micro-batch each: the tied embedding split over pieces cut inside rows")
+def _(work):
+    flags = ["--data.batch-size=6"]
+    ref = os.path.join(work, "ref")
+    os.makedirs(ref)
+    ok(one(config(ref, offload="full", clip=False), *flags), "one process")
+    ok(torchrun(3, config(work, offload="full", clip=False), *flags), "torchrun")
+    got = metrics(work)
+    same_steps(metrics(ref), got, "3 ranks, split")
+    close(state(ref, 4), state(work, 4), "3 ranks, split, step 4")
+    rows = [m["pipeline"].get("tied_batch_rows") for m in got]
+    if not all(r and r > 0 for r in rows):
+        raise AssertionError(f"tied_batch_rows {rows}: the ranks did not split the tied embedding")
+    if any("tied_batch_rows" in m["pipeline"] for m in metrics(ref)):
+        raise AssertionError("one process with three micro-batches split the tied embedding")
+
+
 # HSDP (model.dp_replicate = 2 over 4 ranks): two shard groups of two ranks, each holding
 # the whole state in two pieces; the gradients summed over the groups. One process's
 # numbers, and a checkpoint of two pieces (the first group's) that any world resumes.

@@ -29,8 +29,7 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   const bool cuda = !device_.is_cpu();
   // Sharded, the updates write this rank's pieces, which the next forward gathers
   // block by block: the block hook below waits for a block's pieces before the
-  // sharding's hook gathers it. The tied embedding is not split then: its head share
-  // would be this rank's alone, before the sum over the ranks.
+  // sharding's hook gathers it.
   defer_ = seams_.defer.value_or(cuda);
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
@@ -39,9 +38,21 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   // accumulators never leave the host.
   states_ = place_state(model, opt, Placement{plain, pinned, false, plain, plain}, dp);
   masters_from_model();
-  if (model.args().tie_embeddings && seams_.split_tied && !dp)
+  if (model.args().tie_embeddings && seams_.split_tied)
     for (std::size_t i = 0; i < states_.size(); ++i)
       if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
+  if (tied_) {
+    const Tensor& w = states_[*tied_].p->tensor;
+    const std::int64_t dim = w.size(1);
+    tied_elem_end_ = w.numel();
+    if (dp) {
+      const ShardSpan& piece = dp->span(*tied_);
+      tied_elem0_ = std::min(piece.offset, w.numel());
+      tied_elem_end_ = std::min(piece.offset + piece.length, w.numel());
+    }
+    tied_row0_ = tied_elem0_ / dim;
+    tied_row_end_ = (tied_elem_end_ + dim - 1) / dim;
+  }
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
   tied_embeddings_ = model.args().tie_embeddings;
   const int layers = model.args().layers;
@@ -138,7 +149,8 @@ void FullOffloadPipeline::begin_step(double lr, std::int64_t step, bool single_m
 void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>& input_ids) {
   last_micro_ = true;
   spans_.forward_begins();
-  if (tied_) request_lookup_rows(input_ids);
+  // Sharded, the lookup gathers the whole embedding: it waits for the whole update.
+  if (tied_ && !dp_) request_lookup_rows(input_ids);
   // The tied embedding is split only with one micro-batch per step: with more,
   // the FP32 accumulator would have to be added row by row as well.
   split_tied_ = tied_ && single_micro_;
@@ -149,6 +161,14 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
     c.in_batch.assign(static_cast<std::size_t>(vocab), 0);
     for (auto id : input_ids)
       if (id >= 0 && id < vocab) c.in_batch[static_cast<std::size_t>(id)] = 1;
+    if (dp_) {
+      // Sharded, the head share is summed over the ranks, and a row is final in it
+      // only when no rank's batch reads it: the union of the ranks' rows.
+      Tensor mine = torch::from_blob(c.in_batch.data(), {vocab}, torch::kInt8).to(dev_.dtype(torch::kInt32));
+      dp_->sum(mine, "the union of the ranks' input ids (the tied embedding's batch rows)");
+      const Tensor any = mine.gt(0).to(torch::kCPU, torch::kInt8).contiguous();
+      std::copy_n(any.data_ptr<std::int8_t>(), vocab, c.in_batch.begin());
+    }
     for (std::int64_t r = 0; r < vocab; ++r)
       if (c.in_batch[static_cast<std::size_t>(r)]) c.batch_rows.push_back(r);
     const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
@@ -224,7 +244,8 @@ void FullOffloadPipeline::start_host_pipeline() {
   }
   if (tied_) {
     const Tensor& w = states_[*tied_].p->tensor;
-    head_buf_ = torch::empty({static_cast<std::int64_t>(w.nbytes())}, bytes);
+    head_buf_ =
+        torch::empty({(tied_elem_end_ - tied_elem0_) * static_cast<std::int64_t>(w.element_size())}, bytes);
     head_slice_rows_ = std::max<std::int64_t>(1, kHeadSliceElements / w.size(1));
     lookup_done_rows_.assign(static_cast<std::size_t>(w.size(0)), 0);
   }
@@ -293,7 +314,8 @@ void FullOffloadPipeline::submit_gradient(std::size_t i, const Tensor& g) {
   if (tied_ && i == *tied_ && head_submitted_) {
     // The other rows were updated from the head's share: only the batch's rows move.
     head_submitted_ = false;
-    stage(i, g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
+    // Sharded, g is this rank's piece (flat): all of it goes (update_piece_batch_rows).
+    stage(i, dp_ ? g : g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
     return;
   }
   stage(i, g, Part::whole);
@@ -354,8 +376,8 @@ std::string FullOffloadPipeline::diagnose_locked(const std::string& what) const 
   std::string busy = busy_ >= 0 ? states_[static_cast<std::size_t>(busy_)].p->name : "nothing";
   std::string head;
   if (head_.active)
-    head = fmt::format("; head share of step {} at row {} of {}", head_.ctx->step, head_.next_row,
-                       states_[*tied_].p->tensor.size(0));
+    head = fmt::format("; head share of step {} at row {} of rows {} to {}", head_.ctx->step, head_.next_row,
+                       tied_row0_, tied_row_end_);
   return fmt::format(
       "offload = \"full\" pipeline: {}; gradients queued {}, processed {}, waiting {}; staging ring "
       "{} of {} bytes in use in {} ranges; worker busy with {}{}",
@@ -453,8 +475,9 @@ void FullOffloadPipeline::wait_for_block(int block) {
       for (auto i : group) {
         // A split tied embedding: the lookup reads only the batch's rows; the LM head
         // waits for its rows in the loss (wait_for_head_rows).
+        // Sharded, the lookup gathers the whole embedding, so it waits for all of it.
         if (block >= 0 && tied_ && i == *tied_) continue;
-        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_;
+        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_ && !dp_;
         if ((lookup_of_tied ? lookup_done_step_ : done_step_[i]) < pending_step_) return false;
       }
       return true;
@@ -478,7 +501,9 @@ void FullOffloadPipeline::wait_for_block(int block) {
 // rows, and the head share's slices (done in row order) up to `end`. With vocabulary
 // chunks the rest of the head share so runs beside the loss's first pass.
 void FullOffloadPipeline::wait_for_head_rows(std::int64_t first, std::int64_t end) {
-  if (!tied_) return;  // not split: the LM head is one job of the head group
+  // Not split: the LM head is one job of the head group. Sharded: the lookup waited
+  // for the whole tied embedding before it was gathered.
+  if (!tied_ || dp_) return;
   const auto t_wait = std::chrono::steady_clock::now();
   const auto h_wait = HostTrace::now();
   dev::Marker uploaded;
@@ -504,7 +529,7 @@ void FullOffloadPipeline::wait_for_head_rows(std::int64_t first, std::int64_t en
       trace_.span("main",
                   fmt::format("wait for block {} (LM head rows {}-{})", block_groups_.size(), first, end),
                   h_wait, HostTrace::now(), pending_step_);
-    if (end >= states_[*tied_].p->tensor.size(0)) pending_step_ = 0;  // the last group
+    if (end >= tied_row_end_) pending_step_ = 0;  // the last group
     stats_.defer_wait_s += seconds_since(t_wait);
   }
   uploaded.wait_on(dev::current_stream(device_));

@@ -190,6 +190,7 @@ class FullOffloadPipeline {
   void update_embedding_rows(const Tensor& grad, bool grad_by_row, const std::vector<std::int64_t>& rows,
                              Tensor rows_dev, const StepContext& c);
   void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last);
+  void update_piece_batch_rows(const Tensor& grad, const StepContext& c);
 
   OptSettings opt_;
   Sharding* dp_;
@@ -217,6 +218,9 @@ class FullOffloadPipeline {
   // and updated last. The largest update (a quarter of Qwen3-0.6B's parameters) then
   // runs beside backward instead of after it.
   std::optional<std::size_t> tied_;  // the tied embedding's index in states_
+  // The tied embedding's elements this rank updates, of the flattened vocab x hidden:
+  // all in one process, its piece when sharded; and the rows they touch.
+  std::int64_t tied_elem0_ = 0, tied_elem_end_ = 0, tied_row0_ = 0, tied_row_end_ = 0;
   Transformer::HeadGradHook head_hook_;
   // The head share of one step: every row outside the step's batch, updated in slices
   // of rows whenever the worker has nothing else it can run, so that it neither holds

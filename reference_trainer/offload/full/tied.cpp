@@ -15,6 +15,8 @@ namespace primecfg::train {
 // head's share of the tied embedding's gradient, copied into head_buf_ and handed to
 // the worker as part of this step's HeadShare. They come in row order: all at once
 // as backward starts, or chunk by chunk during the loss (LossChunks::vocabulary).
+// Sharded, each chunk is first summed over the ranks (each saw other data), and only
+// this rank's piece of it goes to the host.
 void FullOffloadPipeline::submit_head_rows(std::int64_t first_row, const Tensor& rows) {
   if (first_row == 0) {
     {
@@ -31,20 +33,39 @@ void FullOffloadPipeline::submit_head_rows(std::int64_t first_row, const Tensor&
     {
       std::lock_guard lk(mu_);
       head_ = HeadShare{};
+      head_.next_row = head_.done_row = tied_row0_;
       head_.ctx = ctx_;
       head_.active = true;
       ++submitted_;
     }
     head_submitted_ = true;
+    if (tied_row0_ >= tied_row_end_) {
+      // Sharded, this rank's piece is padding only: no row of the share is its own.
+      // It still takes part in the split's sums, as every rank must.
+      std::lock_guard lk(mu_);
+      head_.active = false;
+      tied_head_done_step_ = head_.ctx->step;
+      ++processed_;
+    }
   }
-  const auto row_bytes = static_cast<std::size_t>(rows.size(1) * rows.element_size());
-  dev::Marker ready = copy_to_host(
-      ring_view(head_buf_, static_cast<std::size_t>(first_row) * row_bytes, rows.scalar_type(), rows.sizes()),
-      rows);
+  Tensor share = rows;
+  if (dp_) {
+    share = rows.contiguous().clone();  // the gradient itself goes on into the embedding's
+    dp_->sum(share, "the sum of the LM head's share of the tied embedding's gradient");
+  }
+  // This rank's elements of the chunk (all of it in one process).
+  const std::int64_t dim = rows.size(1), at = first_row * dim;
+  const std::int64_t e0 = std::max(at, tied_elem0_), e1 = std::min(at + rows.numel(), tied_elem_end_);
+  dev::Marker ready;
+  if (e1 > e0)
+    ready =
+        copy_to_host(ring_view(head_buf_, static_cast<std::size_t>((e0 - tied_elem0_) * rows.element_size()),
+                               rows.scalar_type(), {e1 - e0}),
+                     share.reshape({-1}).narrow(0, e0 - at, e1 - e0));
   {
     std::lock_guard lk(mu_);
     head_.parts.push_back({first_row + rows.size(0), std::move(ready)});
-    stats_.d2h_bytes += static_cast<double>(rows.nbytes());
+    stats_.d2h_bytes += static_cast<double>(std::max<std::int64_t>(0, e1 - e0) * rows.element_size());
   }
   cv_.notify_all();
 }
@@ -99,9 +120,10 @@ FullOffloadPipeline::EmbeddingSpans FullOffloadPipeline::embedding_spans(const S
                         out16};
 }
 
+// The head share of this rank's elements, flat: element e of the tied embedding at
+// e - tied_elem0_.
 Tensor FullOffloadPipeline::head_buf_view() const {
-  const Tensor& w = states_[*tied_].p->tensor;
-  return ring_view(head_buf_, 0, w.scalar_type(), w.sizes());
+  return ring_view(head_buf_, 0, states_[*tied_].p->tensor.scalar_type(), {tied_elem_end_ - tied_elem0_});
 }
 
 // Updates the listed rows of the tied embedding and uploads them: the batch's rows
@@ -148,44 +170,122 @@ void FullOffloadPipeline::update_embedding_rows(const Tensor& grad, bool grad_by
 // Rows [first, last) of the tied embedding from the head share: each row outside the
 // step's batch and not yet updated for the lookup is updated; then the whole range
 // is uploaded, the other rows as the bf16 of their masters (the bits the kernel
-// wrote, or will write and upload later for batch rows not done yet).
+// wrote, or will write and upload later for batch rows not done yet). Sharded, only
+// this rank's elements of the rows (its piece may start or end inside a row).
 void FullOffloadPipeline::update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last) {
   ParamState& s = states_[*tied_];
-  Tensor w = s.p->tensor.detach();
-  const bool bf16 = w.scalar_type() == torch::kBFloat16;
-  const bool direct = w.is_cpu() && w.is_contiguous();
-  const std::int64_t dim = w.size(1), rows = last - first;
+  const Tensor flat = s.weight.reshape({-1});  // the weights this rank writes: element e at e - base
+  const bool bf16 = flat.scalar_type() == torch::kBFloat16;
+  const bool direct = flat.is_cpu() && flat.is_contiguous();
+  const std::int64_t dim = s.p->tensor.size(1), base = tied_elem0_;
+  const std::int64_t e0 = std::max(first * dim, tied_elem0_), e1 = std::min(last * dim, tied_elem_end_);
+  if (e1 <= e0) return;
   Tensor out;
-  if (bf16 && !direct) out = upload_slot(w.scalar_type(), {rows, dim});
-  auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? w : out).data_ptr()) : nullptr;
+  if (bf16 && !direct) out = upload_slot(flat.scalar_type(), {e1 - e0});
+  auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? flat : out).data_ptr()) : nullptr;
+  const std::int64_t out_base = direct ? base : e0;  // out16 holds element e at e - out_base
   const EmbeddingSpans run = embedding_spans(c, head_buf_view(), out16);
   const float* master = s.master.data_ptr<float>();
   auto skip = [&](std::int64_t r) {
     return c.in_batch[static_cast<std::size_t>(r)] || lookup_done_rows_[static_cast<std::size_t>(r)];
   };
   const auto t_kernel = std::chrono::steady_clock::now();
-  pool_->parallel_for(rows, std::max<std::int64_t>(1, cpu::kDefaultGrain / dim),
-                      [&](std::int64_t b, std::int64_t e) {
-                        for (std::int64_t r = first + b; r < first + e;) {
-                          if (skip(r)) {
-                            if (out16 && !direct)
-                              cpu::float_to_bf16(master + r * dim, out16 + (r - first) * dim, dim);
-                            ++r;
-                            continue;
-                          }
-                          const std::int64_t from = r;
-                          while (r < first + e && !skip(r)) ++r;
-                          run(from * dim, from * dim, (direct ? from : from - first) * dim,
-                              (r - from) * dim);  // out: rows [first, last)
-                        }
-                      });
-  count_update(t_kernel, w.is_cpu() ? 0 : static_cast<std::size_t>(rows * dim) * w.element_size());
-  if (w.is_cpu() && bf16) return;  // the kernel wrote the rows
+  pool_->parallel_for(
+      last - first, std::max<std::int64_t>(1, cpu::kDefaultGrain / dim), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = first + b; r < first + e;) {
+          if (skip(r)) {
+            const std::int64_t from = std::max(r * dim, e0), to = std::min((r + 1) * dim, e1);
+            if (out16 && !direct && to > from)
+              cpu::float_to_bf16(master + (from - base), out16 + (from - out_base), to - from);
+            ++r;
+            continue;
+          }
+          const std::int64_t row = r;
+          while (r < first + e && !skip(r)) ++r;
+          const std::int64_t from = std::max(row * dim, e0), to = std::min(r * dim, e1);
+          if (to > from) run(from - base, from - base, from - out_base, to - from);
+        }
+      });
+  count_update(t_kernel, flat.is_cpu() ? 0 : static_cast<std::size_t>(e1 - e0) * flat.element_size());
+  if (flat.is_cpu() && bf16) return;  // the kernel wrote the rows
   queue_upload(
-      [to = w.narrow(0, first, rows), from = bf16 ? out : s.master.narrow(0, first, rows)] {
+      [to = flat.narrow(0, e0 - base, e1 - e0),
+       from = bf16 ? out : s.master.reshape({-1}).narrow(0, e0 - base, e1 - e0)] {
         to.copy_(from, /*non_blocking=*/true);
       },
-      bf16 && !w.is_cpu());
+      bf16 && !flat.is_cpu());
+}
+
+// Sharded: the batch's rows of this rank's piece, from the piece's final gradient
+// (`grad`, flat, element e at e - tied_elem0_). Whole rows go up through one
+// index_copy_; the rows the piece's ends cut (two at most) apart.
+void FullOffloadPipeline::update_piece_batch_rows(const Tensor& grad, const StepContext& c) {
+  ParamState& s = states_[*tied_];
+  const Tensor flat = s.weight.reshape({-1});
+  const bool bf16 = flat.scalar_type() == torch::kBFloat16;
+  const bool direct = flat.is_cpu() && flat.is_contiguous();
+  const std::int64_t dim = s.p->tensor.size(1), base = tied_elem0_;
+  struct Span {
+    std::int64_t row, from, to, out;  // elements [from, to) of `row`, at `out` in the upload slot
+  };
+  std::vector<Span> spans;
+  std::int64_t total = 0;
+  for (auto r : c.batch_rows) {
+    const std::int64_t from = std::max(r * dim, tied_elem0_), to = std::min((r + 1) * dim, tied_elem_end_);
+    if (to <= from) continue;
+    spans.push_back({r, from, to, total});
+    total += to - from;
+  }
+  if (spans.empty()) return;
+  Tensor out;
+  if (bf16 && !direct) out = upload_slot(flat.scalar_type(), {total});
+  auto* out16 = bf16 ? reinterpret_cast<std::uint16_t*>((direct ? flat : out).data_ptr()) : nullptr;
+  const EmbeddingSpans run = embedding_spans(c, grad, out16);
+  const auto t_kernel = std::chrono::steady_clock::now();
+  pool_->parallel_for(static_cast<std::int64_t>(spans.size()),
+                      std::max<std::int64_t>(1, cpu::kDefaultGrain / dim),
+                      [&](std::int64_t b, std::int64_t e) {
+                        for (std::int64_t j = b; j < e; ++j) {
+                          const Span& p = spans[static_cast<std::size_t>(j)];
+                          run(p.from - base, p.from - base, direct ? p.from - base : p.out, p.to - p.from);
+                        }
+                      });
+  count_update(t_kernel, flat.is_cpu() ? 0 : static_cast<std::size_t>(total) * flat.element_size());
+  if (flat.is_cpu() && bf16) return;  // the kernel wrote the rows
+  if (!bf16) {
+    // FP32 weights (tests): the whole piece's master; this upload follows the earlier ones.
+    queue_upload([flat, master = s.master.reshape({-1})] { flat.copy_(master, /*non_blocking=*/true); },
+                 false);
+    return;
+  }
+  std::vector<std::int64_t> whole;  // rows whole in the piece, in slot order (consecutive there)
+  std::int64_t whole_at = -1;
+  std::vector<Span> cut;
+  for (const Span& p : spans) {
+    if (p.to - p.from == dim) {
+      if (whole.empty()) whole_at = p.out;
+      whole.push_back(p.row);
+    } else {
+      cut.push_back(p);
+    }
+  }
+  const std::int64_t row0 = (tied_elem0_ + dim - 1) / dim;  // the piece's first whole row
+  queue_upload(
+      [this, flat, out, whole = std::move(whole), whole_at, cut = std::move(cut), row0, dim, base]() mutable {
+        for (const Span& p : cut)
+          flat.narrow(0, p.from - base, p.to - p.from)
+              .copy_(out.narrow(0, p.out, p.to - p.from), /*non_blocking=*/true);
+        if (whole.empty()) return;
+        const auto k = static_cast<std::int64_t>(whole.size());
+        for (auto& r : whole) r -= row0;
+        const std::int64_t rows_in_piece = (tied_elem_end_ / dim) - row0;
+        Tensor rows_dev = to_device(whole, {k}, device_);  // queued on h2d_
+        flat.narrow(0, row0 * dim - base, rows_in_piece * dim)
+            .view({rows_in_piece, dim})
+            .index_copy_(0, rows_dev, out.narrow(0, whole_at, k * dim).view({k, dim}).to(device_, true));
+        rows_dev.record_stream(*h2d_);
+      },
+      true);
 }
 
 }  // namespace primecfg::train

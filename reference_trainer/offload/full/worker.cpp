@@ -108,7 +108,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
   const bool head_ready = part && part->ready.reached();
   // The lookup's rows may lie anywhere: it waits for the whole share (the copies
   // land in order, so for the last one).
-  if (runnable && head_.lookup && head_.copied_rows() == states_[*tied_].p->tensor.size(0) &&
+  if (runnable && head_.lookup && head_.copied_rows() >= tied_row_end_ &&
       head_.parts.back().ready.reached()) {
     w.kind = Work::Kind::head_lookup;
     w.rows = std::move(*head_.lookup);
@@ -116,7 +116,10 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
     head_.lookup.reset();
     return w;
   }
-  if (!queue_.empty()) {
+  // Sharded, the next forward gathers the whole tied embedding first: its head share
+  // goes before the other updates, unless a hook waits for staging room.
+  const bool head_first = dp_ && head_ready && ring_waiters_ == 0;
+  if (!queue_.empty() && !head_first) {
     // Copies land in the order they were queued: the landed jobs are a prefix.
     while (landed_ < queue_.size() && queue_[landed_].ready.reached()) ++landed_;
     if (landed_ > 0 || !head_ready) {
@@ -130,7 +133,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
   if (head_ready) {  // a slice within the copied part
     w.kind = Work::Kind::head_slice;
     w.first = head_.next_row;
-    w.last = std::min(part->end_row, w.first + head_slice_rows_);
+    w.last = std::min({part->end_row, w.first + head_slice_rows_, tied_row_end_});
     w.head_ready = part->ready;
     head_.next_row = w.last;
     return w;
@@ -146,8 +149,8 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
 // forward asks for its lookup rows (then only those run) and then until the loss
 // asks for its rows, so that both of those waits matter every step.
 bool FullOffloadPipeline::head_runnable_locked() const {
-  const bool rows_left = head_.active && head_.next_row < head_.copied_rows();
-  if (!rows_left || !seams_.hold_head_share || draining_) return rows_left;
+  const bool rows_left = head_.active && head_.next_row < std::min(head_.copied_rows(), tied_row_end_);
+  if (!rows_left || !seams_.hold_head_share || draining_ || dp_) return rows_left;
   return (head_.lookup && head_.lookup_requested) || head_.rows_requested;
 }
 
@@ -194,7 +197,7 @@ void FullOffloadPipeline::finish_work_locked(const Work& w, std::int64_t step) {
     }
     case Work::Kind::head_slice:
       head_.done_row = w.last;  // slices are handed out and finished in row order
-      if (w.last < states_[*tied_].p->tensor.size(0) && !error_) return;
+      if (w.last < tied_row_end_ && !error_) return;
       head_.active = false;
       tied_head_done_step_ = step;
       settle_tied_locked(step);
@@ -256,6 +259,10 @@ void FullOffloadPipeline::consume(const Job& job) {
     acc_valid_[job.param] = 0;
     if (!c.single_micro) gsq_host_ += s.grad.square().sum().item<double>();
     update_host(job.param, s.grad, c);
+    return;
+  }
+  if (job.part == Part::batch_rows && dp_) {
+    update_piece_batch_rows(ring_view(grad_ring_buf_, job.slot.offset, job.dtype, {w.numel()}), c);
     return;
   }
   if (job.part == Part::batch_rows) {
