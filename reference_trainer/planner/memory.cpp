@@ -345,10 +345,20 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     b.add("embed_grad_out", V * D * dt, "the embedding's gradient (with a tied LM head's, summed)");
   }
 
+  // Sharded full offload with a tied embedding and one micro-batch a rank splits the
+  // embedding's update: the LM head's share of its gradient is summed over the ranks in
+  // a copy (the gradient itself goes on into the embedding's): a vocabulary chunk of it
+  // at a time in the forward's loss, or all of it as backward starts.
+  const UpdateAt update_at = mode.update_at(w);
+  const bool split_tied = sharded && s.tie_embeddings && update_at == UpdateAt::host && w.micro_batches == 1;
+  const bool by_vocabulary = mode.loss_walk(w) == LossWalk::vocabulary;
+  if (split_tied)
+    b.add("head_share_sum", (by_vocabulary ? vocab_chunk_rows(w.ce_chunk, V, N) : V) * D * dt,
+          "the LM head's share of the tied embedding's gradient, summed over the ranks in a copy");
+
   // --- Optimizer step -----------------------------------------------------------
   // (The global gradient norm is a multi-tensor reduction to one scalar per tensor.)
   // An update on the host leaves no temporaries on the device.
-  const UpdateAt update_at = mode.update_at(w);
   if (update_at != UpdateAt::host) {
     i64 update = 0;
     for (const auto& p : w.params) update = std::max(update, update_transient(w.opt, p));
@@ -367,11 +377,12 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const std::string held = sharded && !w.reshard_after_forward ? "blocks_whole" : "";
   if (sharded) b.phase("forward_block", with({"activations", "mask", "inputs", "blocks_whole"}));
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
-                           "ce_chunk", held}));
+                           "ce_chunk", held, by_vocabulary ? "head_share_sum" : ""}));
   // The gradient buckets (absent at world 1) fill from the gradient hooks: the blocks'
   // through the blocks' backward, a root parameter's when its gradient comes (the
   // LM head's here unless it is the tied embedding, whose gradient waits).
-  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward", held}));
+  b.phase("backward_head", with({"activations", "mask", "inputs", "final_norm", "ce_backward", held,
+                                 by_vocabulary ? "" : "head_share_sum"}));
   if (sharded && !s.tie_embeddings)
     b.phase("head_reduce", with({"activations", "mask", "inputs", "final_norm", "head_grad_out", held,
                                  "grad_buckets_root"}));

@@ -99,6 +99,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"embed_grad_held", "  tied LM-head gradient held"},
       {"head_grad_out", "LM-head gradient into its bucket"},
       {"embed_grad_out", "embedding gradient into its bucket"},
+      {"head_share_sum", "tied head's share, summed over ranks"},
       {"step_transient", "optimizer-step temporaries"},
   };
   return l;

@@ -4,6 +4,7 @@
 // out-of-memory advice, and sharded runs (the FP32 state per rank, host per node).
 #include "base/strict_json.hpp"
 #include "distributed/launch.hpp"
+#include "nn/loss_chunking.hpp"
 #include "options.hpp"
 #include "planner/machine.hpp"
 #include "planner/planner.hpp"
@@ -938,14 +939,24 @@ TEST_CASE("planner: a sharded plan's text and JSON") {
   CHECK(text.find("PER NODE (8 ranks)") != std::string::npos);
   CHECK(text.find("reduce-scatter buckets (blocks)") != std::string::npos);
   CHECK(text.find("embedding grad reduce-scatter") != std::string::npos);
-  // A sharded `full` does not split the tied embedding, so it has no head-share buffer;
-  // one process does.
-  CHECK(p.mode(Offload::full).host.term("head_grad") == 0);
+  // A sharded `full` splits the tied embedding over the pieces: each rank's head-share
+  // buffer holds its piece (pinned, rounded up to a power of 2 as the CUDA host
+  // allocator does: V x D / 8 bf16, 37 MiB, takes 64 MiB); one process's the whole
+  // (297 MiB: 512 MiB). With one micro-batch a rank (8 ranks, 8 micro-batches) the
+  // head's share is summed over the ranks in a copy, a vocabulary chunk at a time in the
+  // forward's loss (8192 tokens: vocabulary chunks).
+  CHECK(p.mode(Offload::full).host.term("head_grad") == (64ll << 20));
+  const auto& fg = p.mode(Offload::full).gpu;
+  CHECK(fg.term("head_share_sum") ==
+        train::vocab_chunk_rows(train::default_ce_chunk_tokens(151936), 151936, 8192) * 1024 * 2);
+  const auto& fwd = fg.phase("forward")->terms;
+  CHECK(std::find(fwd.begin(), fwd.end(), "head_share_sum") != fwd.end());
+  CHECK(p.mode(Offload::none).gpu.term("head_share_sum") == 0);  // none and optimizer do not split
   a.world = 1;
   a.ranks_per_node.reset();
-  // Pinned: V x D bf16 (297 MiB), rounded up to a power of 2 as the CUDA host allocator does.
-  CHECK(plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a).mode(Offload::full).host.term("head_grad") ==
-        (512ll << 20));
+  const auto one = plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a);
+  CHECK(one.mode(Offload::full).host.term("head_grad") == (512ll << 20));
+  CHECK(one.mode(Offload::full).gpu.term("head_share_sum") == 0);  // one process: nothing to sum
   // The activation checkpointing line: "every block", "every 2 blocks".
   auto every2 = fake_config("Qwen/Qwen3-0.6B", 8192);
   every2.model.ac = ActivationCheckpointConfig{};

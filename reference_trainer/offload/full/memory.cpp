@@ -68,11 +68,10 @@ class FullOffloadMemory final : public MemoryModel {
       t.state.emplace_back("upload_ring");
     }
     // A tied embedding's LM-head gradient lands in a buffer of its own (its update
-    // runs in slices whenever the CPU has nothing else to do). Sharded, the tied
-    // embedding is not split: no such buffer.
-    if (w.s.tie_embeddings && !w.a.sharded()) {
-      b.add("head_grad", pin(w.s.vocab_size * w.s.hidden * dt),
-            "pinned buffer of the tied LM head's gradient");
+    // runs in slices whenever the CPU has nothing else to do): this rank's piece of it.
+    if (w.s.tie_embeddings) {
+      b.add("head_grad", pin(shard_numel(w.s.vocab_size * w.s.hidden, w.shard_world) * dt),
+            "pinned buffer of the tied LM head's gradient (this rank's piece)");
       t.state.emplace_back("head_grad");
     }
     // Startup copies the bf16 weights into the FP32 masters through a bf16 host copy;
