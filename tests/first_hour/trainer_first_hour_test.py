@@ -17,6 +17,7 @@ usage: trainer_first_hour_test.py PRIMECFG_TRAIN SOURCE_ROOT
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -132,4 +133,7 @@ def _():
 
 
 print(f"{passed} passed, {len(failed)} failed")
-sys.exit(1 if failed else 0)
+if failed:
+    print(f"the runs are kept in {WORK}")
+    sys.exit(1)
+shutil.rmtree(WORK, ignore_errors=True)

@@ -167,6 +167,7 @@ def case(name):
             fn(work)
             passed += 1
             print(f"ok    {name} ({time.time() - t:.1f} s, largest difference {worst:.2g})")
+            shutil.rmtree(work, ignore_errors=True)  # a CI disk holds the suite only if cases clean up
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next case runs
             failed.append(name)
             print(f"FAIL  {name}: {e}")
@@ -702,4 +703,6 @@ print(f"\n{passed} passed, {len(failed)} failed; largest difference from one pro
 if failed:
     for f in failed:
         print(f"  failed: {f}")
+    print(f"the failed cases' folders are kept under {ROOT}")
     sys.exit(1)
+shutil.rmtree(ROOT, ignore_errors=True)

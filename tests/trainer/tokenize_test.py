@@ -12,6 +12,7 @@ usage: tokenize_test.py PRIMECFG_TRAIN SOURCE_ROOT
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -139,6 +140,7 @@ def main():
     assert p.returncode == 1 and "tokenize_jsonl.py" in p.stderr, p.stderr
     print("ok data errors: truncation reported, loss cut to nothing refused, untokenized chat refused")
     print("4 passed, 0 failed")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
