@@ -13,20 +13,20 @@
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
-  std::string pattern = (fs::temp_directory_path() / "primecfg-trainer-tests-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    std::perror(("mkdtemp " + pattern).c_str());
+  std::string dir = (fs::temp_directory_path() / "primecfg-trainer-tests-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    std::perror(("mkdtemp " + dir).c_str());
     return 2;
   }
-  ::setenv("TMPDIR", pattern.c_str(), 1);
+  ::setenv("TMPDIR", dir.c_str(), 1);
 
   doctest::Context context(argc, argv);
   const int failed = context.run();
   if (context.shouldExit() || failed == 0) {
     std::error_code ec;
-    fs::remove_all(pattern, ec);
+    fs::remove_all(dir, ec);
   } else {
-    std::fprintf(stderr, "the tests' files are kept in %s\n", pattern.c_str());
+    std::fprintf(stderr, "the tests' files are kept in %s\n", dir.c_str());
   }
   return failed;
 }
