@@ -44,7 +44,8 @@ constexpr FieldDecision decisions[] = {
     {"model.ac.freq", used, "which blocks are recomputed"},
     {"model.ac.mode", refused, "selective activation checkpointing"},
     {"model.ac.targets", no_effect, "only selective checkpointing reads it, and that is not implemented"},
-    {"model.ac_offloading", refused, "activation offloading"},
+    {"model.ac_offloading.pin_memory", used, "page-locked host buffers for the offloaded block inputs"},
+    {"model.ac_offloading.max_inflight_activations", used, "the block inputs kept on the device at once"},
     {"model.fused_lm_head_token_chunk_size", used, "the loss chunking"},
     {"model.dp_replicate",
      used,
@@ -258,7 +259,15 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
   if (m.vlm)
     c.refuse("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));
-  if (m.ac_offloading) c.refuse("model.ac_offloading", "activation offloading " + not_impl);
+  // prime-rl's offloading hooks move every tensor saved for backward, which with freq > 1
+  // includes whole blocks' activations; here only the checkpointed blocks' inputs move.
+  if (m.ac_offloading && m.ac && m.ac->freq > 1)
+    c.error(
+        "model.ac.freq",
+        fmt::format("activation offloading (model.ac_offloading) with freq = {} would move the blocks that "
+                    "are not checkpointed too, as prime-rl does; primecfg-train offloads the checkpointed "
+                    "block inputs only: set freq = 1, or ac_offloading = \"None\"",
+                    m.ac->freq));
   if (m.ac && m.ac->mode == AcMode::selective)
     c.refuse("model.ac.mode", "selective activation checkpointing " + not_impl + "; use mode = \"full\"");
   if (m.trust_remote_code)

@@ -17,6 +17,7 @@
 #include "distributed/process_group.hpp"
 #include "distributed/sharding.hpp"
 #include "metrics.hpp"
+#include "nn/activation_offload.hpp"
 #include "nn/hf_weights.hpp"
 #include "nn/loss_chunking.hpp"
 #include "nn/transformer.hpp"
@@ -349,6 +350,10 @@ class Trainer {
     state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, sharding_.get());
     ac_ = cfg_.model.ac.has_value();
     ac_freq_ = ac_ ? cfg_.model.ac->freq : 1;
+    if (const auto& off = cfg_.model.ac_offloading)  // support.cpp: only with ac, freq 1
+      act_offload_ = std::make_unique<ActivationOffload>(
+          setup_.device, args.layers,
+          ActivationOffload::Settings{off->pin_memory, off->max_inflight_activations});
     const std::int64_t seq_len = loader_->options().seq_len;
     ce_chunk_ = ce_chunk_tokens(cfg_.model.fused_lm_head_token_chunk_size, args.vocab_size,
                                 loader_->options().micro_batch_size * seq_len);
@@ -417,8 +422,8 @@ class Trainer {
       // copy engine in queue order, and the forward pass waits for its inputs.
       const auto [in, targets] = inputs(mb);
       if (last) state.begin_last_micro_batch(mb.input_ids);
-      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks), targets, scale, ce_chunk_,
-                               state.loss_hooks(last), state.loss_chunks(targets.numel()));
+      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks, act_offload_.get()), targets,
+                               scale, ce_chunk_, state.loss_hooks(last), state.loss_chunks(targets.numel()));
       if (last) state.before_backward();
       if (last && sharding_) gathered_after_forward = sharding_->gathered_bytes();
       loss.backward();
@@ -465,6 +470,17 @@ class Trainer {
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
+    if (act_offload_) {
+      // Per step; the host peak is one forward pass's (a micro-batch's) block inputs.
+      const ActivationOffload::Stats& a = act_offload_->stats();
+      met.pipeline["ac_offload_to_host_gib"] =
+          static_cast<double>(a.bytes_to_host - act_seen_.bytes_to_host) / GiB;
+      met.pipeline["ac_offload_to_device_gib"] =
+          static_cast<double>(a.bytes_to_device - act_seen_.bytes_to_device) / GiB;
+      met.pipeline["ac_offload_wait_s"] = a.wait_s - act_seen_.wait_s;
+      met.pipeline["ac_offload_host_peak_gib"] = static_cast<double>(a.host_bytes_peak) / GiB;
+      act_seen_ = a;
+    }
     if (sharding_) {
       // What the sharding left whole: after the last forward (the root, plus every
       // block without reshard_after_forward) and between steps (nothing).
@@ -581,6 +597,8 @@ class Trainer {
   std::unique_ptr<Pipeline<Strategy>> state_;
   bool ac_ = false;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;
+  std::unique_ptr<ActivationOffload> act_offload_;  // model.ac_offloading
+  ActivationOffload::Stats act_seen_;               // its counters at the last step's end
   // Where it stands.
   TrainPosition pos_;
   bool endless_ = false;

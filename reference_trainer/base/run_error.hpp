@@ -11,4 +11,10 @@ struct run_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Host memory that could not be had, said by the part that asked for it (what, how
+// much): main.cpp adds the planner's host estimate and what the machine offers.
+struct host_memory_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace primecfg::train

@@ -60,13 +60,18 @@ namespace {
 // the per-batch RoPE tables and mask travel in the autograd context.
 struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const BlockWeights* w,
-                        const BlockContext* c) {
+                        const BlockContext* c, ActivationOffload* offload, std::int64_t slot) {
     ctx->saved_data["w"] = reinterpret_cast<std::int64_t>(w);
     ctx->saved_data["args"] = reinterpret_cast<std::int64_t>(c->args);
     ctx->saved_data["cos"] = c->cos;
     ctx->saved_data["sin"] = c->sin;
     if (c->mask) ctx->saved_data["mask"] = *c->mask;
-    ctx->save_for_backward({x});
+    if (offload) {
+      ctx->saved_data["offload"] = reinterpret_cast<std::int64_t>(offload);
+      ctx->saved_data["handle"] = offload->stash(x, slot);
+    } else {
+      ctx->save_for_backward({x});
+    }
     torch::NoGradGuard no_grad;
     return block_forward(*w, *c, x);
   }
@@ -77,21 +82,26 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
     BlockContext c{reinterpret_cast<const ModelArgs*>(ctx->saved_data["args"].toInt()),
                    ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), std::nullopt};
     if (ctx->saved_data.count("mask")) c.mask = ctx->saved_data["mask"].toTensor();
-    Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    Tensor saved = ctx->saved_data.count("offload")
+                       ? reinterpret_cast<ActivationOffload*>(ctx->saved_data["offload"].toInt())
+                             ->take(ctx->saved_data["handle"].toInt())
+                       : ctx->get_saved_variables()[0];
+    Tensor x = saved.detach().requires_grad_(true);
     Tensor y;
     {
       torch::AutoGradMode grad_on(true);
       y = block_forward(*w, c, x);
     }
     torch::autograd::backward({y}, {grad_out[0]});
-    return {x.grad(), Tensor(), Tensor()};
+    return {x.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 }  // namespace
 
-Tensor checkpointed_block(const Tensor& x, const BlockWeights& w, const BlockContext& c) {
-  return CheckpointedBlock::apply(x, &w, &c);
+Tensor checkpointed_block(const Tensor& x, const BlockWeights& w, const BlockContext& c,
+                          ActivationOffload* offload, std::int64_t slot) {
+  return CheckpointedBlock::apply(x, &w, &c, offload, slot);
 }
 
 }  // namespace primecfg::train

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "model/config.hpp"
+#include "nn/activation_offload.hpp"
 
 #include <torch/torch.h>
 
@@ -33,8 +34,10 @@ struct BlockContext {
 // The block on x [B, T, D], recording the autograd graph as usual.
 torch::Tensor block_forward(const BlockWeights& w, const BlockContext& c, const torch::Tensor& x);
 
-// The block under activation checkpointing: the forward keeps only x; the backward runs
-// the block again and backpropagates through it. w and c.args must outlive the graph.
-torch::Tensor checkpointed_block(const torch::Tensor& x, const BlockWeights& w, const BlockContext& c);
+// The block under activation checkpointing: the forward keeps only x (in `offload` when
+// given, as checkpointed block number `slot`); the backward runs the block again and
+// backpropagates through it. w, c.args and offload must outlive the graph.
+torch::Tensor checkpointed_block(const torch::Tensor& x, const BlockWeights& w, const BlockContext& c,
+                                 ActivationOffload* offload = nullptr, std::int64_t slot = 0);
 
 }  // namespace primecfg::train

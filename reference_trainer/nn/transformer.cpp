@@ -107,7 +107,7 @@ const Tensor& Transformer::lm_head() const {
 // ---------------------------------------------------------------------------
 
 Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq,
-                           const BlockHooks& hooks) {
+                           const BlockHooks& hooks, ActivationOffload* offload) {
   auto before = [&](std::int64_t block) {
     for (const BlockHook* h : hooks)
       if (h && h->before) h->before(static_cast<int>(block));
@@ -130,6 +130,7 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   }
   BlockContext ctx{&a, cos.to(dtype_), sin.to(dtype_), in.mask};
 
+  TORCH_CHECK(!offload || ac_freq == 1, "activation offloading needs every block checkpointed (ac_freq 1)");
   before(-1);
   Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
   after(-1, x);
@@ -137,7 +138,7 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     before(l);
     const BlockWeights& b = blocks_[l];
     const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
-    x = recompute ? checkpointed_block(x, b, ctx) : block_forward(b, ctx, x);
+    x = recompute ? checkpointed_block(x, b, ctx, offload, l) : block_forward(b, ctx, x);
     after(l, x);
   }
   before(a.layers);

@@ -73,9 +73,11 @@ class Transformer {
   // is called in list order; null entries are skipped.
   using BlockHooks = std::vector<const BlockHook*>;
 
-  // Final hidden states [B, T, D] after the last norm.
+  // Final hidden states [B, T, D] after the last norm. With checkpoint_blocks every
+  // ac_freq-th block keeps only its input for backward; `offload` (activation
+  // offloading, which needs ac_freq = 1) keeps those inputs in host memory.
   torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1,
-                       const BlockHooks& hooks = {});
+                       const BlockHooks& hooks = {}, ActivationOffload* offload = nullptr);
   // Receives the LM head's share of the LM head weight's gradient, rows [first_row,
   // first_row + rows.size(0)) of it at a time. With tied embeddings that share is final
   // for every embedding row the batch's input ids do not touch: the input embedding's
