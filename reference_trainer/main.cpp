@@ -486,6 +486,8 @@ int main(int argc, char** argv) {
   } catch (const train::run_error& e) {
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 1;
+  } catch (const train::host_memory_error& e) {
+    return report_host_oom(cfg.value, opts, e.what());
   } catch (const c10::Error& e) {
     if (looks_like_host_oom(e.what_without_backtrace()))
       return report_host_oom(cfg.value, opts, e.what_without_backtrace());
