@@ -38,7 +38,7 @@ std::int64_t ActivationOffload::stash(const Tensor& x, std::int64_t block) {
   slot.device = x;
   on_device_.push_back(block);
   // The last max_inflight blocks' inputs are never released before their backward.
-  if (block < blocks_ - settings_.max_inflight) {
+  if (block < block_inputs_offloaded(blocks_, settings_.max_inflight)) {
     const bool pinned = settings_.pin_memory && device_.is_cuda();
     try {
       slot.host = torch::empty(x.sizes(), torch::TensorOptions().dtype(x.dtype()).pinned_memory(pinned));

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "base/device_streams.hpp"
+#include "nn/activation_window.hpp"
 
 #include <torch/torch.h>
 
@@ -55,12 +56,6 @@ class ActivationOffload {
     double wait_s = 0;                 // forward waited for an earlier copy before releasing its input
   };
   const Stats& stats() const { return stats_; }
-
-  // The host bytes the inputs of one forward pass need (those that leave the device):
-  // what the planner's `activations_offloaded` term predicts.
-  static std::int64_t offloaded_blocks(std::int64_t blocks, std::int64_t max_inflight) {
-    return blocks > max_inflight ? blocks - max_inflight : 0;
-  }
 
  private:
   struct Slot {

@@ -122,6 +122,22 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
           fmt::format("--model.ac (activation checkpointing: each block's forward runs again in "
                       "backward): then model.offload = \"{}\" fits, {} on the GPU",
                       mode_name(m->mode), gib(m->gpu_total)));
+  // Activation offloading: the checkpointed block inputs wait in host memory, all but
+  // a window (it checkpoints every block).
+  if (!cfg.model.ac_offloading) {
+    SFTConfig x = cfg;
+    const bool freq_changes = x.model.ac && x.model.ac->freq != 1;
+    if (!x.model.ac) x.model.ac = ActivationCheckpointConfig{};
+    x.model.ac->freq = 1;
+    x.model.ac_offloading = ActivationOffloadConfig{};
+    if (const ModePlan* m = fits_with(x, p, a))
+      out.changes.push_back(fmt::format(
+          "{}--model.ac-offloading (activation offloading: the checkpointed block inputs wait in host "
+          "memory, "
+          "all but {}): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node",
+          freq_changes ? "--model.ac.freq=1 " : "", ActivationOffloadConfig{}.max_inflight_activations,
+          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node)));
+  }
   // A shorter sequence, a smaller micro-batch: with the config's model.ac, and (when it
   // is off) with it on, which allows longer ones.
   const i64 T = seq_len_of(cfg);
@@ -177,8 +193,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
   }
   if (out.changes.empty())
     out.changes.push_back(
-        "none of --model.ac, a shorter data.seq_len, a smaller micro-batch or up to 1024 ranks makes a mode "
-        "fit");
+        "none of --model.ac, --model.ac-offloading, a shorter data.seq_len, a smaller micro-batch or up to "
+        "1024 ranks makes a mode fit");
   return out;
 }
 

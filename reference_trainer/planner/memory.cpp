@@ -5,6 +5,7 @@
 #include "planner/memory.hpp"
 
 #include "distributed/shard_layout.hpp"
+#include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
 #include "offload/memory_model.hpp"
 
@@ -265,10 +266,19 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const i64 full_tok = bb.full(), ckpt_tok = D * dt;
   const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
   const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;
-  const i64 saved_all = N * (n_ckpt * ckpt_tok + (s.layers - n_ckpt) * full_tok);
+  // Activation offloading keeps a window of block inputs on the device, in the forward
+  // pass (the last ones) and in the backward pass (the one in use and those brought
+  // back ahead of it): the same count either way.
+  const bool offload = ac && w.ac_offload;
+  const i64 kept = offload ? block_inputs_kept(n_ckpt, w.ac_inflight) : n_ckpt;
+  const i64 saved_all = N * (kept * ckpt_tok + (s.layers - n_ckpt) * full_tok);
   const i64 saved_top = N * (top_ckpt ? ckpt_tok : full_tok);
   b.add("activations", saved_all,
-        ac ? "checkpointed block inputs (+ blocks not checkpointed)" : "what every block keeps for backward");
+        offload
+            ? fmt::format(
+                  "checkpointed block inputs on the device: the window of {} (the rest in host memory)", kept)
+        : ac ? "checkpointed block inputs (+ blocks not checkpointed)"
+             : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
   b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0),
         "the last block's full activations during its backward (+ recompute output)");
@@ -397,12 +407,23 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   return b.done();
 }
 
-MemoryPlan host_plan(const Workload& w, const MemoryModel& mode) {
+MemoryPlan host_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   Builder b;
   b.add("runtime", w.a.host_runtime, "LibTorch + CUDA runtime resident in the process");
   b.add("data", w.batch * w.T * 32 + w.N * 32 + w.jsonl_bytes * 9,
         "one step's token vectors (+ a JSONL file's tokens)");
   const HostTerms own = mode.host_terms(w, b);
+  // Activation offloading: one micro-batch's block inputs beyond the device's window,
+  // each a buffer of its own (pinned ones rounded as the pinned allocator does; it
+  // keeps them cached from step to step).
+  if (ac && w.ac_offload) {
+    const i64 input = w.N * w.s.hidden * w.dt;
+    b.add("activations_offloaded",
+          block_inputs_offloaded(checkpointed_blocks(w.s.layers, true, w.ac_freq), w.ac_inflight) *
+              (w.ac_pinned ? pinned_bytes(w, input) : input),
+          w.ac_pinned && w.a.cuda ? "checkpointed block inputs offloaded (pinned)"
+                                  : "checkpointed block inputs offloaded");
+  }
   // Startup: an HF directory's safetensors files are mapped while loading.
   b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
   if (w.ckpt) {
@@ -429,7 +450,9 @@ MemoryPlan host_plan(const Workload& w, const MemoryModel& mode) {
     return v;
   };
   b.phase("startup", {"runtime", "data", "init"});
-  b.phase("step", with(own.step));
+  std::vector<std::string> step = own.step;
+  step.push_back("activations_offloaded");
+  b.phase("step", with(step));
   if (w.ckpt) b.phase("checkpoint", with({"checkpoint"}));
   return b.done();
 }
@@ -439,7 +462,7 @@ ModePlan plan_with(const Workload& w, Offload mode, const MemoryModel& model, bo
   m.mode = mode;
   m.ac = ac;
   m.gpu = gpu_plan(w, model, ac);
-  m.host = host_plan(w, model);
+  m.host = host_plan(w, model, ac);
   // The ranks of one node share its host memory: each is a process with the same plan.
   m.host_node = m.host.peak * w.a.per_node();
   const double slack = m.gpu.peak * w.a.allocator_slack;

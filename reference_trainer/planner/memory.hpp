@@ -38,6 +38,11 @@ struct Workload {
   i64 B = 1, T = 1, N = 1, batch = 1;
   bool ac = false;
   i64 ac_freq = 1;
+  // model.ac_offloading (which needs ac with freq 1): the block inputs beyond a window
+  // of ac_inflight go to host memory, pinned when ac_pinned.
+  bool ac_offload = false;
+  i64 ac_inflight = 5;
+  bool ac_pinned = true;
   bool masked = false;
   i64 ce_chunk = 0;
   i64 micro_batches = 1;  // per optimizer step, on one rank

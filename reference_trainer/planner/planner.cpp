@@ -4,6 +4,7 @@
 // report.cpp, the recommendation advice.cpp, the machine's capacities machine.cpp.
 #include "planner/planner.hpp"
 
+#include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
 #include "planner/memory.hpp"
 
@@ -176,6 +177,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.N = w.B * w.T;
   w.ac = cfg.model.ac.has_value();
   w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
+  if (const auto& off = cfg.model.ac_offloading) {
+    w.ac_offload = true;
+    w.ac_inflight = std::max<i64>(1, off->max_inflight_activations);
+    w.ac_pinned = off->pin_memory;
+  }
   const i64 chunk = ce_chunk_tokens(cfg.model.fused_lm_head_token_chunk_size, shape.vocab_size, w.N);
   w.ce_chunk = std::min(chunk, w.N);
   // A rank's share: each runs batch / micro_batch_size / world of them (the trainer
@@ -196,6 +202,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.optimizer = w.opt.name;
   p.ac = w.ac;
   p.ac_freq = w.ac_freq;
+  if (w.ac && w.ac_offload) {
+    const i64 blocks = checkpointed_blocks(shape.layers, true, w.ac_freq);
+    p.ac_inputs_kept = block_inputs_kept(blocks, w.ac_inflight);
+    p.ac_inputs_offloaded = block_inputs_offloaded(blocks, w.ac_inflight);
+  }
   p.attention_mask = w.masked;
   p.reduce_bytes = static_cast<int>(w.reduce_bytes);
   p.reshard_after_forward = w.reshard_after_forward;

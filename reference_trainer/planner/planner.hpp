@@ -147,6 +147,9 @@ struct Plan {
   std::string optimizer;
   bool ac = false;
   std::int64_t ac_freq = 1;
+  // model.ac_offloading: the block inputs kept on the device (the window) and moved to
+  // host memory, per micro-batch; 0 and 0 without it.
+  std::int64_t ac_inputs_kept = 0, ac_inputs_offloaded = 0;
   bool attention_mask = false;  // packed rows need a document mask
   int reduce_bytes = 4;         // model.reduce_dtype: the gradient buckets' element size
   bool reshard_after_forward = true;

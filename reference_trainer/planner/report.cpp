@@ -81,7 +81,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
       {"init_draw", "startup: fp32 draw"},
-      {"activations", "activations (all blocks)"},
+      {"activations", "activations (on the device)"},
       {"activations_below_top", "  of which below the last block"},
       {"block_recompute", "last block in backward"},
       {"inputs", "inputs + RoPE tables"},
@@ -154,6 +154,7 @@ const std::vector<std::pair<std::string, std::string>>& host_labels() {
       {"upload_ring", "weight upload ring (pinned)"},
       {"head_grad", "tied LM head gradient (pinned)"},
       {"state_transient", "host temporaries"},
+      {"activations_offloaded", "block inputs offloaded (ac)"},
       {"init", "safetensors mapped at startup"},
       {"checkpoint", "checkpoint save copies"},
   };
@@ -173,11 +174,15 @@ std::string format_text(const Plan& p, const Advice* advice) {
   std::string out;
   out += fmt::format("Memory plan: {} ({})\n", p.model_name, shape_line(p));
   out += fmt::format(
-      "micro-batch {} x {} tokens ({} per step), {} compute, optimizer {}, activation checkpointing {}\n",
+      "micro-batch {} x {} tokens ({} per step), {} compute, optimizer {}, activation checkpointing {}{}\n",
       p.micro_batch, p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer,
       p.ac ? (p.ac_freq == 1 ? std::string("on (every block)")
                              : fmt::format("on (every {} blocks)", p.ac_freq))
-           : "off");
+           : "off",
+      p.ac_inputs_kept ? fmt::format(", offloading (model.ac_offloading): {} block inputs to host memory, "
+                                     "{} kept on the device",
+                                     p.ac_inputs_offloaded, p.ac_inputs_kept)
+                       : "");
   out += fmt::format("GPU: {} ({}); host: {} ({})\n", a.gpu_capacity ? human(*a.gpu_capacity) : "unknown",
                      a.gpu_capacity_source, a.host_capacity ? human(*a.host_capacity) : "unknown",
                      a.host_capacity_source);
@@ -349,6 +354,9 @@ std::string format_json(const Plan& p, const Advice* advice) {
       {"optimizer", p.optimizer},
       {"ac", p.ac},
       {"ac_freq", p.ac_freq},
+      {"ac_offloading", p.ac_inputs_kept ? strict_json::ordered{{"inputs_kept", p.ac_inputs_kept},
+                                                                {"inputs_offloaded", p.ac_inputs_offloaded}}
+                                         : strict_json::ordered(nullptr)},
       {"attention_mask", p.attention_mask},
       {"world_size", a.world},
       {"ranks_per_node", a.per_node()},

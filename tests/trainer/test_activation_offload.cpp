@@ -38,7 +38,7 @@ TEST_CASE("activation offloading: each block's input comes back as it left, what
     }
     // Only the inputs older than the window leave the device: twice, once a pass.
     const std::int64_t bytes = 2 * 3 * 4 * 4;
-    const std::int64_t moved = ActivationOffload::offloaded_blocks(blocks, window);
+    const std::int64_t moved = train::block_inputs_offloaded(blocks, window);
     CHECK(off.stats().bytes_to_host == 2 * moved * bytes);
     CHECK(off.stats().bytes_to_device == 2 * moved * bytes);
     CHECK(off.stats().host_bytes_peak == moved * bytes);

@@ -359,6 +359,51 @@ TEST_CASE("planner: activation checkpointing reduces activations and the peak") 
   CHECK(half.mode(Offload::none).gpu.term("activations") < off.mode(Offload::none).gpu.term("activations"));
 }
 
+// Activation offloading: a window of block inputs on the device, the rest in host
+// memory (pinned buffers rounded up as the pinned allocator does); when it is what
+// makes a mode fit, the advice says so.
+TEST_CASE("planner: activation offloading moves all but a window of block inputs to host memory") {
+  auto cfg = fake_config("meta-llama/Llama-3.2-3B", 32768);  // 28 blocks, hidden 3072
+  cfg.model.ac = ActivationCheckpointConfig{};
+  plan::Assumptions a;
+  a.cuda = true;
+  a.pinned_pow2 = true;
+  auto alone = plan::make_plan(cfg, a);
+  cfg.model.ac_offloading = ActivationOffloadConfig{.max_inflight_activations = 3};
+  auto offloaded = plan::make_plan(cfg, a);
+  const std::int64_t input = 32768LL * 3072 * 2;  // one block input, bf16: 192 MiB
+  CHECK(offloaded.ac_inputs_kept == 3);
+  CHECK(offloaded.ac_inputs_offloaded == 25);
+  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+    CAPTURE(m);
+    CHECK(alone.mode(m).gpu.term("activations") == 28 * input);
+    CHECK(offloaded.mode(m).gpu.term("activations") == 3 * input);
+    CHECK(offloaded.mode(m).gpu.term("activations_below_top") == 2 * input);
+    CHECK(alone.mode(m).gpu.peak - offloaded.mode(m).gpu.peak == 25 * input);
+    CHECK(offloaded.mode(m).host.term("activations_offloaded") == 25 * (256LL << 20));  // 192 MiB -> 256
+    CHECK(offloaded.mode(m).host.peak - alone.mode(m).host.peak == 25 * (256LL << 20));
+    CHECK(alone.mode(m).host.term("activations_offloaded") == 0);
+    // With model.ac toggled off there is nothing to offload.
+    CHECK(offloaded.mode(m, true).host.term("activations_offloaded") == 0);
+  }
+  cfg.model.ac_offloading->pin_memory = false;
+  CHECK(plan::make_plan(cfg, a).mode(Offload::none).host.term("activations_offloaded") == 25 * input);
+
+  // Llama-3-8B at 131072 tokens: with checkpointing alone `full` needs 82 GiB of GPU,
+  // with offloading 54: on a 70 GiB GPU only offloading makes a mode fit.
+  auto longer = fake_config("meta-llama/Meta-Llama-3-8B", 131072);
+  longer.model.ac = ActivationCheckpointConfig{};
+  plan::Assumptions h200;
+  h200.cuda = true;
+  h200.gpu_capacity = 70LL << 30;
+  h200.host_capacity = 200LL << 30;
+  auto p = plan::make_plan(longer, h200);
+  const auto advice = plan::advise(longer, p);
+  bool named = false;
+  for (const auto& c : advice.changes) named = named || c.find("--model.ac-offloading") != std::string::npos;
+  CHECK(named);
+}
+
 TEST_CASE("planner: presets have the published parameter counts") {
   CHECK(plan::preset_shape("Qwen/Qwen3-0.6B")->total_params() == 596049920);
   CHECK(plan::preset_shape("meta-llama/Llama-3.2-1B")->total_params() == 1235814400);
