@@ -55,6 +55,9 @@ clean = true  # the demo starts over each time
 name = "primecfg/tiny"
 attn = "sdpa"
 compile = "None"
+# Two blocks at 96 tokens: checkpointing would only add a recompute (prime-rl has both on).
+ac = "None"
+ac_offloading = "None"
 
 [data]
 seq_len = 96

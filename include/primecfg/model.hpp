@@ -169,8 +169,10 @@ struct ModelConfig {
   Dtype optimization_dtype = Dtype::float32;
   Dtype reduce_dtype = Dtype::float32;
   std::optional<CompileConfig> compile = CompileConfig{};
-  std::optional<ActivationCheckpointConfig> ac = std::nullopt;
-  std::optional<ActivationOffloadConfig> ac_offloading = std::nullopt;
+  // On by default, as in prime-rl: at long context the checkpointed block inputs are
+  // what is left on the GPU once the optimizer state has gone.
+  std::optional<ActivationCheckpointConfig> ac = ActivationCheckpointConfig{};
+  std::optional<ActivationOffloadConfig> ac_offloading = ActivationOffloadConfig{};
   std::optional<int_or<LmHeadChunking>> fused_lm_head_token_chunk_size = std::nullopt;
   std::int64_t dp_replicate = 1;
   int_or<ExpertParallel> ep = 1;

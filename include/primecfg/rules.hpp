@@ -192,7 +192,13 @@ inline void model_rules(validation& v, ModelConfig& m) {
       v.error(m.impl, fmt::format("context parallelism (cp = {}) needs impl = \"custom\" or \"auto\"", m.cp));
   }
   if (m.ac_offloading && !m.ac) {
-    if (v.is_set(m.ac))
+    // prime-rl turns checkpointing back on without a word, even when ac = "None" was written.
+    if (v.is_set(m.ac) && !v.is_set(m.ac_offloading))
+      v.error(m.ac,
+              "ac = \"None\" turns activation checkpointing off, but activation offloading "
+              "(model.ac_offloading, on by default) needs it; prime-rl would turn checkpointing back on. "
+              "Turn both off with ac_offloading = \"None\" as well");
+    else if (v.is_set(m.ac))
       v.error(
           m.ac,
           "activation offloading (model.ac_offloading) needs activation checkpointing; remove ac = \"None\"");

@@ -55,10 +55,14 @@ plan::Assumptions exact() {
   return a;
 }
 
-// Fake fixed-length data, one row of seq_len tokens per step, AdamW.
+// Fake fixed-length data, one row of seq_len tokens per step, AdamW; activation
+// checkpointing and offloading off (on by default, as in prime-rl) unless a test turns
+// them on.
 SFTConfig fake_config(std::string model, std::int64_t seq_len) {
   SFTConfig c;
   c.model.name = std::move(model);
+  c.model.ac = std::nullopt;
+  c.model.ac_offloading = std::nullopt;
   FakeDataConfig d;
   d.seq_len = seq_len;
   d.batch_size = 1;
