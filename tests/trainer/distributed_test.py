@@ -69,6 +69,8 @@ name = "primecfg/tiny"
 attn = "sdpa"
 compile = "None"
 offload = "{offload}"
+ac = "None"
+ac_offloading = "None"
 [data]
 seq_len = 32
 batch_size = 8
@@ -276,13 +278,19 @@ def reference_ac(offload):
 # weights are freed after its forward and gathered again for its backward; without it
 # they stay until its backward. Same numbers either way, and the metrics show what was
 # whole: after the forward the root alone, or every weight; between steps nothing.
+# Activation offloading ("offload": a window of one block input, so the tiny model's
+# first block's input goes to host memory and comes back) is checkpointing's arithmetic.
+AC_FLAGS = {False: [], True: ["--model.ac"],
+            "offload": ["--model.ac", "--model.ac-offloading.max-inflight-activations=1"]}
+AC_LABELS = {False: "", True: ", model.ac", "offload": ", model.ac with activation offloading"}
+
 for offload in ("none", "optimizer", "full"):
-    for reshard, ac in ((True, False), (False, False), (True, True)):
-        label = ("reshard_after_forward" if reshard else "no reshard_after_forward") + (", model.ac" if ac else "")
+    for reshard, ac in ((True, False), (False, False), (True, True), (True, "offload")):
+        label = ("reshard_after_forward" if reshard else "no reshard_after_forward") + AC_LABELS[ac]
 
         @case(f"2 ranks, offload = {offload}, {label}: one process's numbers, only the blocks in use whole")
         def _(work, offload=offload, reshard=reshard, ac=ac):
-            flags = ([] if reshard else ["--no-model.reshard-after-forward"]) + (["--model.ac"] if ac else [])
+            flags = ([] if reshard else ["--no-model.reshard-after-forward"]) + AC_FLAGS[ac]
             ref_metrics, _, ref_final = reference(offload) if not ac else reference_ac(offload)
             ok(torchrun(2, config(work, offload=offload), *flags), "torchrun")
             got = metrics(work)
@@ -290,6 +298,9 @@ for offload in ("none", "optimizer", "full"):
             close(ref_final, state(work, 4), "2 ranks, step 4")
             total, root = whole_bytes(work)
             want = root if reshard else total
+            moved = [m["pipeline"].get("ac_offload_to_host_gib", 0) for m in got]
+            if (ac == "offload") != all(v > 0 for v in moved):
+                raise AssertionError(f"block inputs moved to host memory per step: {moved}")
             for step, (after, rest) in enumerate(zip(held_whole(got, "fsdp_whole_after_forward_gib"),
                                                      held_whole(got, "fsdp_whole_at_rest_gib")), 1):
                 if abs(after - want) > 1e-5 * want:
@@ -318,6 +329,8 @@ dist_timeout_seconds = 20
 [model]
 name = {json.dumps(d)}
 offload = "{offload}"
+ac = "None"
+ac_offloading = "None"
 [model.debug]
 random_init = true
 [data]
