@@ -478,7 +478,7 @@ class Trainer {
       met.pipeline["ac_offload_to_device_gib"] =
           static_cast<double>(a.bytes_to_device - act_seen_.bytes_to_device) / GiB;
       met.pipeline["ac_offload_wait_s"] = a.wait_s - act_seen_.wait_s;
-      met.pipeline["ac_offload_host_peak_gib"] = static_cast<double>(a.host_bytes_peak) / GiB;
+      met.pipeline["ac_offload_host_gib"] = static_cast<double>(a.host_bytes) / GiB;
       act_seen_ = a;
     }
     if (sharding_) {

@@ -2,10 +2,12 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -112,6 +114,25 @@ void Marker::synchronize() const {
 }
 
 bool Marker::reached() const { return !ev_ || ev_->query(); }
+
+torch::Tensor exact_pinned(std::int64_t bytes, torch::Device d) {
+  const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+#if defined(PRIMECFG_WITH_CUDA)
+  if (d.is_cuda()) {
+    void* p = nullptr;
+    if (const cudaError_t rc = cudaHostAlloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)),
+                                             cudaHostAllocDefault);
+        rc != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: the error is reported here, not by the next kernel
+      throw std::runtime_error(std::string("cudaHostAlloc: ") + cudaGetErrorString(rc));
+    }
+    return torch::from_blob(
+        p, {bytes}, [](void* q) { cudaFreeHost(q); }, u8);
+  }
+#endif
+  (void)d;
+  return torch::empty({bytes}, u8);
+}
 
 std::string pci_bus_id(torch::Device d) {
 #if defined(PRIMECFG_WITH_CUDA)

@@ -46,6 +46,13 @@ struct StreamScope {
   c10::OptionalStreamGuard guard_;
 };
 
+// Page-locked host memory of exactly `bytes` for copies to and from CUDA device `d`
+// (cudaHostAlloc), as a uint8 tensor that frees it; LibTorch's pinned allocator would
+// round each buffer up to a power of two and keep it cached. Unlike that allocator's
+// buffers, nothing keeps this one alive for a copy still queued: that is the caller's
+// business. Pageable memory for other devices. Throws std::runtime_error on failure.
+torch::Tensor exact_pinned(std::int64_t bytes, torch::Device d);
+
 // PCI bus id of a CUDA device as CUDA reports it ("0000:00:06.0"; follows
 // CUDA_VISIBLE_DEVICES), "" for other devices or builds without CUDA.
 std::string pci_bus_id(torch::Device d);

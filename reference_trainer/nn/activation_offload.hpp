@@ -36,11 +36,14 @@ namespace primecfg::train {
 class ActivationOffload {
  public:
   struct Settings {
-    bool pin_memory = true;         // page-locked host buffers (asynchronous copies)
+    bool pin_memory = true;         // page-locked host memory (asynchronous copies)
     std::int64_t max_inflight = 5;  // block inputs on the device at once
   };
   // `blocks`: the number of checkpointed blocks of a forward pass, in order 0..blocks-1.
   ActivationOffload(torch::Device device, std::int64_t blocks, Settings s);
+  ~ActivationOffload();
+  ActivationOffload(const ActivationOffload&) = delete;
+  ActivationOffload& operator=(const ActivationOffload&) = delete;
 
   // Forward: keeps block `block`'s input x; returns the handle its backward passes to take().
   std::int64_t stash(const torch::Tensor& x, std::int64_t block);
@@ -52,7 +55,7 @@ class ActivationOffload {
   struct Stats {
     std::int64_t bytes_to_host = 0;    // block inputs copied out
     std::int64_t bytes_to_device = 0;  // block inputs brought back
-    std::int64_t host_bytes_peak = 0;  // host memory the inputs of one forward pass held
+    std::int64_t host_bytes = 0;       // the host memory allocated for them
     double wait_s = 0;                 // forward waited for an earlier copy before releasing its input
   };
   const Stats& stats() const { return stats_; }
@@ -63,7 +66,9 @@ class ActivationOffload {
     torch::Tensor host;    // its copy in host memory (absent for the kept last blocks)
     dev::Marker copied;    // the copy to the host is done
     dev::Marker arrived;   // the copy back to the device is done
+    dev::Marker read;      // the last copy out of this slot's host memory is done (kept across passes)
   };
+  torch::Tensor host_slot(std::int64_t block, const torch::Tensor& like);
   void release_oldest();
   void bring_back(Slot& s);
 
@@ -73,7 +78,11 @@ class ActivationOffload {
   dev::MaybeStream to_host_, to_device_;
   std::vector<Slot> slots_;
   std::deque<std::int64_t> on_device_;  // stashed this forward pass and not released, oldest first
-  std::int64_t host_bytes_ = 0;
+  // One host buffer for all offloaded inputs, slot_bytes_ each: allocated once, exactly
+  // (LibTorch's pinned allocator would round every buffer up to a power of two: up to
+  // twice the memory).
+  torch::Tensor arena_;
+  std::int64_t slot_bytes_ = 0;
   Stats stats_;
 };
 

@@ -122,6 +122,17 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
           fmt::format("--model.ac (activation checkpointing: each block's forward runs again in "
                       "backward): then model.offload = \"{}\" fits, {} on the GPU",
                       mode_name(m->mode), gib(m->gpu_total)));
+  // Activation offloading trades GPU memory for host memory: where host memory is what
+  // runs out (full offload keeps the FP32 state there too), the inputs on the GPU fit.
+  if (cfg.model.ac_offloading) {
+    SFTConfig x = cfg;
+    x.model.ac_offloading = std::nullopt;
+    if (const ModePlan* m = fits_with(x, p, a))
+      out.changes.push_back(fmt::format(
+          "--model.ac-offloading=None (the checkpointed block inputs stay on the GPU instead of taking host "
+          "memory): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node",
+          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node)));
+  }
   // Activation offloading: the checkpointed block inputs wait in host memory, all but
   // a window (it checkpoints every block).
   if (!cfg.model.ac_offloading) {

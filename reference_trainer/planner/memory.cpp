@@ -414,16 +414,14 @@ MemoryPlan host_plan(const Workload& w, const MemoryModel& mode, bool ac) {
         "one step's token vectors (+ a JSONL file's tokens)");
   const HostTerms own = mode.host_terms(w, b);
   // Activation offloading: one micro-batch's block inputs beyond the device's window,
-  // each a buffer of its own (pinned ones rounded as the pinned allocator does; it
-  // keeps them cached from step to step).
-  if (ac && w.ac_offload) {
-    const i64 input = w.N * w.s.hidden * w.dt;
+  // in one host buffer allocated to the byte (pinned on CUDA unless pin_memory is off),
+  // held from the first step on.
+  if (ac && w.ac_offload)
     b.add("activations_offloaded",
-          block_inputs_offloaded(checkpointed_blocks(w.s.layers, true, w.ac_freq), w.ac_inflight) *
-              (w.ac_pinned ? pinned_bytes(w, input) : input),
+          block_inputs_offloaded(checkpointed_blocks(w.s.layers, true, w.ac_freq), w.ac_inflight) * w.N *
+              w.s.hidden * w.dt,
           w.ac_pinned && w.a.cuda ? "checkpointed block inputs offloaded (pinned)"
                                   : "checkpointed block inputs offloaded");
-  }
   // Startup: an HF directory's safetensors files are mapped while loading.
   b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
   if (w.ckpt) {
