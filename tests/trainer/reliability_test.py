@@ -337,6 +337,32 @@ def _(work):
            "on --device=cpu", "address-space limit (ulimit -v) is 3.00 GiB")
 
 
+@case("activation offloading's host buffer that cannot be had is said as such, with the planner's host estimate")
+def _(work):
+    if ASAN:
+        print("skip (an AddressSanitizer build cannot start under ulimit -v; the release build runs this case)")
+        return
+    # 40 small blocks at 131,072 tokens: the weights and state take about 130 MB, the 39
+    # offloaded block inputs (FP32 on the CPU) 2.4 GiB, asked for before block 0 computes.
+    model = os.path.join(work, "deep")
+    os.makedirs(model)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3", "vocab_size": 260, "hidden_size": 128, "num_hidden_layers": 40,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 256,
+                   "tie_word_embeddings": True}, f)
+
+    def small_address_space():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    p = subprocess.run(
+        [TRAIN, "--device=cpu", f"--model.name={model}", "--model.debug.random-init", "--data.type=fake",
+         "--data.seq-len=131072", "--data.batch-size=1", "--data.micro-batch-size=1", "--max-steps=1",
+         "--model.ac", "--model.ac-offloading.max-inflight-activations=1", f"--output-dir={work}/out"],
+        capture_output=True, text=True, errors="replace", timeout=300, preexec_fn=small_address_space)
+    expect(p, 1, "error: host memory ran out: activation offloading (model.ac_offloading) could not allocate 2.44 GiB",
+           "39 block inputs of 64.0 MiB", "The planner's host estimate for this config")
+
+
 @case("an environment variable the trainer used to read is noted, naming the option that replaced it")
 def _(work):
     env = dict(os.environ, PRIMECFG_PEAK_TFLOPS="989", PRIMECFG_OFFLOAD_TIMEOUT_S="5", PRIMECFG_EVENT_POOL="0")
