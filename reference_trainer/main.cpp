@@ -136,8 +136,9 @@ std::string config_summary() {
       "below are SFTConfig's, as in prime-rl; a run without a config file starts from the embedded default "
       "(--print-default).\n";
   out += fmt::format("Sections: {}.\nThe fields set most often:\n", fmt::join(sections, ", "));
-  for (const char* flag : {"model.name", "model.offload", "model.ac", "data.seq-len", "data.batch-size",
-                           "data.micro-batch-size", "optim.lr", "max-steps", "output-dir", "ckpt.interval"}) {
+  for (const char* flag :
+       {"model.name", "model.offload", "model.ac", "model.ac-offloading", "data.seq-len", "data.batch-size",
+        "data.micro-batch-size", "optim.lr", "max-steps", "output-dir", "ckpt.interval"}) {
     for (const auto& e : entries) {
       const std::string head = std::string("  --") + flag;
       if (e.rfind(head, 0) == 0 && (e[head.size()] == ' ' || e[head.size()] == '\n')) {

@@ -129,7 +129,7 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
     x.model.ac_offloading = std::nullopt;
     if (const ModePlan* m = fits_with(x, p, a))
       out.changes.push_back(fmt::format(
-          "--model.ac-offloading=None (the checkpointed block inputs stay on the GPU instead of taking host "
+          "--no-model.ac-offloading (the checkpointed block inputs stay on the GPU instead of taking host "
           "memory): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node",
           mode_name(m->mode), gib(m->gpu_total), gib(m->host_node)));
   }
