@@ -163,13 +163,28 @@ TEST_CASE("GPU: bf16 full offload with staging rings that hold one tensor learns
 // or released while its copy still read it, gives other numbers; the same run without
 // offloading is the reference, in every mode, FP32 and bf16. Six blocks (the tiny
 // preset has two), so that windows of one and two blocks leave inputs to move.
-TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in every offload mode") {
-  if (!have_cuda()) return;
+namespace {
+
+// `c` on a six-block model (random weights) with checkpointing, and with activation
+// offloading when a window is given.
+SFTConfig on_six_blocks(SFTConfig c, std::optional<std::int64_t> window) {
   const fs::path model_dir = out_dir("six-blocks");
   fs::create_directories(model_dir);
   std::ofstream(model_dir / "config.json") << R"({"model_type": "qwen3", "vocab_size": 260, "hidden_size": 64,
     "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
     "intermediate_size": 96, "tie_word_embeddings": true})";
+  c.model.name = model_dir.string();
+  c.model.debug = ModelDebugConfig{.random_init = true};
+  c.model.ac = ActivationCheckpointConfig{};
+  c.model.ac_offloading = std::nullopt;
+  if (window) c.model.ac_offloading = ActivationOffloadConfig{.max_inflight_activations = *window};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in every offload mode") {
+  if (!have_cuda()) return;
   AdamWConfig a;
   a.lr = 2e-3;
   a.max_norm = std::nullopt;
@@ -178,12 +193,7 @@ TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in eve
       CAPTURE(bf16);
       CAPTURE(mode);
       auto cfg = [&](const std::string& name, std::optional<std::int64_t> window) {
-        SFTConfig c = config(mode, name, a, 2);
-        c.model.name = model_dir.string();
-        c.model.debug = ModelDebugConfig{.random_init = true};
-        c.model.ac = ActivationCheckpointConfig{};
-        if (window) c.model.ac_offloading = ActivationOffloadConfig{.max_inflight_activations = *window};
-        return c;
+        return on_six_blocks(config(mode, name, a, 2), window);
       };
       auto alone = train::run_sft(cfg("ac-alone", std::nullopt), gpu(bf16));
       for (std::int64_t window : {1, 2}) {
@@ -214,12 +224,18 @@ TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in eve
 // filters split at commas: the names have none).
 namespace {
 
-void one_nccl_rank(Offload mode, int micro, bool clip) {
+// `offloaded`: six blocks with activation offloading (a window of one), against one
+// process with the same.
+void one_nccl_rank(Offload mode, int micro, bool clip, bool offloaded) {
   AdamWConfig a;
   a.lr = 2e-3;
   a.max_norm = clip ? std::optional<double>(0.05) : std::nullopt;
   SFTConfig plain_cfg = config(mode, "nccl-plain", a, micro);
   SFTConfig ranked_cfg = config(mode, "nccl-ranked", a, micro);
+  if (offloaded) {
+    plain_cfg = on_six_blocks(plain_cfg, 1);
+    ranked_cfg = on_six_blocks(ranked_cfg, 1);
+  }
   ranked_cfg.ckpt = CheckpointConfig{};
   ranked_cfg.ckpt->interval = 3;
   auto plain = train::run_sft(plain_cfg, gpu(false));
@@ -232,20 +248,29 @@ void one_nccl_rank(Offload mode, int micro, bool clip) {
   CHECK(d.weight_abs < (mode == Offload::full ? 1e-4 : 1e-6));
   CHECK(d.loss_rel < (mode == Offload::full ? 1e-4 : 1e-6));
   CHECK(fs::exists(ranked_cfg.output_dir / "checkpoints" / "step_6" / "manifest.json"));
+  if (offloaded) {  // the rank did move block inputs
+    std::ifstream metrics(ranked_cfg.output_dir / "metrics.jsonl");
+    std::string line, last;
+    while (std::getline(metrics, line)) last = line;
+    CHECK(last.find("\"ac_offload_to_host_gib\":") != std::string::npos);
+    CHECK(last.find("\"ac_offload_to_host_gib\":0,") == std::string::npos);
+  }
 }
 
 }  // namespace
 
-#define NCCL_VARIANT(NAME, MODE, MICRO, CLIP)          \
-  TEST_CASE("GPU NCCL rank: " NAME* doctest::skip()) { \
-    if (have_cuda()) one_nccl_rank(MODE, MICRO, CLIP); \
+#define NCCL_VARIANT(NAME, MODE, MICRO, CLIP, OFFLOADED)          \
+  TEST_CASE("GPU NCCL rank: " NAME* doctest::skip()) {            \
+    if (have_cuda()) one_nccl_rank(MODE, MICRO, CLIP, OFFLOADED); \
   }
-NCCL_VARIANT("none - one micro-batch", Offload::none, 4, false)
-NCCL_VARIANT("none - two micro-batches - clipping", Offload::none, 2, true)
-NCCL_VARIANT("optimizer - one micro-batch - updates in the hooks", Offload::optimizer, 4, false)
-NCCL_VARIANT("optimizer - two micro-batches - clipping", Offload::optimizer, 2, true)
-NCCL_VARIANT("full - one micro-batch", Offload::full, 4, false)
-NCCL_VARIANT("full - two micro-batches", Offload::full, 2, false)
+NCCL_VARIANT("none - one micro-batch", Offload::none, 4, false, false)
+NCCL_VARIANT("none - two micro-batches - clipping", Offload::none, 2, true, false)
+NCCL_VARIANT("optimizer - one micro-batch - updates in the hooks", Offload::optimizer, 4, false, false)
+NCCL_VARIANT("optimizer - two micro-batches - clipping", Offload::optimizer, 2, true, false)
+NCCL_VARIANT("full - one micro-batch", Offload::full, 4, false, false)
+NCCL_VARIANT("full - two micro-batches", Offload::full, 2, false, false)
+NCCL_VARIANT("optimizer - six blocks - activation offloading", Offload::optimizer, 2, false, true)
+NCCL_VARIANT("full - six blocks - activation offloading", Offload::full, 2, false, true)
 
 TEST_CASE("GPU: one rank through NCCL trains as one process does, in every offload mode") {
   // Without CUDA the children skip: the spawning is still checked.
@@ -255,7 +280,9 @@ TEST_CASE("GPU: one rank through NCCL trains as one process does, in every offlo
                             "optimizer - one micro-batch - updates in the hooks",
                             "optimizer - two micro-batches - clipping",
                             "full - one micro-batch",
-                            "full - two micro-batches"};
+                            "full - two micro-batches",
+                            "optimizer - six blocks - activation offloading",
+                            "full - six blocks - activation offloading"};
   for (const char* v : variants) {
     CAPTURE(v);
     const std::string cmd = "'" + self.string() + "' --no-skip '-tc=GPU NCCL rank: " + v + "' >" +
