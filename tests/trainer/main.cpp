@@ -1,4 +1,4 @@
-// The trainer tests' main: every test writes under one fresh temporary folder
+// The trainer tests' main (CPU and GPU suites): every test writes under one fresh temporary folder
 // (TMPDIR points there while they run), removed when they all pass and kept,
 // with its path printed, when one fails. A CI disk holds the suite's repeated
 // runs (CPU paths, sanitizers) only if each run cleans up after itself.

@@ -13,7 +13,6 @@
 // (test seam): the vocabulary walk rounds gradients differently, which Adam's first
 // update magnifies by up to lr/eps where a gradient is about 0 (tests/trainer/
 // test_training.cpp derives it); the walk as run is held on the losses.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "test_seams.hpp"
 #include "trainer.hpp"
 
