@@ -63,7 +63,8 @@ std::int64_t ActivationOffload::stash(const Tensor& x, std::int64_t block) {
   TORCH_CHECK(block >= 0 && block < blocks_, "activation offloading: block ", block, " of ", blocks_);
   if (block == 0) {  // a new forward pass: whatever an earlier one left (no backward ran) goes
     for (Slot& s : slots_) {
-      s.copied.synchronize();  // the copy may still read the device input
+      s.copied.synchronize();   // the copy out may still read the device input
+      s.arrived.synchronize();  // a copy back (a backward that stopped part-way) may still write it
       s = Slot{Tensor(), Tensor(), {}, {}, s.read};
     }
     on_device_.clear();
