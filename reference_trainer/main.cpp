@@ -3,10 +3,13 @@
 // Reads an SFTConfig (or a TrainerConfig with [data.fake]) through primecfg,
 // rejects what the trainer does not implement, and trains. Without config files
 // it runs the embedded default: a tiny model learning to reverse text on the CPU.
+#include "calibrate.hpp"
+#include "checkpoint/dir.hpp"
 #include "command_line.hpp"
 #include "options.hpp"
 #include "planner/machine.hpp"
 #include "planner/planner.hpp"
+#include "planner/profile.hpp"
 #include "support.hpp"
 #include "trainer.hpp"
 
@@ -429,10 +432,52 @@ int main(int argc, char** argv) {
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
   if (!cfg.ok()) return 1;
 
+  if (opts.calibrate) {
+    if (launch.several()) {
+      std::fprintf(stderr,
+                   "primecfg-train: error: --calibrate measures one process; run it without a launcher\n");
+      return 2;
+    }
+    try {
+      train::CalibrateRequest req;
+      req.config = cfg.value;
+      req.models.push_back(cfg.value.model.name);
+      for (const auto& m : opts.calibrate_models)
+        if (std::find(req.models.begin(), req.models.end(), m) == req.models.end()) req.models.push_back(m);
+      req.run = run;
+      req.command = "primecfg-train";
+      for (const auto& a : argv_list) req.command += " " + a;
+      req.progress = [](const std::string& line) { std::fprintf(stderr, "calibrate: %s\n", line.c_str()); };
+      const auto profile = train::calibrate(req);
+      train::replace_file(
+          *opts.calibrate,
+          "# A machine profile for primecfg-train --plan-profile (planner/profile.hpp), written "
+          "by --calibrate.\n" +
+              train::plan::profile_toml(profile));
+      std::fprintf(stderr, "calibrate: wrote %s\n", opts.calibrate->c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "primecfg-train: error: --calibrate: %s\n", e.what());
+      return 1;
+    }
+  }
+
   if (opts.plan) {
     try {
       auto a = machine(opts);
       train::plan::apply_ranks(a, opts, train::Launch::from_environment());
+      // Step times from a machine profile: the one given, else the shipped one.
+      static train::plan::MachineProfile profile;
+      if (opts.plan_profile) {
+        profile = train::plan::read_profile(*opts.plan_profile);
+        a.profile_source = opts.plan_profile->string();
+        a.profile = &profile;
+      } else if (const auto& shipped = train::plan::shipped_profile()) {
+        profile = *shipped;
+        a.profile_source = "shipped with primecfg (--plan-profile or --calibrate for this machine)";
+        a.profile = &profile;
+      }
+      a.cpu_threads = opts.offload.cpu_threads;
       auto plan = train::plan::make_plan(cfg.value, a);
       const auto advice = train::plan::advise(cfg.value, plan);
       return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan, &advice)

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -135,6 +136,9 @@ struct TrainerOptions {
   std::optional<double> plan_host_memory = std::nullopt;
   std::optional<std::int64_t> plan_world_size = std::nullopt;
   std::optional<std::int64_t> plan_ranks_per_node = std::nullopt;
+  std::optional<std::filesystem::path> plan_profile = std::nullopt;
+  std::optional<std::filesystem::path> calibrate = std::nullopt;
+  std::vector<std::string> calibrate_models = {};
   bool memory_check = true;
   std::optional<double> peak_tflops = std::nullopt;
   OffloadOptions offload = {};
@@ -165,6 +169,14 @@ struct TrainerOptions {
               "Ranks on one node for --plan, whose host memory they share (None: LOCAL_WORLD_SIZE of "
               "the launcher, else the world size).",
               ge(1)),
+        field(&T::plan_profile,
+              "Machine profile for --plan's step times, written by --calibrate (None: the profile shipped "
+              "with primecfg, measured on an H200 machine)."),
+        field(&T::calibrate,
+              "Train nothing: measure this machine for the planner's step times (the config's model, "
+              "seq_len and optimizer; --calibrate-models adds models) and write the profile here."),
+        field(&T::calibrate_models,
+              "More models (presets or HF directories) whose blocks --calibrate times, beside model.name."),
         field(&T::memory_check,
               "Stop a CUDA run before loading anything when the planner predicts it will not fit."),
         field(&T::peak_tflops, "Peak dense bf16 TFLOP/s of the device for MFU (None: known GPUs only).",
@@ -186,7 +198,10 @@ struct TrainerOptions {
       if (plan_host_memory) v.error(plan_host_memory, "only applies with --plan");
       if (plan_world_size) v.error(plan_world_size, "only applies with --plan");
       if (plan_ranks_per_node) v.error(plan_ranks_per_node, "only applies with --plan");
+      if (plan_profile) v.error(plan_profile, "only applies with --plan");
     }
+    if (!calibrate && !calibrate_models.empty()) v.error(calibrate_models, "only applies with --calibrate");
+    if (calibrate && plan) v.error(calibrate, "--calibrate and --plan are two runs: give one");
   }
 
   // The index N of "cuda:N"; nullopt for anything else.

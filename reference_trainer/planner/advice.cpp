@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <variant>
 
 namespace primecfg::train::plan {
@@ -15,16 +16,43 @@ using i64 = std::int64_t;
 
 std::string gib(i64 bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
-// The modes from the fastest to the slowest. Without a step-time model this is the
-// order the measurements give (docs/performance.md: none, then optimizer, which
-// streams the moments over PCIe, then full, whose CPU update sets the step time).
+// The modes from the fastest to the slowest. With a machine profile the step-time
+// model orders them; without one, the order the measurements give (docs/performance.md:
+// none, then optimizer, which streams the moments over PCIe, then full, whose CPU
+// update sets the step time).
 constexpr Offload kBySpeed[] = {Offload::none, Offload::optimizer, Offload::full};
 
-const ModePlan* fastest_fit(const std::vector<ModePlan>& modes) {
+std::vector<const ModePlan*> by_speed(const std::vector<ModePlan>& modes) {
+  std::vector<const ModePlan*> out;
   for (Offload o : kBySpeed)
     for (const auto& m : modes)
-      if (m.mode == o && m.fits()) return &m;
-  return nullptr;
+      if (m.mode == o) out.push_back(&m);
+  if (std::all_of(out.begin(), out.end(), [](const ModePlan* m) { return m->time.has_value(); }))
+    std::stable_sort(out.begin(), out.end(),
+                     [](const ModePlan* x, const ModePlan* y) { return x->time->step < y->time->step; });
+  return out;
+}
+
+// The fastest mode that fits; a mode predicted within 2% of it (inside the model's
+// error) is preferred when it comes first in kBySpeed: it keeps more on the GPU and
+// needs less of the host.
+const ModePlan* fastest_fit(const std::vector<ModePlan>& modes) {
+  const ModePlan* best = nullptr;
+  for (const ModePlan* m : by_speed(modes))
+    if (m->fits()) {
+      best = m;
+      break;
+    }
+  if (!best || !best->time) return best;
+  for (Offload o : kBySpeed)
+    for (const auto& m : modes)
+      if (m.mode == o && m.fits() && m.time->step <= 1.02 * best->time->step) return &m;
+  return best;
+}
+
+std::string step_of(const ModePlan& m) {
+  if (!m.time) return "";
+  return fmt::format(", predicted step {:.3f} s ({})", m.time->step, m.time->bound);
 }
 
 std::string cost_of(Offload mode, const Plan& p) {
@@ -93,15 +121,26 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
   }
   if (const ModePlan* m = fastest_fit(p.modes)) {
     out.mode = m->mode;
-    std::string why = fmt::format("the fastest mode that fits ({} of {} on the GPU); {}", gib(m->gpu_total),
-                                  gib(*a.gpu_capacity), cost_of(m->mode, p));
-    for (Offload faster : kBySpeed) {
-      if (faster == m->mode) break;
-      const ModePlan& f = p.mode(faster);
-      why += fmt::format(". {} does not fit: {}", mode_name(faster),
-                         !f.gpu_fits.value_or(true)
-                             ? fmt::format("{} on the GPU", gib(f.gpu_total))
-                             : fmt::format("{} of host memory per node", gib(f.host_node)));
+    std::string why = fmt::format("the fastest mode that fits ({} of {} on the GPU{}); {}", gib(m->gpu_total),
+                                  gib(*a.gpu_capacity), step_of(*m), cost_of(m->mode, p));
+    for (const ModePlan* f : by_speed(p.modes)) {
+      if (f == m) continue;
+      if (!f->fits()) {
+        // Only the modes that would have come first are worth saying they do not fit.
+        if (f->time ? f->time->step < m->time->step
+                    : std::find(std::begin(kBySpeed), std::end(kBySpeed), f->mode) <
+                          std::find(std::begin(kBySpeed), std::end(kBySpeed), m->mode))
+          why += fmt::format(". {} does not fit: {}", mode_name(f->mode),
+                             !f->gpu_fits.value_or(true)
+                                 ? fmt::format("{} on the GPU", gib(f->gpu_total))
+                                 : fmt::format("{} of host memory per node", gib(f->host_node)));
+      } else if (f->time && m->time) {
+        // What another mode that fits would cost: the trade a user weighs.
+        const double saved = static_cast<double>(m->gpu_total - f->gpu_total) / (1 << 30);
+        why += fmt::format(". {}: {} {:.2f} GiB of GPU memory for {:+.0f}% step time ({:.3f} s)",
+                           mode_name(f->mode), saved >= 0 ? "saves" : "takes", std::abs(saved),
+                           100 * (f->time->step / m->time->step - 1), f->time->step);
+      }
     }
     out.summary = fmt::format("Recommended: model.offload = \"{}\": {}.", mode_name(m->mode), why);
     if (cfg.model.offload != m->mode)
@@ -120,8 +159,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
     if (const ModePlan* m = fastest_fit(p.modes_other))
       out.changes.push_back(
           fmt::format("--model.ac (activation checkpointing: each block's forward runs again in "
-                      "backward): then model.offload = \"{}\" fits, {} on the GPU",
-                      mode_name(m->mode), gib(m->gpu_total)));
+                      "backward): then model.offload = \"{}\" fits, {} on the GPU{}",
+                      mode_name(m->mode), gib(m->gpu_total), step_of(*m)));
   // Activation offloading trades GPU memory for host memory: where host memory is what
   // runs out (full offload keeps the FP32 state there too), the inputs on the GPU fit.
   if (cfg.model.ac_offloading) {
@@ -130,8 +169,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
     if (const ModePlan* m = fits_with(x, p, a))
       out.changes.push_back(fmt::format(
           "--no-model.ac-offloading (the checkpointed block inputs stay on the GPU instead of taking host "
-          "memory): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node",
-          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node)));
+          "memory): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node{}",
+          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node), step_of(*m)));
   }
   // Activation offloading: the checkpointed block inputs wait in host memory, all but
   // a window (it checkpoints every block).
@@ -145,9 +184,9 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
       out.changes.push_back(fmt::format(
           "{}--model.ac-offloading (activation offloading: the checkpointed block inputs wait in host "
           "memory, "
-          "all but {}): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node",
+          "all but {}): then model.offload = \"{}\" fits, {} on the GPU, {} of host memory per node{}",
           freq_changes ? "--model.ac.freq=1 " : "", ActivationOffloadConfig{}.max_inflight_activations,
-          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node)));
+          mode_name(m->mode), gib(m->gpu_total), gib(m->host_node), step_of(*m)));
   }
   // A shorter sequence, a smaller micro-batch: with the config's model.ac, and (when it
   // is off) with it on, which allows longer ones.

@@ -7,6 +7,7 @@
 #include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
 #include "planner/memory.hpp"
+#include "planner/step_time.hpp"
 
 #include <fmt/format.h>
 
@@ -26,6 +27,7 @@ using detail::BlockBytes;
 using detail::checkpointed_blocks;
 using detail::optimizer_info;
 using detail::plan_mode;
+using detail::step_time;
 using detail::Workload;
 
 // ---------------------------------------------------------------------------
@@ -227,6 +229,10 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
     p.modes.push_back(plan_mode(w, m, w.ac));
     p.modes_other.push_back(plan_mode(w, m, !w.ac));
+    if (a.profile) {
+      p.modes.back().time = step_time(w, m, w.ac, *a.profile);
+      p.modes_other.back().time = step_time(w, m, !w.ac, *a.profile);
+    }
   }
 
   if (w.masked)

@@ -10,6 +10,7 @@
 #include "model/config.hpp"
 #include "nn/loss_chunking.hpp"
 #include "options.hpp"
+#include "planner/profile.hpp"
 
 #include <primecfg/offload.hpp>
 #include <primecfg/sft.hpp>
@@ -82,6 +83,11 @@ struct Assumptions {
   // dist.backend = "gloo" on CUDA: Gloo's reduce-scatter sums a copy of each bucket.
   bool bucket_copy = false;
   std::string world_source = "--plan-world-size", ranks_per_node_source = "--plan-ranks-per-node";
+  // The step-time model's machine (nullptr: no step times) and full's CPU threads per
+  // rank (--offload.cpu-threads; nullopt: the cores per rank less one, as the trainer).
+  const MachineProfile* profile = nullptr;
+  std::string profile_source;
+  std::optional<std::int64_t> cpu_threads;
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };
 
@@ -118,6 +124,22 @@ struct MemoryPlan {
   const Phase* phase(std::string_view name) const;
 };
 
+// One rank's predicted step in one mode (step_time.cpp; docs/memory-planner.md,
+// "Step time"), from a machine profile. Seconds per optimizer step, all micro-batches.
+struct StepTime {
+  double forward = 0, recompute = 0, backward = 0;  // GPU compute (recompute: model.ac)
+  double gpu_update = 0;                            // the optimizer on the GPU (none, optimizer)
+  double link = 0;                  // host <-> device copies of the mode (moments; gradients and weights)
+  double cpu_update = 0;            // full: the CPU update
+  double collectives = 0;           // sharded runs: gathers and reduce-scatters (stated bandwidth)
+  double ac_offload = 0;            // model.ac_offloading: the block inputs out and back
+  double step = 0;                  // what the overlaps leave
+  std::string bound;                // what sets the step: "GPU compute", "PCIe", "CPU update", "collectives"
+  double tokens_per_s = 0;          // this rank's
+  double mfu = 0;                   // as the trainer reports it (its FLOP count, the profile's peak)
+  std::vector<std::string> unsure;  // where the prediction rests on less than a measurement
+};
+
 struct ModePlan {
   Offload mode = Offload::none;
   bool ac = false;  // activation checkpointing as planned here
@@ -126,6 +148,7 @@ struct ModePlan {
   std::int64_t gpu_total = 0;  // gpu.peak with allocator slack + CUDA context: what the device must hold
   std::int64_t host_node = 0;  // host.peak of every rank on one node: what the node must hold
   std::optional<bool> gpu_fits, host_fits;  // per rank's GPU; per node's host
+  std::optional<StepTime> time;             // with a machine profile
   bool fits() const { return gpu_fits.value_or(true) && host_fits.value_or(true); }
 };
 

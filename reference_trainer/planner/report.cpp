@@ -169,6 +169,55 @@ void mode_section(std::string& out, const std::vector<ModePlan>& modes) {
 
 }  // namespace
 
+namespace {
+
+std::string seconds(double s) { return s < 1 ? fmt::format("{:.3f} s", s) : fmt::format("{:.2f} s", s); }
+
+// The step-time model's prediction per mode: what each part takes, what overlaps
+// leave, and where the model is unsure.
+void step_time_section(std::string& out, const Plan& p) {
+  const auto& prov = p.assumptions.profile->provenance;
+  out += fmt::format("\nStep time, predicted{} (profile: {}, {}, measured {}; {})\n",
+                     p.assumptions.world > 1 ? " per rank" : "", prov.device, prov.machine, prov.measured_at,
+                     p.assumptions.profile_source);
+  mode_section(out, p.modes);
+  auto row = [&](std::string_view name, auto get) {
+    out += fmt::format("  {:<34}", name);
+    for (const auto& m : p.modes) {
+      const double v = get(*m.time);
+      out += fmt::format("{:>13}", v > 0 ? seconds(v) : "-");
+    }
+    out += "\n";
+  };
+  row("forward (GPU)", [](const StepTime& t) { return t.forward; });
+  row("recompute (model.ac)", [](const StepTime& t) { return t.recompute; });
+  row("backward (GPU)", [](const StepTime& t) { return t.backward; });
+  row("optimizer on the GPU", [](const StepTime& t) { return t.gpu_update; });
+  row("PCIe copies of the mode", [](const StepTime& t) { return t.link; });
+  row("CPU update", [](const StepTime& t) { return t.cpu_update; });
+  row("collectives", [](const StepTime& t) { return t.collectives; });
+  row("activation offloading copies", [](const StepTime& t) { return t.ac_offload; });
+  row("STEP (with overlaps)", [](const StepTime& t) { return t.step; });
+  out += fmt::format("  {:<34}", "  bound by");
+  for (const auto& m : p.modes) out += fmt::format("{:>13}", m.time->bound);
+  out += "\n";
+  out += fmt::format("  {:<34}", "tokens/s");
+  for (const auto& m : p.modes) out += fmt::format("{:>13.0f}", m.time->tokens_per_s);
+  out += "\n";
+  out += fmt::format("  {:<34}", "MFU");
+  for (const auto& m : p.modes) out += fmt::format("{:>12.1f}%", 100 * m.time->mfu);
+  out += "\n";
+  std::vector<std::string> said;
+  for (const auto& m : p.modes)
+    for (const auto& u : m.time->unsure)
+      if (std::find(said.begin(), said.end(), u) == said.end()) {
+        said.push_back(u);
+        out += "  unsure: " + u + "\n";
+      }
+}
+
+}  // namespace
+
 std::string format_text(const Plan& p, const Advice* advice) {
   const auto& a = p.assumptions;
   std::string out;
@@ -258,6 +307,13 @@ std::string format_text(const Plan& p, const Advice* advice) {
   for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.host_fits));
   out += "\n";
 
+  if (p.modes.front().time)
+    step_time_section(out, p);
+  else
+    out +=
+        "\nStep time: not predicted: no machine profile (primecfg-train --calibrate=FILE measures this "
+        "machine, --plan-profile=FILE uses it).\n";
+
   out += fmt::format("\nWith model.ac {}:\n", p.ac ? "off" : "on (freq 1)");
   mode_section(out, p.modes_other);
   out += fmt::format("  {:<34}", "peak allocated");
@@ -266,6 +322,11 @@ std::string format_text(const Plan& p, const Advice* advice) {
   out += fmt::format("  {:<34}", "fits (GPU and host)");
   for (const auto& m : p.modes_other) out += fmt::format("{:>13}", m.fits() ? "yes" : "NO");
   out += "\n";
+  if (p.modes_other.front().time) {
+    out += fmt::format("  {:<34}", "predicted step");
+    for (const auto& m : p.modes_other) out += fmt::format("{:>13}", seconds(m.time->step));
+    out += "\n";
+  }
 
   std::vector<std::string> fit;
   for (const auto& m : p.modes)
@@ -319,8 +380,27 @@ ordered json_modes(const std::vector<ModePlan>& modes) {
     host["node_peak_bytes"] = m.host_node;  // every rank of one node: what host.fits compares
     host["node_peak_gib"] = gib(m.host_node);
     host["fits"] = or_null(m.host_fits);
-    out.push_back(
-        {{"offload", mode_name(m.mode)}, {"ac", m.ac}, {"gpu", gpu}, {"host", host}, {"fits", m.fits()}});
+    ordered time = nullptr;
+    if (const auto& t = m.time)
+      time = {{"step_s", t->step},
+              {"bound", t->bound},
+              {"tokens_per_s", t->tokens_per_s},
+              {"mfu", t->mfu},
+              {"forward_s", t->forward},
+              {"recompute_s", t->recompute},
+              {"backward_s", t->backward},
+              {"gpu_update_s", t->gpu_update},
+              {"link_s", t->link},
+              {"cpu_update_s", t->cpu_update},
+              {"collectives_s", t->collectives},
+              {"ac_offload_s", t->ac_offload},
+              {"unsure", t->unsure}};
+    out.push_back({{"offload", mode_name(m.mode)},
+                   {"ac", m.ac},
+                   {"gpu", gpu},
+                   {"host", host},
+                   {"fits", m.fits()},
+                   {"step_time", time}});
   }
   return out;
 }
@@ -387,6 +467,12 @@ std::string format_json(const Plan& p, const Advice* advice) {
         {"saved_without_ac", act.saved_without_ac},
         {"saved_with_ac", act.saved_with_ac},
         {"ce_chunk_tokens", act.ce_chunk_tokens}}},
+      {"step_time_profile", a.profile ? ordered{{"device", a.profile->provenance.device},
+                                                {"machine", a.profile->provenance.machine},
+                                                {"measured_at", a.profile->provenance.measured_at},
+                                                {"commit", a.profile->provenance.commit},
+                                                {"source", a.profile_source}}
+                                      : ordered(nullptr)},
       {"modes", json_modes(p.modes)},
       {"modes_ac_toggled", json_modes(p.modes_other)},
       {"fits", fits},

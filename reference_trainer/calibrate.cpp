@@ -1,0 +1,436 @@
+// --calibrate (calibrate.hpp): what the step-time model needs, measured here.
+#include "calibrate.hpp"
+
+#include "base/device_streams.hpp"
+#include "base/run_error.hpp"
+#include "model/config.hpp"
+#include "optim/cpu/cpu_optim.hpp"
+#include "optim/cpu/thread_pool.hpp"
+#include "primecfg_commit.h"
+#include "trainer.hpp"
+
+#include <primecfg/cli.hpp>
+#include <primecfg/dump.hpp>
+#include <primecfg/load.hpp>
+#include <primecfg/report.hpp>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace primecfg::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using plan::MachineProfile;
+using Clock = std::chrono::steady_clock;
+
+struct Sizes {
+  std::int64_t copy_bytes;     // device and host memory, PCIe
+  std::int64_t update_params;  // GPU and CPU optimizer updates
+  std::vector<std::int64_t> attention_lengths;
+  std::int64_t attention_heads;
+  int reps;
+};
+
+Sizes sizes_for(torch::Device d) {
+  if (d.is_cuda())
+    return {1ll << 30, 1ll << 28, {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}, 16, 5};
+  // A CPU "device": the same measurements, small enough for a test.
+  return {16ll << 20, 1ll << 22, {64, 128, 256}, 2, 2};
+}
+
+// Seconds per call of fn: one call to warm up, then `reps` timed together.
+template <class Fn>
+double seconds_per_call(torch::Device d, int reps, Fn&& fn) {
+  fn();
+  if (d.is_cuda()) dev::synchronize(dev::current_stream(d));
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  if (d.is_cuda()) dev::synchronize(dev::current_stream(d));
+  return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      return pos == std::string::npos ? line : line.substr(pos + 2);
+    }
+  return "unknown CPU";
+}
+
+double mem_total_gib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemTotal:") return kb / (1024.0 * 1024.0);
+  return 0;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+// --- Microbenchmarks --------------------------------------------------------
+
+double device_memory_gbs(torch::Device d, const Sizes& z) {
+  auto a = torch::empty({z.copy_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(d));
+  auto b = torch::empty_like(a);
+  a.fill_(1);
+  const double s = seconds_per_call(d, z.reps, [&] { b.copy_(a); });
+  return 2.0 * static_cast<double>(z.copy_bytes) / s / 1e9;
+}
+
+double gpu_adamw_rate(torch::Device d, const Sizes& z, torch::ScalarType compute) {
+  const int tensors = 16;
+  const std::int64_t each = z.update_params / tensors;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(d);
+  std::vector<torch::Tensor> p, g, m, v, w;
+  for (int i = 0; i < tensors; ++i) {
+    p.push_back(torch::randn({each}, f32));
+    g.push_back(torch::randn({each}, f32));
+    m.push_back(torch::zeros({each}, f32));
+    v.push_back(torch::zeros({each}, f32));
+    w.push_back(torch::empty({each}, f32.dtype(compute)));
+  }
+  auto step = torch::full({}, 1.0, f32);
+  std::vector<torch::Tensor> steps(tensors, step);
+  // As offload/shared/device_update.cpp: one fused AdamW, then the compute weights.
+  const double s = seconds_per_call(d, z.reps, [&] {
+    at::_fused_adamw_(p, g, m, v, {}, steps, 1e-4, 0.9, 0.999, 0.01, 1e-8, false, false);
+    for (int i = 0; i < tensors; ++i) w[i].copy_(p[i]);
+  });
+  return static_cast<double>(z.update_params) / s;
+}
+
+std::vector<plan::AttentionTiming> attention(torch::Device d, const Sizes& z, torch::ScalarType dtype,
+                                             const std::function<void(const std::string&)>& say) {
+  std::vector<plan::AttentionTiming> out;
+  torch::AutoGradMode grad(true);
+  for (std::int64_t dh : {std::int64_t{64}, std::int64_t{128}})
+    for (std::int64_t T : z.attention_lengths) {
+      auto o = torch::TensorOptions().dtype(dtype).device(d);
+      auto q = torch::randn({1, z.attention_heads, T, dh}, o).requires_grad_();
+      auto k = torch::randn({1, z.attention_heads, T, dh}, o).requires_grad_();
+      auto v = torch::randn({1, z.attention_heads, T, dh}, o).requires_grad_();
+      auto go = torch::randn({1, z.attention_heads, T, dh}, o);
+      const int reps = T >= 65536 ? 2 : z.reps;
+      const double f = seconds_per_call(d, reps, [&] {
+        torch::NoGradGuard ng;
+        (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      });
+      const double fb = seconds_per_call(d, reps, [&] {
+        auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+        y.backward(go);
+      });
+      const double flops =
+          2.0 * static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(z.attention_heads * dh);
+      plan::AttentionTiming a;
+      a.seq_len = T;
+      a.head_dim = dh;
+      a.forward_tflops = flops / f / 1e12;
+      a.backward_tflops = 2.5 * flops / std::max(fb - f, 1e-9) / 1e12;
+      out.push_back(a);
+      if (say)
+        say(fmt::format("attention T={} head_dim={}: forward {:.0f}, backward {:.0f} TFLOP/s", T, dh,
+                        a.forward_tflops, a.backward_tflops));
+    }
+  return out;
+}
+
+// Copies between host (pinned) and device, alone and both ways at once.
+void link(torch::Device d, const Sizes& z, plan::LinkProfile& l) {
+  auto host_up = dev::exact_pinned(z.copy_bytes, d), host_down = dev::exact_pinned(z.copy_bytes, d);
+  auto dev_a = torch::empty({z.copy_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(d));
+  auto dev_b = torch::empty_like(dev_a);
+  host_up.fill_(1);
+  auto up_stream = dev::side_stream(d), down_stream = dev::side_stream(d);
+  auto up = [&] {
+    dev::StreamScope s(up_stream);
+    dev_a.copy_(host_up, /*non_blocking=*/true);
+  };
+  auto down = [&] {
+    dev::StreamScope s(down_stream);
+    host_down.copy_(dev_b, /*non_blocking=*/true);
+  };
+  auto timed = [&](auto&& queue) {
+    queue();
+    dev::synchronize(up_stream);
+    dev::synchronize(down_stream);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < z.reps; ++i) queue();
+    dev::synchronize(up_stream);
+    dev::synchronize(down_stream);
+    return std::chrono::duration<double>(Clock::now() - t0).count() / z.reps;
+  };
+  const double gb = static_cast<double>(z.copy_bytes) / 1e9;
+  l.h2d_gbs = gb / timed(up);
+  l.d2h_gbs = gb / timed(down);
+  // Both at once: each direction's rate is its bytes over the time both took.
+  const double both = timed([&] {
+    up();
+    down();
+  });
+  l.h2d_both_gbs = gb / both;
+  l.d2h_both_gbs = gb / both;
+  // Pageable host memory: a plain tensor, synchronous.
+  auto pageable = torch::empty({z.copy_bytes}, torch::kUInt8);
+  pageable.fill_(1);
+  const double s = seconds_per_call(d, z.reps, [&] { dev_a.copy_(pageable); });
+  l.pageable_factor = std::min(1.0, gb / s / l.h2d_gbs);
+}
+
+// Keeps copies running both ways until stopped: what the CPU update competes with in
+// offload = "full" (gradients landing, weights going up).
+class CopyLoad {
+ public:
+  CopyLoad(torch::Device d, std::int64_t bytes) : d_(d) {
+    if (!d.is_cuda()) {
+      src_ = torch::empty({bytes}, torch::kUInt8).fill_(1);
+      dst_ = torch::empty({bytes}, torch::kUInt8);
+    } else {
+      up_ = dev::exact_pinned(bytes, d), down_ = dev::exact_pinned(bytes, d);
+      dev_ = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(d));
+      up_stream_ = dev::side_stream(d), down_stream_ = dev::side_stream(d);
+    }
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~CopyLoad() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      if (!d_.is_cuda()) {
+        dst_.copy_(src_);
+        continue;
+      }
+      {
+        dev::StreamScope s(up_stream_);
+        dev_.copy_(up_, true);
+      }
+      {
+        dev::StreamScope s(down_stream_);
+        down_.copy_(dev_, true);
+      }
+      dev::synchronize(up_stream_);
+      dev::synchronize(down_stream_);
+    }
+  }
+  torch::Device d_;
+  torch::Tensor src_, dst_, up_, down_, dev_;
+  dev::MaybeStream up_stream_, down_stream_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+void host(torch::Device d, const Sizes& z, const RunOptions& run, plan::HostProfile& h) {
+  h.cores = usable_cores();
+  h.threads = run.offload.cpu_threads ? *run.offload.cpu_threads : std::max(1, static_cast<int>(h.cores) - 1);
+  cpu::ThreadPool pool(static_cast<int>(h.threads));
+  const std::int64_t n = z.update_params / 4;
+  std::vector<float> master(n, 0.5f), m(n, 0.f), v(n, 0.f);
+  std::vector<std::uint16_t> grad(n, cpu::float_to_bf16(1e-3f)), out(n);
+  const int reps = z.reps;
+  auto rate = [&](auto&& update) {
+    update();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) update();
+    return static_cast<double>(n) * reps / std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  auto adamw = [&] {
+    cpu::parallel_adamw(pool, master.data(), m.data(), v.data(), grad.data(), out.data(), n,
+                        cpu::AdamWStep{});
+  };
+  auto sign = [&] {
+    cpu::parallel_sign_sgd(pool, master.data(), grad.data(), out.data(), n, cpu::SignSGDStep{});
+  };
+  h.adamw_params_per_s = rate(adamw);
+  h.sign_sgd_params_per_s = rate(sign);
+  {
+    CopyLoad load(d, std::min<std::int64_t>(z.copy_bytes, 256ll << 20));
+    h.adamw_busy_params_per_s = rate(adamw);
+    h.sign_sgd_busy_params_per_s = rate(sign);
+  }
+  // Host memory: a parallel copy of the three FP32 arrays' worth.
+  std::vector<float> dst(n);
+  const double s = [&] {
+    auto copy = [&] {
+      pool.parallel_for(n, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+        std::copy(master.begin() + b, master.begin() + e, dst.begin() + b);
+      });
+    };
+    copy();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) copy();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+  }();
+  h.memory_gbs = 2.0 * 4.0 * static_cast<double>(n) / s / 1e9;
+}
+
+// --- Blocks and heads, timed by the trainer -----------------------------------
+
+// The median step time of a run of `layers` blocks of `model` (steps after the third).
+double median_step(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
+                   const fs::path& dir) {
+  // The user's config with the run's shape set as on the command line (so the
+  // config rules see it as they would there).
+  sources base;
+  std::ostringstream text;
+  text << to_toml_table(req.config);
+  base.add_text("<calibration base>", text.str());
+  const std::vector<std::string> args = {"--model.name=" + model,
+                                         "--model.offload=none",
+                                         "--model.debug.num_layers=" + std::to_string(layers),
+                                         "--model.debug.random-init",
+                                         ac ? "--model.ac" : "--model.ac=None",
+                                         "--model.ac-offloading=None",
+                                         "--max-steps=8",
+                                         "--scheduler.warmup-steps=0",
+                                         "--output-dir=" + dir.string(),
+                                         "--ckpt=None"};
+  loaded<SFTConfig> cfg = load_command_line<SFTConfig>(args, base);
+  if (!cfg.ok()) throw std::runtime_error(format_text(cfg.diagnostics, "calibration run"));
+  fs::remove_all(dir);
+  RunOptions run = req.run;
+  run.print = false;
+  run.demo = false;
+  run.resolved_config.clear();
+  run.resolved_options.clear();
+  (void)run_sft(cfg.value, run);
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<double> times;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step_time_s")) times.push_back(j["step_time_s"].get<double>());
+  }
+  fs::remove_all(dir);
+  if (times.size() < 4)
+    throw std::runtime_error("calibration: a run wrote fewer than 4 steps to metrics.jsonl");
+  times.erase(times.begin(), times.begin() + 3);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+MachineProfile calibrate(const CalibrateRequest& req) {
+  const torch::Device d(req.run.device.value_or(torch::cuda::is_available() ? "cuda" : "cpu"));
+  const bool bf16 = req.run.bf16.value_or(d.is_cuda());
+  const torch::ScalarType compute = bf16 ? torch::kBFloat16 : torch::kFloat;
+  const Sizes z = sizes_for(d);
+  auto say = [&](const std::string& s) {
+    if (req.progress) req.progress(s);
+  };
+
+  MachineProfile p;
+  p.provenance.device = d.is_cuda() ? dev::device_name(d) : "CPU (" + cpu_model() + ")";
+  p.provenance.machine =
+      fmt::format("{}, {} usable cores, {:.0f} GiB", cpu_model(), usable_cores(), mem_total_gib());
+  p.provenance.measured_at = utc_now();
+  p.provenance.commit = PRIMECFG_COMMIT;
+  p.provenance.torch = TORCH_VERSION;
+  p.provenance.command = req.command;
+  if (req.run.peak_tflops) p.gpu.peak_tflops = *req.run.peak_tflops;
+
+  p.gpu.memory_gbs = device_memory_gbs(d, z);
+  say(fmt::format("device memory: {:.0f} GB/s", p.gpu.memory_gbs));
+  p.gpu.adamw_params_per_s = gpu_adamw_rate(d, z, compute);
+  say(fmt::format("device AdamW: {:.2f} G parameters/s", p.gpu.adamw_params_per_s / 1e9));
+  p.gpu.attention = attention(d, z, compute, req.progress);
+  link(d, z, p.link);
+  say(fmt::format("PCIe: up {:.1f}, down {:.1f}, both {:.1f} + {:.1f} GB/s; pageable {:.2f} of pinned",
+                  p.link.h2d_gbs, p.link.d2h_gbs, p.link.h2d_both_gbs, p.link.d2h_both_gbs,
+                  p.link.pageable_factor));
+  host(d, z, req.run, p.host);
+  say(fmt::format("host: {} threads, AdamW {:.2f} (busy {:.2f}) G parameters/s, memory {:.0f} GB/s",
+                  p.host.threads, p.host.adamw_params_per_s / 1e9, p.host.adamw_busy_params_per_s / 1e9,
+                  p.host.memory_gbs));
+  p.collectives.intra_node_gbs = 300;
+  p.collectives.inter_node_gbs = 40;
+  p.collectives.source =
+      "stated, not measured: NVLink all-gather/reduce-scatter bus bandwidth of an 8-GPU H200 node, and "
+      "8 x 400 Gb/s InfiniBand between nodes (one NIC per GPU)";
+
+  const std::int64_t tokens = std::visit([](const auto& data) { return data.seq_len; }, req.config.data);
+  const fs::path dir = fs::temp_directory_path() / fmt::format("primecfg-calibrate-{}", ::getpid());
+  for (const std::string& name : req.models) {
+    const ModelArgs s = resolve_model(name, std::nullopt).args;
+    const double r1 = median_step(req, name, 1, false, dir);
+    const double r3 = median_step(req, name, 3, false, dir);
+    const double r3ac = median_step(req, name, 3, true, dir);
+    std::int64_t block_params = 0, other_params = 0;
+    for (const auto& ps : s.params()) {
+      if (ps.block == 0) block_params += ps.numel();
+      if (ps.block < 0) other_params += ps.numel();
+    }
+    if (r3 <= r1 || r3ac <= r3)
+      say(fmt::format(
+          "warning: {}: more blocks or checkpointing did not take longer ({:.4f} / {:.4f} / {:.4f} s): "
+          "the machine is busy or the runs too short; the figures below are clamped",
+          name, r1, r3, r3ac));
+    // What one block adds to the step, less its share of the update.
+    const double block = (r3 - r1) / 2;
+    const double fwd = std::max(1e-9, (r3ac - r3) / 3);
+    plan::BlockTiming b;
+    b.hidden = s.hidden, b.intermediate = s.intermediate, b.heads = s.heads, b.kv_heads = s.kv_heads;
+    b.head_dim = s.head_dim, b.qk_norm = s.qk_norm(), b.tokens = tokens;
+    b.forward_s = fwd;
+    b.backward_s = std::max(1e-9, block - fwd - static_cast<double>(block_params) / p.gpu.adamw_params_per_s);
+    // The rest of a one-block step: the head, the loss and the step's fixed work; its
+    // matmuls run once forward and twice backward, which splits it.
+    const double rest =
+        std::max(1e-9, r1 - block - static_cast<double>(other_params) / p.gpu.adamw_params_per_s);
+    plan::HeadTiming h;
+    h.hidden = s.hidden, h.vocab = s.vocab_size, h.tied = s.tie_embeddings, h.tokens = tokens;
+    h.forward_s = rest / 3;
+    h.backward_s = rest - h.forward_s;
+    auto same_block = [&](const plan::BlockTiming& o) {
+      return o.hidden == b.hidden && o.intermediate == b.intermediate && o.heads == b.heads &&
+             o.kv_heads == b.kv_heads && o.head_dim == b.head_dim && o.qk_norm == b.qk_norm;
+    };
+    if (std::none_of(p.gpu.blocks.begin(), p.gpu.blocks.end(), same_block)) p.gpu.blocks.push_back(b);
+    auto same_head = [&](const plan::HeadTiming& o) {
+      return o.hidden == h.hidden && o.vocab == h.vocab && o.tied == h.tied;
+    };
+    if (std::none_of(p.gpu.heads.begin(), p.gpu.heads.end(), same_head)) p.gpu.heads.push_back(h);
+    say(fmt::format(
+        "{}: steps of 1 / 3 / 3 checkpointed blocks {:.4f} / {:.4f} / {:.4f} s: block forward {:.5f} s, "
+        "backward {:.5f} s; head {:.5f} s",
+        name, r1, r3, r3ac, b.forward_s, b.backward_s, rest));
+  }
+  return p;
+}
+
+}  // namespace primecfg::train

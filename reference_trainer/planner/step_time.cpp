@@ -1,0 +1,301 @@
+// The step-time model (step_time.hpp; docs/memory-planner.md, "Step time").
+//
+// GPU compute comes from the profile's measured blocks and heads, rescaled to the
+// workload: the attention's share by SDPA's measured throughput at the new length,
+// the rest linearly in tokens. Each mode then adds what it moves and computes
+// elsewhere, and the overlaps its pipeline has (docs/trainer.md, "The three modes"):
+//   none       forward + recompute + backward + the GPU update;
+//   optimizer  the moments stream beside the backward (and the embedding's beside
+//              the forward); with clipping the updates wait for the end of backward;
+//   full       the CPU update runs from the first gradient of a step into the next
+//              step's forward (deferred updates), so it overlaps the whole GPU step
+//              but for the loss and the head's backward, which it waits for.
+// Sharded runs add the gathers beside the forward and the reduce-scatters beside the
+// backward; activation offloading its copies beside both.
+#include "planner/step_time.hpp"
+
+#include "nn/activation_window.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace primecfg::train::plan::detail {
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+// Matmul FLOPs of one block per token (forward): q, k, v, o and the MLP's three.
+double block_matmul_flops(std::int64_t D, std::int64_t I, std::int64_t H, std::int64_t K, std::int64_t dh) {
+  const double d = static_cast<double>(D);
+  return 2.0 * (d * static_cast<double>((H + 2 * K) * dh) + static_cast<double>(H * dh) * d +
+                3.0 * d * static_cast<double>(I));
+}
+
+bool same_block(const BlockTiming& b, const ModelShape& s) {
+  return b.hidden == s.hidden && b.intermediate == s.intermediate && b.heads == s.heads &&
+         b.kv_heads == s.kv_heads && b.head_dim == s.head_dim && b.qk_norm == s.qk_norm();
+}
+
+double attention_flops(std::int64_t heads, std::int64_t head_dim, std::int64_t B, std::int64_t T) {
+  const double t = static_cast<double>(T);
+  return 2.0 * static_cast<double>(B) * t * t * static_cast<double>(heads * head_dim);
+}
+
+}  // namespace
+
+double attention_forward_flops(const ModelShape& s, std::int64_t B, std::int64_t T) {
+  return attention_flops(s.heads, s.head_dim, B, T);
+}
+
+double attention_rate(const MachineProfile& p, std::int64_t T, std::int64_t head_dim, bool backward,
+                      std::vector<std::string>* unsure) {
+  // The entries of the nearest head dimension, by length.
+  std::int64_t best_dim = p.gpu.attention.front().head_dim;
+  for (const auto& a : p.gpu.attention)
+    if (std::abs(a.head_dim - head_dim) < std::abs(best_dim - head_dim)) best_dim = a.head_dim;
+  std::vector<const AttentionTiming*> rows;
+  for (const auto& a : p.gpu.attention)
+    if (a.head_dim == best_dim) rows.push_back(&a);
+  std::sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->seq_len < y->seq_len; });
+  auto rate = [&](const AttentionTiming* a) {
+    return (backward ? a->backward_tflops : a->forward_tflops) * 1e12;
+  };
+  if (unsure && best_dim != head_dim)
+    unsure->push_back(fmt::format("attention: head_dim {} not measured, {} used", head_dim, best_dim));
+  if (T <= rows.front()->seq_len) {
+    if (unsure && T < rows.front()->seq_len / 2)
+      unsure->push_back(fmt::format("attention: {} tokens is below the shortest length measured ({})", T,
+                                    rows.front()->seq_len));
+    return rate(rows.front());
+  }
+  if (T >= rows.back()->seq_len) {
+    if (unsure && T > rows.back()->seq_len * 2)
+      unsure->push_back(fmt::format("attention: {} tokens is beyond the longest length measured ({})", T,
+                                    rows.back()->seq_len));
+    return rate(rows.back());
+  }
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    if (T <= rows[i]->seq_len) {
+      const double x0 = std::log(static_cast<double>(rows[i - 1]->seq_len));
+      const double x1 = std::log(static_cast<double>(rows[i]->seq_len));
+      const double f = (std::log(static_cast<double>(T)) - x0) / (x1 - x0);
+      return rate(rows[i - 1]) + f * (rate(rows[i]) - rate(rows[i - 1]));
+    }
+  return rate(rows.back());
+}
+
+ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
+  ComputeTimes c;
+  const ModelShape& s = w.s;
+
+  // The block: this shape's measurement, else the nearest hidden size scaled by the
+  // matmul FLOPs.
+  const BlockTiming* blk = nullptr;
+  for (const auto& b : p.gpu.blocks)
+    if (same_block(b, s)) blk = &b;
+  double scale = 1;
+  if (!blk) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& b : p.gpu.blocks) {
+      const double d = std::abs(std::log(static_cast<double>(b.hidden) / static_cast<double>(s.hidden)));
+      if (d < best) best = d, blk = &b;
+    }
+    scale = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim) /
+            block_matmul_flops(blk->hidden, blk->intermediate, blk->heads, blk->kv_heads, blk->head_dim);
+    c.unsure.push_back(fmt::format(
+        "block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: scaled from the "
+        "measured hidden-{} block by its matmul FLOPs",
+        s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, blk->hidden));
+  }
+  // What the measurement spent in attention, taken out; the rest scales with tokens.
+  const double ref_fwd_rate = attention_rate(p, blk->tokens, blk->head_dim, false);
+  const double ref_bwd_rate = attention_rate(p, blk->tokens, blk->head_dim, true);
+  const double ref_attn_f = attention_flops(blk->heads, blk->head_dim, 1, blk->tokens);
+  const double rest_f = std::max(0.1 * blk->forward_s, blk->forward_s - ref_attn_f / ref_fwd_rate);
+  const double rest_b = std::max(0.1 * blk->backward_s, blk->backward_s - 2.5 * ref_attn_f / ref_bwd_rate);
+  const double tokens = static_cast<double>(w.N) / static_cast<double>(blk->tokens);
+  const double attn_f = attention_forward_flops(s, w.B, w.T);
+  c.block_forward = scale * rest_f * tokens + attn_f / attention_rate(p, w.T, s.head_dim, false, &c.unsure);
+  c.block_backward = scale * rest_b * tokens + 2.5 * attn_f / attention_rate(p, w.T, s.head_dim, true);
+
+  // The head: this (hidden, vocab, tied), else the nearest scaled by hidden x vocab.
+  const HeadTiming* head = nullptr;
+  for (const auto& h : p.gpu.heads)
+    if (h.hidden == s.hidden && h.vocab == s.vocab_size && h.tied == s.tie_embeddings) head = &h;
+  double hscale = 1;
+  if (!head) {
+    double best = std::numeric_limits<double>::infinity();
+    const double dv = static_cast<double>(s.hidden) * static_cast<double>(s.vocab_size);
+    for (const auto& h : p.gpu.heads) {
+      const double d = std::abs(std::log(static_cast<double>(h.hidden) * static_cast<double>(h.vocab) / dv));
+      if (d < best) best = d, head = &h;
+    }
+    hscale = dv / (static_cast<double>(head->hidden) * static_cast<double>(head->vocab));
+    c.unsure.push_back(
+        fmt::format("LM head (hidden {}, vocabulary {}) not in the profile: scaled from {} x {}", s.hidden,
+                    s.vocab_size, head->hidden, head->vocab));
+  }
+  const double htokens = static_cast<double>(w.N) / static_cast<double>(head->tokens);
+  c.head_forward = hscale * head->forward_s * htokens;
+  c.head_backward = hscale * head->backward_s * htokens;
+  if (w.masked)
+    c.unsure.push_back(
+        "document masks: SDPA's masked kernel was not calibrated (the flash kernel's rate is used)");
+  return c;
+}
+
+StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfile& p) {
+  StepTime t;
+  const ComputeTimes c = compute_times(w, p);
+  t.unsure = c.unsure;
+  const ModelShape& s = w.s;
+  const double M = static_cast<double>(w.micro_batches);
+  const double L = static_cast<double>(s.layers);
+  const double shard = static_cast<double>(w.shard_world);
+  const double params = static_cast<double>(s.total_params());
+  const double rank_params = params / shard;  // this rank's share of the state
+
+  // Per micro-batch.
+  const double fwd = L * c.block_forward + c.head_forward;
+  const double recompute =
+      static_cast<double>(checkpointed_blocks(s.layers, ac, w.ac_freq)) * c.block_forward;
+  const double bwd = L * c.block_backward + c.head_backward;
+  t.forward = M * fwd;
+  t.recompute = M * recompute;
+  t.backward = M * bwd;
+  if (w.opt.kind != OptKind::adamw && mode != Offload::full)
+    t.unsure.push_back(fmt::format("{}: the GPU update is timed at fused AdamW's rate", w.opt.name));
+  if (w.opt.kind == OptKind::muon)
+    t.unsure.push_back("muon: the Newton-Schulz iterations are not in the model");
+
+  // Copies beside the passes (per micro-batch): activation offloading's block inputs
+  // go out during the forward and come back during the backward.
+  double off_bytes = 0;
+  if (ac && w.ac_offload) {
+    const std::int64_t blocks = checkpointed_blocks(s.layers, true, w.ac_freq);
+    off_bytes = static_cast<double>(block_inputs_offloaded(blocks, w.ac_inflight) * w.N * s.hidden * w.dt);
+  }
+  const double pin = w.ac_pinned ? 1.0 : p.link.pageable_factor;
+
+  // Sharded runs: each gather moves the other ranks' pieces of the bf16 weights, each
+  // reduce-scatter theirs of the gradients; HSDP all-reduces the pieces across replicas.
+  double gather_f = 0, gather_b = 0, reduce = 0;
+  if (w.a.sharded() && (w.a.world > 1)) {
+    const bool one_node = w.a.world <= w.a.per_node();
+    const double bw = (one_node ? p.collectives.intra_node_gbs : p.collectives.inter_node_gbs) * kGB;
+    const double others = (shard - 1) / shard;
+    const double weights = params * static_cast<double>(w.dt);
+    gather_f = weights * others / bw;
+    gather_b = w.reshard_after_forward ? gather_f : 0;
+    reduce = params * static_cast<double>(w.reduce_bytes) * others / bw;
+    const double replicas = static_cast<double>(w.a.world) / shard;
+    if (replicas > 1)
+      reduce += 2 * rank_params * static_cast<double>(w.reduce_bytes) * (replicas - 1) / replicas /
+                (p.collectives.inter_node_gbs * kGB);
+    t.collectives = M * (gather_f + gather_b + reduce);
+    t.unsure.push_back(
+        fmt::format("collectives at a stated bandwidth ({}), not measured", p.collectives.source));
+  }
+
+  // One micro-batch's forward and backward with what runs beside them. `bwd_link` is
+  // what else shares the link during the backward (the mode's own copies).
+  const double d2h_off = off_bytes / (p.link.d2h_gbs * kGB * pin);
+  const double fwd_wall = std::max({fwd, gather_f, d2h_off});
+  auto bwd_wall = [&](double extra) {
+    const double h2d_off = off_bytes / (p.link.h2d_gbs * kGB * pin);
+    return std::max({recompute + bwd + extra, gather_b + reduce, h2d_off});
+  };
+  t.ac_offload = M * (off_bytes / (p.link.d2h_gbs * kGB * pin) + off_bytes / (p.link.h2d_gbs * kGB * pin));
+
+  const double compute_wall = fwd_wall + bwd_wall(0);  // one micro-batch, no update
+  const double earlier = (M - 1) * compute_wall;       // micro-batches before the last
+  std::string bound = "GPU compute";
+  if (gather_f > fwd || gather_b + reduce > recompute + bwd) bound = "collectives";
+
+  switch (mode) {
+    case Offload::none: {
+      t.gpu_update = rank_params / p.gpu.adamw_params_per_s;
+      t.step = earlier + compute_wall + t.gpu_update;
+      break;
+    }
+    case Offload::optimizer: {
+      t.gpu_update = rank_params / p.gpu.adamw_params_per_s;
+      // Every FP32 moment comes up and goes back: 4 bytes each per moment and direction.
+      double moment_params = 0, emb_params = 0;
+      for (const auto& ps : w.params) {
+        const double n = static_cast<double>(ps.numel()) / shard * moment_count(w.opt, ps);
+        moment_params += n;
+        if (ps.name == "model.embed_tokens.weight") emb_params += n;
+      }
+      const double up_both = p.link.h2d_both_gbs * kGB, down_both = p.link.d2h_both_gbs * kGB;
+      // The embedding's moments come up beside the forward (a stream of their own) and
+      // go back after the step's loss is read, beside the next forward.
+      const double emb_up = 4 * emb_params / (p.link.h2d_both_gbs * kGB);
+      const double emb_down = 4 * emb_params / (p.link.d2h_both_gbs * kGB);
+      const double rest_up = 4 * (moment_params - emb_params) + off_bytes;
+      const double down = 4 * (moment_params - emb_params);
+      t.link = std::max(emb_up, emb_down) + std::max(rest_up / up_both, down / down_both);
+      const double last_fwd = std::max({fwd_wall, emb_up, emb_down});
+      double last;
+      if (w.opt.clip) {
+        // Clipping needs the whole gradient's norm: the updates follow the backward.
+        last = last_fwd + bwd_wall(0) + std::max(t.gpu_update, std::max(rest_up / up_both, down / down_both));
+        t.unsure.push_back("optimizer with clipping: the moments are assumed to stream only after backward");
+      } else {
+        // Each block's update in the hook of its last gradient, its moments fetched ahead.
+        const double stream = std::max(rest_up / up_both, down / down_both);
+        last = last_fwd + std::max(bwd_wall(t.gpu_update), stream);
+        if (stream > recompute + bwd + t.gpu_update && bound == "GPU compute") bound = "PCIe";
+      }
+      t.step = earlier + last;
+      break;
+    }
+    case Offload::full: {
+      // Gradients come down in bf16 (one process) or in model.reduce_dtype (the
+      // reduce-scattered pieces of a sharded run); bf16 weights go back up.
+      const double grad_bytes = w.a.sharded() ? static_cast<double>(w.reduce_bytes) : 2.0;
+      const double down = rank_params * grad_bytes, up = rank_params * 2 + off_bytes;
+      t.link = std::max(down / (p.link.d2h_both_gbs * kGB), up / (p.link.h2d_both_gbs * kGB));
+      // The CPU threads: --offload.cpu-threads, else the cores each rank gets less one.
+      const double per_rank = static_cast<double>(p.host.cores) / static_cast<double>(w.a.per_node());
+      const double threads =
+          w.a.cpu_threads ? static_cast<double>(*w.a.cpu_threads) : std::max(1.0, per_rank - 1);
+      double rate = w.opt.kind == OptKind::sign_sgd ? p.host.sign_sgd_busy_params_per_s
+                                                    : p.host.adamw_busy_params_per_s;
+      const double used = std::min(threads, per_rank);
+      if (used != static_cast<double>(p.host.threads)) {
+        rate *= std::min(1.0, used / static_cast<double>(p.host.threads));
+        t.unsure.push_back(fmt::format("full: {} CPU threads a rank, calibrated with {} (scaled linearly)",
+                                       used, p.host.threads));
+      }
+      t.cpu_update = rank_params / rate;
+      // The update runs from the first gradient to the next forward's need of the
+      // last block: it overlaps everything but the loss and the head's backward.
+      const double gpu = compute_wall;
+      const double cpu = t.cpu_update + c.head_forward + c.head_backward;
+      const double last = std::max({gpu, cpu, t.link});
+      if (cpu >= gpu && cpu >= t.link)
+        bound = "CPU update";
+      else if (t.link > gpu)
+        bound = "PCIe";
+      t.step = earlier + last;
+      t.unsure.push_back(
+          "full: step times of one binary have varied by up to 1.75x between runs (docs/performance.md)");
+      break;
+    }
+  }
+  t.bound = bound;
+  const double tokens = M * static_cast<double>(w.N);
+  t.tokens_per_s = tokens / t.step;
+  const double flops_per_token =
+      6.0 * static_cast<double>(s.matmul_params()) +
+      12.0 * static_cast<double>(s.layers * s.heads * s.head_dim) * static_cast<double>(w.T);
+  t.mfu = t.tokens_per_s * flops_per_token / (p.gpu.peak_tflops * 1e12);
+  return t;
+}
+
+}  // namespace primecfg::train::plan::detail

@@ -1,0 +1,294 @@
+// The planner's step-time model (planner/step_time.cpp) on a fixed machine profile:
+// its arithmetic by hand, each mode's overlaps, the profile's reader, and
+// --calibrate on the CPU writing a profile that --plan reads back.
+#include "options.hpp"
+#include "planner/planner.hpp"
+#include "planner/profile.hpp"
+
+#include <primecfg/cli.hpp>
+#include <primecfg/report.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+using namespace primecfg;
+namespace plan = primecfg::train::plan;
+
+namespace {
+
+// A shape whose figures add up by hand: q = 2 x 4, kv = 1 x 4.
+plan::ModelShape shape() {
+  plan::ModelShape s;
+  s.vocab_size = 16;
+  s.hidden = 8;
+  s.layers = 2;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 4;
+  s.intermediate = 16;
+  s.arch = primecfg::train::Arch::qwen3;
+  s.tie_embeddings = true;
+  return s;
+}
+
+// Causal attention FLOPs of one block's forward at 1024 tokens: 2 x 1024^2 x 2 x 4.
+constexpr double kAttnFlops = 2.0 * 1024 * 1024 * 2 * 4;
+
+// The block measured at 1024 tokens: forward 10 ms (2 ms of it attention), backward
+// 20 ms (5 ms attention); the head 3 ms and 6 ms. PCIe and the CPU as the test sets.
+constexpr const char* kProfile = R"(
+[provenance]
+device = "test GPU"
+machine = "test host"
+measured_at = "2026-12-03"
+commit = "test"
+torch = "test"
+command = "by hand"
+
+[gpu]
+peak_tflops = 1.0
+memory_gbs = 1000.0
+adamw_params_per_s = 1e6
+
+[[gpu.blocks]]
+hidden = 8
+intermediate = 16
+heads = 2
+kv_heads = 1
+head_dim = 4
+qk_norm = true
+tokens = 1024
+forward_s = 0.010
+backward_s = 0.020
+
+[[gpu.heads]]
+hidden = 8
+vocab = 16
+tied = true
+tokens = 1024
+forward_s = 0.003
+backward_s = 0.006
+
+[[gpu.attention]]
+seq_len = 1024
+head_dim = 4
+forward_tflops = 0.008388608
+backward_tflops = 0.008388608
+
+[link]
+h2d_gbs = 1e-6
+d2h_gbs = 1e-6
+h2d_both_gbs = 1e-6
+d2h_both_gbs = 1e-6
+
+[host]
+cores = 4
+threads = 3
+memory_gbs = 10.0
+adamw_params_per_s = 1e6
+adamw_busy_params_per_s = 1e6
+sign_sgd_params_per_s = 2e6
+sign_sgd_busy_params_per_s = 2e6
+
+[collectives]
+intra_node_gbs = 100.0
+inter_node_gbs = 10.0
+source = "test"
+)";
+
+SFTConfig config(std::int64_t seq_len, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args = {"--model.name=Qwen/Qwen3-0.6B",
+                                   "--data.type=fake",
+                                   "--data.seq-len=" + std::to_string(seq_len),
+                                   "--data.batch-size=1",
+                                   "--data.micro-batch-size=1",
+                                   "--model.ac=None",
+                                   "--model.ac-offloading=None",
+                                   "--optim.max-norm=None"};
+  args.insert(args.end(), more.begin(), more.end());
+  auto cfg = load_command_line<SFTConfig>(args);
+  REQUIRE_MESSAGE(cfg.ok(), format_text(cfg.diagnostics, "SFTConfig"));
+  return cfg.value;
+}
+
+plan::Plan planned(const plan::MachineProfile& prof, const SFTConfig& cfg) {
+  plan::Assumptions a;
+  a.profile = &prof;
+  a.profile_source = "test";
+  a.gpu_capacity = std::int64_t{139} << 30;
+  a.host_capacity = std::int64_t{125} << 30;
+  return plan::make_plan(cfg, shape(), a);
+}
+
+double params() { return static_cast<double>(shape().total_params()); }
+
+}  // namespace
+
+TEST_CASE("step time: none is forward, backward and the update, from the measured block and head") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  const auto p = planned(prof, config(1024));
+  const auto& t = *p.mode(Offload::none).time;
+  CHECK(t.forward == doctest::Approx(2 * 0.010 + 0.003));
+  CHECK(t.backward == doctest::Approx(2 * 0.020 + 0.006));
+  CHECK(t.recompute == 0);
+  CHECK(t.gpu_update == doctest::Approx(params() / 1e6));
+  CHECK(t.step == doctest::Approx(t.forward + t.backward + t.gpu_update));
+  CHECK(t.bound == "GPU compute");
+  CHECK(t.tokens_per_s == doctest::Approx(1024 / t.step));
+  CHECK(t.unsure.empty());
+}
+
+TEST_CASE("step time: a longer sequence scales attention by its square, the rest by its length") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  const auto p = planned(prof, config(2048));
+  const auto& t = *p.mode(Offload::none).time;
+  // Block forward: 8 ms of the rest x 2 + 2 ms of attention x 4; backward 15 x 2 + 5 x 4.
+  CHECK(t.forward == doctest::Approx(2 * (0.016 + 0.008) + 2 * 0.003));
+  CHECK(t.backward == doctest::Approx(2 * (0.030 + 0.020) + 2 * 0.006));
+}
+
+TEST_CASE("step time: checkpointing adds one forward of every block") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  const auto p = planned(prof, config(1024, {"--model.ac"}));
+  const auto& t = *p.mode(Offload::none).time;
+  CHECK(t.recompute == doctest::Approx(2 * 0.010));
+  CHECK(t.step == doctest::Approx(t.forward + t.recompute + t.backward + t.gpu_update));
+  // The plan with model.ac toggled carries its own step.
+  CHECK(p.mode(Offload::none, true).time->recompute == 0);
+}
+
+TEST_CASE("step time: optimizer streams the moments beside the backward, not after it") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  // Moments: 2 FP32 each way. At 1 kB/s the link takes seconds: it sets the step, and
+  // only the forward (with the embedding's moments beside it) comes before it.
+  const double emb = 16.0 * 8;
+  const double emb_up = 4 * 2 * emb / 1e3;
+  const double stream = 4 * 2 * (params() - emb) / 1e3;
+  {
+    const auto p = planned(prof, config(1024));
+    const auto& t = *p.mode(Offload::optimizer).time;
+    CHECK(t.step ==
+          doctest::Approx(std::max(t.forward, emb_up) + std::max(t.backward + t.gpu_update, stream)));
+    CHECK(t.bound == "PCIe");
+  }
+  // A fast link: the step is none's.
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
+  const auto p = planned(prof, config(1024));
+  CHECK(p.mode(Offload::optimizer).time->step == doctest::Approx(p.mode(Offload::none).time->step));
+  CHECK(p.mode(Offload::optimizer).time->bound == "GPU compute");
+}
+
+TEST_CASE("step time: full's CPU update overlaps all of the step but the head") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
+  prof.host.adamw_busy_params_per_s = params() / 1.0;  // one second of CPU update
+  {
+    const auto p = planned(prof, config(1024));
+    const auto& t = *p.mode(Offload::full).time;
+    CHECK(t.cpu_update == doctest::Approx(1.0));
+    CHECK(t.step == doctest::Approx(1.0 + 0.003 + 0.006));
+    CHECK(t.bound == "CPU update");
+  }
+  // A fast CPU: the GPU's compute alone (no update on the GPU).
+  prof.host.adamw_busy_params_per_s = 1e12;
+  const auto p = planned(prof, config(1024));
+  const auto& t = *p.mode(Offload::full).time;
+  CHECK(t.step == doctest::Approx(t.forward + t.backward));
+  CHECK(t.bound == "GPU compute");
+  // Two ranks on the node each get half the cores, less one thread: 1 of 3 calibrated.
+  plan::Assumptions a;
+  a.profile = &prof;
+  a.world = 2;
+  a.process_group = true;
+  prof.host.adamw_busy_params_per_s = params();
+  const auto q = plan::make_plan(config(1024), shape(), a);
+  CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
+}
+
+TEST_CASE("step time: the recommendation is the fastest mode that fits, with what the others cost") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
+  prof.host.adamw_busy_params_per_s = params() / 1.0;
+  const SFTConfig cfg = config(1024);
+  const auto p = planned(prof, cfg);
+  const auto advice = plan::advise(cfg, p);
+  REQUIRE(advice.mode);
+  CHECK(*advice.mode == Offload::none);
+  CHECK(advice.summary.find("full: saves") != std::string::npos);
+  CHECK(advice.summary.find("step time") != std::string::npos);
+  const std::string text = plan::format_text(p, &advice);
+  CHECK(text.find("Step time, predicted") != std::string::npos);
+  CHECK(text.find("profile: test GPU") != std::string::npos);
+  const std::string json = plan::format_json(p, &advice);
+  CHECK(json.find("\"step_time_profile\"") != std::string::npos);
+  CHECK(json.find("\"step_s\"") != std::string::npos);
+}
+
+TEST_CASE("step time: a shape or length outside the profile is said to be unsure") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  auto s = shape();
+  s.hidden = 16;
+  plan::Assumptions a;
+  a.profile = &prof;
+  const auto p = plan::make_plan(config(8192), s, a);
+  const auto& u = p.mode(Offload::none).time->unsure;
+  auto has = [&](std::string_view what) {
+    return std::any_of(u.begin(), u.end(),
+                       [&](const std::string& x) { return x.find(what) != std::string::npos; });
+  };
+  CHECK(has("not in the profile"));
+  CHECK(has("beyond the longest length measured"));
+}
+
+TEST_CASE("machine profile: bad values and unknown keys are errors with file:line") {
+  std::string bad = kProfile;
+  bad.replace(bad.find("forward_s = 0.010"), 17, "forward_s = -1.0");
+  bad += "\n[extra]\nkey = 1\n";
+  try {
+    (void)plan::read_profile_text("bad.toml", bad);
+    FAIL("a bad profile was read");
+  } catch (const plan::profile_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("bad.toml:23:") != std::string::npos);
+    CHECK(what.find("gpu.blocks[0].forward_s") != std::string::npos);
+    CHECK(what.find("extra") != std::string::npos);
+  }
+  CHECK_THROWS_AS(plan::read_profile_text("empty.toml", ""), plan::profile_error);
+}
+
+TEST_CASE("machine profile: the shipped one, when there is one, reads and is the H200's") {
+  const auto& p = plan::shipped_profile();
+  if (!p) return;  // planner/profiles/nvidia-h200.toml holds comments only: no profile shipped yet
+  CHECK(!p->gpu.blocks.empty());
+  CHECK(p->provenance.device.find("H200") != std::string::npos);
+}
+
+TEST_CASE("--calibrate on the CPU writes a profile that --plan reads back") {
+  const fs::path dir = fs::temp_directory_path() / "calibrate";
+  fs::create_directories(dir);
+  const fs::path out = dir / "cpu.toml";
+  const std::string bin = PRIMECFG_TRAIN_BIN;
+  const std::string common = " --data.seq-len=64 --data.batch-size=1 --data.micro-batch-size=1";
+  REQUIRE(std::system(
+              (bin + " --device=cpu --calibrate=" + out.string() + common + " 2>" + (dir / "log").string())
+                  .c_str()) == 0);
+  const auto prof = plan::read_profile(out);
+  REQUIRE(prof.gpu.blocks.size() == 1);
+  CHECK(prof.gpu.blocks[0].hidden == 128);  // primecfg/tiny
+  CHECK(prof.gpu.blocks[0].forward_s > 0);
+  CHECK(prof.host.adamw_params_per_s > 0);
+  CHECK(prof.provenance.command.find("--calibrate=") != std::string::npos);
+  REQUIRE(
+      std::system((bin + " --plan --plan-profile=" + out.string() + common + " > " + (dir / "plan").string())
+                      .c_str()) == 0);
+  std::ifstream in(dir / "plan");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("Step time, predicted") != std::string::npos);
+  CHECK(text.find(out.string()) != std::string::npos);
+}
