@@ -277,7 +277,15 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
       // last block: it overlaps everything but the loss and the head's backward.
       const double gpu = compute_wall;
       const double cpu = t.cpu_update + c.head_forward + c.head_backward;
-      const double last = std::max({gpu, cpu, t.link});
+      double last = std::max({gpu, cpu, t.link});
+      if (w.micro_batches > 1) {
+        // A step of several micro-batches first waits for every update of the last
+        // one: no deferral into its forward, the update follows the head's backward.
+        last = std::max({fwd_wall + std::max(bwd_wall(0), c.head_backward + t.cpu_update), t.link});
+        t.unsure.push_back(
+            "full with several micro-batches: the earlier micro-batches' gradients staged into the host "
+            "accumulators are not in the model");
+      }
       if (cpu >= gpu && cpu >= t.link)
         bound = "CPU update";
       else if (t.link > gpu)
