@@ -187,7 +187,7 @@ TEST_CASE("step time: optimizer streams the moments beside the backward, not aft
 TEST_CASE("step time: full's CPU update overlaps all of the step but the head") {
   auto prof = plan::read_profile_text("test", kProfile);
   prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
-  prof.host.adamw_busy_params_per_s = params() / 1.0;  // one second of CPU update
+  prof.host.adamw_params_per_s = params() / 1.0;  // one second of CPU update
   {
     const auto p = planned(prof, config(1024));
     const auto& t = *p.mode(Offload::full).time;
@@ -196,7 +196,7 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
     CHECK(t.bound == "CPU update");
   }
   // A fast CPU: the GPU's compute alone (no update on the GPU).
-  prof.host.adamw_busy_params_per_s = 1e12;
+  prof.host.adamw_params_per_s = 1e12;
   const auto p = planned(prof, config(1024));
   const auto& t = *p.mode(Offload::full).time;
   CHECK(t.step == doctest::Approx(t.forward + t.backward));
@@ -206,7 +206,7 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
   a.profile = &prof;
   a.world = 2;
   a.process_group = true;
-  prof.host.adamw_busy_params_per_s = params();
+  prof.host.adamw_params_per_s = params();
   const auto q = plan::make_plan(config(1024), shape(), a);
   CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
 }
@@ -214,7 +214,7 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
 TEST_CASE("step time: the recommendation is the fastest mode that fits, with what the others cost") {
   auto prof = plan::read_profile_text("test", kProfile);
   prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
-  prof.host.adamw_busy_params_per_s = params() / 1.0;
+  prof.host.adamw_params_per_s = params() / 1.0;
   const SFTConfig cfg = config(1024);
   const auto p = planned(prof, cfg);
   const auto advice = plan::advise(cfg, p);
