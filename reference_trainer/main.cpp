@@ -324,6 +324,9 @@ int main(int argc, char** argv) {
   // A write past the file-size limit then fails with EFBIG and is reported, instead of
   // the signal ending the run without a word.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Likewise a write to a peer rank that died (its socket closed) fails with EPIPE and the
+  // collective reports it, naming this rank, instead of SIGPIPE ending the process silently.
+  std::signal(SIGPIPE, SIG_IGN);
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
   for (const auto& a : argv_list) {
     if (a == "--help" || a == "-h")
