@@ -15,15 +15,21 @@
 #include <primecfg/report.hpp>
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sched.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -167,6 +173,14 @@ std::vector<plan::AttentionTiming> attention(torch::Device d, const Sizes& z, to
   return out;
 }
 
+// One tiny kernel in a stream of them, waited for at the end: the launch and the
+// GPU's per-kernel overhead together.
+double launch_us(torch::Device d) {
+  auto x = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(d));
+  const int n = 2000;
+  return 1e6 * seconds_per_call(d, n, [&] { x.add_(1); });
+}
+
 // Copies between host (pinned) and device, alone and both ways at once.
 void link(torch::Device d, const Sizes& z, plan::LinkProfile& l) {
   auto host_up = dev::exact_pinned(z.copy_bytes, d), host_down = dev::exact_pinned(z.copy_bytes, d);
@@ -301,35 +315,82 @@ void host(torch::Device d, const Sizes& z, const RunOptions& run, plan::HostProf
 
 // --- Blocks and heads, timed by the trainer -----------------------------------
 
+// The tail of a child's log, for an error message.
+std::string log_tail(const fs::path& log, std::size_t lines) {
+  std::ifstream in(log);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "  | " + all[i] + "\n";
+  return out;
+}
+
+// Runs req.trainer with `args`, its output to `log`; throws with the log's tail when it fails.
+void run_child(const CalibrateRequest& req, const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> all = {req.trainer.string()};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  pid_t pid = 0;
+  const int err = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (err != 0)
+    throw std::runtime_error(fmt::format("calibration: could not start {}: {}", all[0], std::strerror(err)));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  std::string cmd;
+  for (const auto& a : all) cmd += (cmd.empty() ? "" : " ") + a;
+  const std::string how = WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
+                                              : fmt::format("exited with {}", WEXITSTATUS(status));
+  throw std::runtime_error(
+      fmt::format("calibration run {}:\n  {}\nits last lines:\n{}", how, cmd, log_tail(log, 15)));
+}
+
 // The median step time of a run of `layers` blocks of `model` (steps after the third).
+// Each run is a trainer process of its own, as a user's run would be: a fresh device,
+// allocator and pools, and a crash is reported instead of taking calibration with it.
 double median_step(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
                    const fs::path& dir) {
-  // The user's config with the run's shape set as on the command line (so the
-  // config rules see it as they would there).
-  sources base;
-  std::ostringstream text;
-  text << to_toml_table(req.config);
-  base.add_text("<calibration base>", text.str());
-  const std::vector<std::string> args = {"--model.name=" + model,
-                                         "--model.offload=none",
-                                         "--model.debug.num_layers=" + std::to_string(layers),
-                                         "--model.debug.random-init",
-                                         ac ? "--model.ac" : "--model.ac=None",
-                                         "--model.ac-offloading=None",
-                                         "--max-steps=8",
-                                         "--scheduler.warmup-steps=0",
-                                         "--output-dir=" + dir.string(),
-                                         "--ckpt=None"};
-  loaded<SFTConfig> cfg = load_command_line<SFTConfig>(args, base);
-  if (!cfg.ok()) throw std::runtime_error(format_text(cfg.diagnostics, "calibration run"));
   fs::remove_all(dir);
-  RunOptions run = req.run;
-  run.print = false;
-  run.demo = false;
-  run.resolved_config.clear();
-  run.resolved_options.clear();
-  (void)run_sft(cfg.value, run);
-  std::ifstream in(dir / "metrics.jsonl");
+  fs::create_directories(dir);
+  // The user's config, with the run's shape set on the command line (so the config
+  // rules see it as they would there).
+  const fs::path base = dir / "base.toml";
+  {
+    std::ofstream out(base);
+    out << to_toml_table(req.config);
+    if (!out.flush()) throw std::runtime_error("calibration: could not write " + base.string());
+  }
+  const fs::path output = dir / "run";
+  std::vector<std::string> args = {"@",
+                                   base.string(),
+                                   "--model.name=" + model,
+                                   "--model.offload=none",
+                                   "--model.debug.num_layers=" + std::to_string(layers),
+                                   "--model.debug.random-init",
+                                   ac ? "--model.ac" : "--model.ac=None",
+                                   "--model.ac-offloading=None",
+                                   "--max-steps=8",
+                                   "--scheduler.warmup-steps=0",
+                                   "--output-dir=" + output.string(),
+                                   "--ckpt=None"};
+  if (req.run.device) args.push_back("--device=" + *req.run.device);
+  if (req.run.bf16) args.push_back(*req.run.bf16 ? "--compute-dtype=bf16" : "--compute-dtype=fp32");
+  try {
+    run_child(req, args, dir / "log");
+  } catch (...) {
+    fs::remove_all(dir);
+    throw;
+  }
+  std::ifstream in(output / "metrics.jsonl");
   std::vector<double> times;
   std::string line;
   while (std::getline(in, line)) {
@@ -365,18 +426,32 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   p.provenance.command = req.command;
   if (req.run.peak_tflops) p.gpu.peak_tflops = *req.run.peak_tflops;
 
+  // The trainer's own runs first, each in a process of its own, before this one
+  // touches the device.
+  const std::int64_t tokens = std::visit([](const auto& data) { return data.seq_len; }, req.config.data);
+  const fs::path dir = fs::temp_directory_path() / fmt::format("primecfg-calibrate-{}", ::getpid());
+  struct Runs {
+    std::string model;
+    double r1, r3, r3ac;
+  };
+  std::vector<Runs> runs;
+  for (const std::string& name : req.models) {
+    Runs r{name, median_step(req, name, 1, false, dir), median_step(req, name, 3, false, dir),
+           median_step(req, name, 3, true, dir)};
+    say(fmt::format("{}: steps of 1 / 3 / 3 checkpointed blocks {:.4f} / {:.4f} / {:.4f} s", name, r.r1, r.r3,
+                    r.r3ac));
+    runs.push_back(r);
+  }
+
   p.gpu.memory_gbs = device_memory_gbs(d, z);
   say(fmt::format("device memory: {:.0f} GB/s", p.gpu.memory_gbs));
   p.gpu.adamw_params_per_s = gpu_adamw_rate(d, z, compute);
   say(fmt::format("device AdamW: {:.2f} G parameters/s", p.gpu.adamw_params_per_s / 1e9));
-  // The trainer's own runs first, on a device nothing else has touched yet.
-  const std::int64_t tokens = std::visit([](const auto& data) { return data.seq_len; }, req.config.data);
-  const fs::path dir = fs::temp_directory_path() / fmt::format("primecfg-calibrate-{}", ::getpid());
-  for (const std::string& name : req.models) {
-    const ModelArgs s = resolve_model(name, std::nullopt).args;
-    const double r1 = median_step(req, name, 1, false, dir);
-    const double r3 = median_step(req, name, 3, false, dir);
-    const double r3ac = median_step(req, name, 3, true, dir);
+  p.gpu.launch_us = launch_us(d);
+  say(fmt::format("kernel launch: {:.1f} us", p.gpu.launch_us));
+  for (const Runs& run : runs) {
+    const ModelArgs s = resolve_model(run.model, std::nullopt).args;
+    const double r1 = run.r1, r3 = run.r3, r3ac = run.r3ac;
     std::int64_t block_params = 0, other_params = 0;
     for (const auto& ps : s.params()) {
       if (ps.block == 0) block_params += ps.numel();
@@ -386,7 +461,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
       say(fmt::format(
           "warning: {}: more blocks or checkpointing did not take longer ({:.4f} / {:.4f} / {:.4f} s): "
           "the machine is busy or the runs too short; the figures below are clamped",
-          name, r1, r3, r3ac));
+          run.model, r1, r3, r3ac));
     // What one block adds to the step, less its share of the update.
     const double block = (r3 - r1) / 2;
     const double fwd = std::max(1e-9, (r3ac - r3) / 3);
@@ -403,19 +478,13 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     h.hidden = s.hidden, h.vocab = s.vocab_size, h.tied = s.tie_embeddings, h.tokens = tokens;
     h.forward_s = rest / 3;
     h.backward_s = rest - h.forward_s;
-    auto same_block = [&](const plan::BlockTiming& o) {
-      return o.hidden == b.hidden && o.intermediate == b.intermediate && o.heads == b.heads &&
-             o.kv_heads == b.kv_heads && o.head_dim == b.head_dim && o.qk_norm == b.qk_norm;
-    };
-    if (std::none_of(p.gpu.blocks.begin(), p.gpu.blocks.end(), same_block)) p.gpu.blocks.push_back(b);
-    auto same_head = [&](const plan::HeadTiming& o) {
-      return o.hidden == h.hidden && o.vocab == h.vocab && o.tied == h.tied;
-    };
-    if (std::none_of(p.gpu.heads.begin(), p.gpu.heads.end(), same_head)) p.gpu.heads.push_back(h);
-    say(fmt::format(
-        "{}: steps of 1 / 3 / 3 checkpointed blocks {:.4f} / {:.4f} / {:.4f} s: block forward {:.5f} s, "
-        "backward {:.5f} s; head {:.5f} s",
-        name, r1, r3, r3ac, b.forward_s, b.backward_s, rest));
+    if (std::none_of(p.gpu.blocks.begin(), p.gpu.blocks.end(),
+                     [&](const auto& o) { return o.same_shape(b); }))
+      p.gpu.blocks.push_back(b);
+    if (std::none_of(p.gpu.heads.begin(), p.gpu.heads.end(), [&](const auto& o) { return o.same_shape(h); }))
+      p.gpu.heads.push_back(h);
+    say(fmt::format("{}: block forward {:.5f} s, backward {:.5f} s; head {:.5f} s", run.model, b.forward_s,
+                    b.backward_s, rest));
   }
   p.gpu.attention = attention(d, z, compute, req.progress);
   link(d, z, p.link);

@@ -1,8 +1,8 @@
 // `primecfg-train --calibrate=FILE`: measures on this machine what the planner's
 // step-time model needs (planner/profile.hpp) and writes it as a TOML profile.
 //
-// The transformer blocks and heads are timed by running the trainer itself (offload
-// "none", random weights, fake data) on 1 and 3 blocks of each model, with and
+// The transformer blocks and heads are timed by running the trainer itself, each run
+// a process of its own (offload "none", random weights, fake data), on 1 and 3 blocks of each model, with and
 // without checkpointing: a block's time is the difference, its forward what
 // checkpointing adds. Everything else is a microbenchmark: SDPA by length, device
 // memory, the GPU and CPU optimizer updates, pinned copies alone and both ways at
@@ -15,6 +15,7 @@
 
 #include <primecfg/sft.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct CalibrateRequest {
   SFTConfig config;                 // the model, seq_len and optimizer of the block runs
   std::vector<std::string> models;  // model names whose blocks to time (config.model.name first)
   RunOptions run;                   // device, compute dtype, CPU threads
+  std::filesystem::path trainer;    // the primecfg-train that runs the blocks
   std::string command;              // for the provenance
   std::function<void(const std::string&)> progress;  // one line per measurement (may be empty)
 };

@@ -448,6 +448,7 @@ int main(int argc, char** argv) {
       for (const auto& m : opts.calibrate_models)
         if (std::find(req.models.begin(), req.models.end(), m) == req.models.end()) req.models.push_back(m);
       req.run = run;
+      req.trainer = std::filesystem::read_symlink("/proc/self/exe");
       req.command = "primecfg-train";
       for (const auto& a : argv_list) req.command += " " + a;
       req.progress = [](const std::string& line) { std::fprintf(stderr, "calibrate: %s\n", line.c_str()); };

@@ -3,7 +3,7 @@
 Each row is "MODEL SEQ MODE [flags...]": the prediction is `primecfg-train --plan
 --plan-format=json` of bench/trainer/fake.toml with those settings and the profile given
 (--profile; default: the shipped one), the measurement the median step time of a run of
---steps steps (steps after the third). Prints one line per row, and with --markdown a
+--steps steps (steps after the third), its spread (max - min) / median over those steps. Prints one line per row, and with --markdown a
 table for docs. On the GPU machine, from the repository root:
 
   python3 bench/trainer/step_time_accuracy.py --bin BUILD/reference_trainer/primecfg-train \
@@ -43,7 +43,7 @@ def main() -> int:
         p = json.loads(plan.stdout)
         m = next(x for x in p["modes"] if x["offload"] == mode)
         t = m["step_time"]
-        measured, rc = None, None
+        measured, spread, rc = None, None, None
         if not a.plan_only:
             out = os.path.join(a.out, f"row{n}")
             try:
@@ -58,17 +58,20 @@ def main() -> int:
                 rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
                 times = [x["step_time_s"] for x in rows[3:]]
                 measured = statistics.median(times) if times else None
+                spread = (max(times) - min(times)) / measured if times else None
             except OSError:
                 pass
         err = f"{100 * (t['step_s'] / measured - 1):+.1f}%" if measured else "-"
         meas = f"{measured:.4f} s" if measured else f"no run (rc {rc})" if rc is not None else "-"
-        lines.append((model, seq, mode, " ".join(flags), t["step_s"], t["bound"], meas, err, m["fits"]))
-        print(f"{row:<60} predicted {t['step_s']:.4f} s ({t['bound']}) measured {meas} error {err}", flush=True)
+        spr = f"{100 * spread:.1f}%" if spread is not None else "-"
+        lines.append((model, seq, mode, " ".join(flags), t["step_s"], t["bound"], meas, spr, err))
+        print(f"{row:<60} predicted {t['step_s']:.4f} s ({t['bound']}) measured {meas} (spread {spr}) "
+              f"error {err}", flush=True)
     if a.markdown:
-        print("\n| model | seq_len | mode | flags | predicted | bound | measured | error |")
-        print("|---|---:|---|---|---:|---|---:|---:|")
-        for model, seq, mode, fl, pred, bound, meas, err, _ in lines:
-            print(f"| {model} | {seq} | `{mode}` | {fl} | {pred:.4f} s | {bound} | {meas} | {err} |")
+        print("\n| model | seq_len | mode | flags | predicted | bound | measured | spread | error |")
+        print("|---|---:|---|---|---:|---|---:|---:|---:|")
+        for model, seq, mode, fl, pred, bound, meas, spr, err in lines:
+            print(f"| {model} | {seq} | `{mode}` | {fl} | {pred:.4f} s | {bound} | {meas} | {spr} | {err} |")
     return 0
 
 

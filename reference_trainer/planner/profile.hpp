@@ -50,6 +50,12 @@ struct BlockTiming {
   double forward_s = 0;   // one block's forward, its attention included
   double backward_s = 0;  // one block's backward (without the optimizer update)
 
+  // The same weights and attention layout (the timing's length may differ).
+  bool same_shape(const BlockTiming& o) const {
+    return hidden == o.hidden && intermediate == o.intermediate && heads == o.heads &&
+           kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm;
+  }
+
   static constexpr auto fields() {
     using B = BlockTiming;
     return describe(field(&B::hidden, "Hidden size.", ge(1)),
@@ -71,6 +77,10 @@ struct HeadTiming {
   std::int64_t tokens = 0;
   double forward_s = 0;   // lookup, final norm, LM head and loss forward
   double backward_s = 0;  // their backward, the step's fixed work included
+
+  bool same_shape(const HeadTiming& o) const {
+    return hidden == o.hidden && vocab == o.vocab && tied == o.tied;
+  }
 
   static constexpr auto fields() {
     using H = HeadTiming;
@@ -102,6 +112,7 @@ struct GpuProfile {
   double peak_tflops = 989;       // dense bf16, for MFU
   double memory_gbs = 0;          // device memory: bytes read + written per second by a large copy
   double adamw_params_per_s = 0;  // torch's fused AdamW on the device (none, optimizer)
+  double launch_us = 0;           // one small kernel, launched and waited for in a stream of them
   std::vector<BlockTiming> blocks;
   std::vector<HeadTiming> heads;
   std::vector<AttentionTiming> attention;
@@ -112,6 +123,10 @@ struct GpuProfile {
         field(&G::peak_tflops, "Dense bf16 peak TFLOP/s (MFU's denominator).", gt(0)),
         field(&G::memory_gbs, "Device memory bandwidth, GB/s (read + write of a copy).", gt(0)),
         field(&G::adamw_params_per_s, "Fused AdamW update on the device, parameters per second.", gt(0)),
+        field(&G::launch_us,
+              "Time per kernel of a stream of tiny kernels, microseconds (0: not measured). Recorded, not "
+              "added: the measured block and head times hold their own launches.",
+              ge(0)),
         field(&G::blocks, "Transformer blocks run by the trainer."),
         field(&G::heads, "Embedding, LM head and loss run by the trainer."),
         field(&G::attention, "Causal SDPA throughput by sequence length."));

@@ -36,8 +36,10 @@ double block_matmul_flops(std::int64_t D, std::int64_t I, std::int64_t H, std::i
 }
 
 bool same_block(const BlockTiming& b, const ModelShape& s) {
-  return b.hidden == s.hidden && b.intermediate == s.intermediate && b.heads == s.heads &&
-         b.kv_heads == s.kv_heads && b.head_dim == s.head_dim && b.qk_norm == s.qk_norm();
+  BlockTiming key;
+  key.hidden = s.hidden, key.intermediate = s.intermediate, key.heads = s.heads, key.kv_heads = s.kv_heads;
+  key.head_dim = s.head_dim, key.qk_norm = s.qk_norm();
+  return b.same_shape(key);
 }
 
 double attention_flops(std::int64_t heads, std::int64_t head_dim, std::int64_t B, std::int64_t T) {

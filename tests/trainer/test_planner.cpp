@@ -4,6 +4,7 @@
 // out-of-memory advice, and sharded runs (the FP32 state per rank, host per node).
 #include "base/strict_json.hpp"
 #include "distributed/launch.hpp"
+#include "hand_shape.hpp"
 #include "nn/loss_chunking.hpp"
 #include "options.hpp"
 #include "planner/machine.hpp"
@@ -25,21 +26,6 @@ using namespace primecfg;
 namespace plan = primecfg::train::plan;
 
 namespace {
-
-// A shape small enough to add up by hand: q = 2 x 4 = 8, kv = 1 x 4 = 4.
-plan::ModelShape hand_shape() {
-  plan::ModelShape s;
-  s.vocab_size = 16;
-  s.hidden = 8;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 4;
-  s.intermediate = 16;
-  s.arch = primecfg::train::Arch::qwen3;
-  s.tie_embeddings = true;
-  return s;
-}
 
 // No rounding, no fixed overheads: every byte below comes from the formulas.
 plan::Assumptions exact() {

@@ -1,6 +1,7 @@
 // The planner's step-time model (planner/step_time.cpp) on a fixed machine profile:
 // its arithmetic by hand, each mode's overlaps, the profile's reader, and
 // --calibrate on the CPU writing a profile that --plan reads back.
+#include "hand_shape.hpp"
 #include "options.hpp"
 #include "planner/planner.hpp"
 #include "planner/profile.hpp"
@@ -21,21 +22,6 @@ using namespace primecfg;
 namespace plan = primecfg::train::plan;
 
 namespace {
-
-// A shape whose figures add up by hand: q = 2 x 4, kv = 1 x 4.
-plan::ModelShape shape() {
-  plan::ModelShape s;
-  s.vocab_size = 16;
-  s.hidden = 8;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 4;
-  s.intermediate = 16;
-  s.arch = primecfg::train::Arch::qwen3;
-  s.tie_embeddings = true;
-  return s;
-}
 
 // Causal attention FLOPs of one block's forward at 1024 tokens: 2 x 1024^2 x 2 x 4.
 constexpr double kAttnFlops = 2.0 * 1024 * 1024 * 2 * 4;
@@ -123,10 +109,10 @@ plan::Plan planned(const plan::MachineProfile& prof, const SFTConfig& cfg) {
   a.profile_source = "test";
   a.gpu_capacity = std::int64_t{139} << 30;
   a.host_capacity = std::int64_t{125} << 30;
-  return plan::make_plan(cfg, shape(), a);
+  return plan::make_plan(cfg, hand_shape(), a);
 }
 
-double params() { return static_cast<double>(shape().total_params()); }
+double params() { return static_cast<double>(hand_shape().total_params()); }
 
 }  // namespace
 
@@ -207,7 +193,7 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
   a.world = 2;
   a.process_group = true;
   prof.host.adamw_params_per_s = params();
-  const auto q = plan::make_plan(config(1024), shape(), a);
+  const auto q = plan::make_plan(config(1024), hand_shape(), a);
   CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
 }
 
@@ -232,7 +218,7 @@ TEST_CASE("step time: the recommendation is the fastest mode that fits, with wha
 
 TEST_CASE("step time: a shape or length outside the profile is said to be unsure") {
   const auto prof = plan::read_profile_text("test", kProfile);
-  auto s = shape();
+  auto s = hand_shape();
   s.hidden = 16;
   plan::Assumptions a;
   a.profile = &prof;
@@ -291,4 +277,23 @@ TEST_CASE("--calibrate on the CPU writes a profile that --plan reads back") {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text.find("Step time, predicted") != std::string::npos);
   CHECK(text.find(out.string()) != std::string::npos);
+}
+
+TEST_CASE("--calibrate: a block run that fails is reported with its output, and no profile is written") {
+  const fs::path dir = fs::temp_directory_path() / "calibrate-fails";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path out = dir / "cpu.toml";
+  const std::string bin = PRIMECFG_TRAIN_BIN;
+  const int rc =
+      std::system((bin + " --device=cpu --calibrate=" + out.string() +
+                   " --data.seq-len=64 --calibrate-models='[\"/no/such/model\"]' 2>" + (dir / "log").string())
+                      .c_str());
+  CHECK(rc != 0);
+  std::ifstream in(dir / "log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(log.find("calibration run exited with 1") != std::string::npos);
+  CHECK(log.find("--model.name=/no/such/model") != std::string::npos);
+  CHECK(log.find("neither a preset") != std::string::npos);  // the child's own error
+  CHECK(!fs::exists(out));
 }
