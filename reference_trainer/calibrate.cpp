@@ -436,8 +436,12 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   };
   std::vector<Runs> runs;
   for (const std::string& name : req.models) {
-    Runs r{name, median_step(req, name, 1, false, dir), median_step(req, name, 3, false, dir),
-           median_step(req, name, 3, true, dir)};
+    auto timed = [&](std::int64_t layers, bool ac) {
+      say(fmt::format("{}: timing {} block{}{}", name, layers, layers == 1 ? "" : "s",
+                      ac ? ", checkpointed" : ""));
+      return median_step(req, name, layers, ac, dir);
+    };
+    Runs r{name, timed(1, false), timed(3, false), timed(3, true)};
     say(fmt::format("{}: steps of 1 / 3 / 3 checkpointed blocks {:.4f} / {:.4f} / {:.4f} s", name, r.r1, r.r3,
                     r.r3ac));
     runs.push_back(r);

@@ -29,7 +29,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <execinfo.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -250,6 +254,63 @@ int report_oom(const primecfg::SFTConfig& cfg, const train::TrainerOptions& opti
   return 1;
 }
 
+// Only async-signal-safe calls: the process is broken.
+void write_hex(const char* label, std::uintptr_t v) {
+  char buf[32];
+  int n = 0;
+  do buf[n++] = "0123456789abcdef"[v & 15], v >>= 4;
+  while (v != 0);
+  char out[48];
+  int k = 0;
+  out[k++] = ' ';
+  for (const char* c = label; *c != 0; ++c) out[k++] = *c;
+  out[k++] = '0', out[k++] = 'x';
+  while (n > 0) out[k++] = buf[--n];
+  (void)!::write(2, out, static_cast<std::size_t>(k));
+}
+
+void report_crash(int sig, siginfo_t* info, void* context) {
+  const char* name = sig == SIGSEGV  ? "SIGSEGV"
+                     : sig == SIGBUS ? "SIGBUS"
+                     : sig == SIGILL ? "SIGILL"
+                     : sig == SIGFPE ? "SIGFPE"
+                                     : "SIGABRT";
+  const char head[] = "primecfg-train: fatal: ";
+  (void)!::write(2, head, sizeof head - 1);
+  (void)!::write(2, name, std::strlen(name));
+  auto say = [](const char* text) { (void)!::write(2, text, std::strlen(text)); };
+  if (sig != SIGABRT) write_hex("at address ", reinterpret_cast<std::uintptr_t>(info->si_addr));
+#if defined(__x86_64__)
+  // The word on top of the stack is the caller when a call jumped to a bad address
+  // (pc 0x0: a null function pointer) and left no frame to unwind.
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  write_hex("pc ", static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]));
+  say("\ntop of stack: ");
+  void* top = *reinterpret_cast<void* const*>(uc->uc_mcontext.gregs[REG_RSP]);
+  ::backtrace_symbols_fd(&top, 1, 2);
+#else
+  (void)context;
+  say("\n");
+#endif
+  say("the stack:\n");
+  void* frames[64];
+  ::backtrace_symbols_fd(frames, ::backtrace(frames, 64), 2);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void install_crash_report() {
+  static char alternate[1 << 16];  // a stack overflow still gets its report
+  stack_t st{};
+  st.ss_sp = alternate;
+  st.ss_size = sizeof alternate;
+  ::sigaltstack(&st, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = report_crash;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(sig, &sa, nullptr);
+}
+
 // The loader's diagnostics and the trainer's own in one order (docs/errors.md): the
 // files as given (the embedded default first), then the command line, then defaults;
 // by line and column within a file.
@@ -327,6 +388,8 @@ int main(int argc, char** argv) {
   // Likewise a write to a peer rank that died (its socket closed) fails with EPIPE and the
   // collective reports it, naming this rank, instead of SIGPIPE ending the process silently.
   std::signal(SIGPIPE, SIG_IGN);
+  // A crash says where it happened (frames as binary(+offset): `addr2line -Cfpe`).
+  install_crash_report();
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
   for (const auto& a : argv_list) {
     if (a == "--help" || a == "-h")

@@ -525,6 +525,22 @@ type = "filesystem"
     expect(train(fake, "--data.fake.generate-samples"), 1, "data.fake.generate_samples")
 
 
+@case("a crash says so, with the stack, and the process still dies of its signal")
+def _(work):
+    import signal
+
+    cfg = toml(work, 100000, ckpt="interval = 100000")
+    p = subprocess.Popen([TRAIN, "@", cfg, "--device=cpu"], stderr=subprocess.PIPE, text=True, errors="replace")
+    deadline = time.time() + 60
+    metrics = os.path.join(work, "out", "metrics.jsonl")
+    while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0) and time.time() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGSEGV)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == -signal.SIGSEGV, (p.returncode, err[-2000:])
+    assert "primecfg-train: fatal: SIGSEGV" in err and "primecfg-train(" in err, err[-2000:]
+
+
 shutil.rmtree(ROOT, ignore_errors=True)
 print(f"{passed} passed, {len(failed)} failed")
 sys.exit(1 if failed else 0)
