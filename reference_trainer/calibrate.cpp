@@ -2,6 +2,7 @@
 #include "calibrate.hpp"
 
 #include "base/device_streams.hpp"
+#include "base/remove_tree.hpp"
 #include "base/run_error.hpp"
 #include "model/config.hpp"
 #include "optim/cpu/cpu_optim.hpp"
@@ -359,7 +360,7 @@ void run_child(const CalibrateRequest& req, const std::vector<std::string>& args
 // allocator and pools, and a crash is reported instead of taking calibration with it.
 double median_step(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
                    const fs::path& dir) {
-  fs::remove_all(dir);
+  remove_tree(dir);
   fs::create_directories(dir);
   // The user's config, with the run's shape set on the command line (so the config
   // rules see it as they would there).
@@ -387,7 +388,8 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
   try {
     run_child(req, args, dir / "log");
   } catch (...) {
-    fs::remove_all(dir);
+    std::error_code ec;
+    remove_tree(dir, ec);
     throw;
   }
   std::ifstream in(output / "metrics.jsonl");
@@ -397,7 +399,7 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("step_time_s")) times.push_back(j["step_time_s"].get<double>());
   }
-  fs::remove_all(dir);
+  remove_tree(dir);
   if (times.size() < 4)
     throw std::runtime_error("calibration: a run wrote fewer than 4 steps to metrics.jsonl");
   times.erase(times.begin(), times.begin() + 3);

@@ -3,6 +3,7 @@
 // Reads an SFTConfig (or a TrainerConfig with [data.fake]) through primecfg,
 // rejects what the trainer does not implement, and trains. Without config files
 // it runs the embedded default: a tiny model learning to reverse text on the CPU.
+#include "base/remove_tree.hpp"
 #include "calibrate.hpp"
 #include "checkpoint/dir.hpp"
 #include "command_line.hpp"
@@ -231,7 +232,7 @@ void remove_partial_checkpoints(const primecfg::SFTConfig& cfg) {
     if (n.rfind(".step_", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0)
       partial.push_back(e.path());
   }
-  for (const auto& p : partial) fs::remove_all(p, ec);
+  for (const auto& p : partial) train::remove_tree(p, ec);
 }
 
 // A device out-of-memory error: what failed, what the planner predicted, what would fit.

@@ -1,5 +1,6 @@
 #include "checkpoint/dir.hpp"
 
+#include "base/remove_tree.hpp"
 #include "base/strict_json.hpp"
 
 #include <fmt/format.h>
@@ -179,7 +180,7 @@ void remove_stale_temporaries(const fs::path& root) {
     if (step_of(n, ".step_", ".tmp") || step_of(n, ".step_", ".old")) stale.push_back(e.path());
   }
   for (const auto& p : stale) {
-    fs::remove_all(p, ec);
+    remove_tree(p, ec);
     if (ec)
       throw checkpoint_error(
           fmt::format("{}: cannot remove a killed run's partial checkpoint: {}", p.string(), ec.message()));
@@ -204,7 +205,7 @@ void prepare_fresh_run(const fs::path& output_dir, const fs::path& ckpt_root, bo
         output_dir.string(), found.front().string(),
         found.size() > 1 ? fmt::format(" and {} more", found.size() - 1) : ""));
   for (const auto& p : found) {
-    fs::remove_all(p, ec);
+    remove_tree(p, ec);
     if (ec)
       throw checkpoint_error(fmt::format("{}: clean = true cannot remove it: {}", p.string(), ec.message()));
   }
@@ -392,7 +393,7 @@ void prune_checkpoints(const fs::path& root, i64 keep_last, i64 newest) {
   if (older.size() <= keep_older) return;
   std::error_code ec;
   for (std::size_t i = 0; i + keep_older < older.size(); ++i) {
-    fs::remove_all(step_dir(root, older[i]), ec);
+    remove_tree(step_dir(root, older[i]), ec);
     if (ec)
       throw checkpoint_error(
           fmt::format("{}: keep_last cannot remove it: {}", step_dir(root, older[i]).string(), ec.message()));
@@ -406,7 +407,7 @@ void publish_checkpoint(const fs::path& tmp, const fs::path& final_dir) {
   // aside first, so that at every moment one complete checkpoint of the step exists.
   const fs::path aside = root / ("." + final_dir.filename().string() + ".old");
   if (fs::exists(final_dir, ec)) {
-    fs::remove_all(aside, ec);
+    remove_tree(aside, ec);
     fs::rename(final_dir, aside, ec);
     if (ec) throw checkpoint_error(fmt::format("{}: cannot set aside: {}", final_dir.string(), ec.message()));
   }
@@ -414,7 +415,7 @@ void publish_checkpoint(const fs::path& tmp, const fs::path& final_dir) {
   if (ec)
     throw checkpoint_error(fmt::format("{}: cannot rename into place: {}", final_dir.string(), ec.message()));
   fsync_path(root);
-  fs::remove_all(aside, ec);
+  remove_tree(aside, ec);
 }
 
 }  // namespace primecfg::train

@@ -3,6 +3,7 @@
 // lock and pruning are checkpoint/dir.hpp's). Used by trainer.cpp only.
 #pragma once
 
+#include "base/remove_tree.hpp"
 #include "base/run_error.hpp"
 #include "base/safetensors.hpp"
 #include "checkpoint/dir.hpp"
@@ -118,11 +119,11 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
   };
   auto remove_tmp = [&] {
     std::error_code ec;
-    if (rank == 0) fs::remove_all(tmp, ec);  // a full disk must not leave half a checkpoint behind
+    if (rank == 0) remove_tree(tmp, ec);  // a full disk must not leave half a checkpoint behind
   };
   on_rank0("creating the checkpoint folder", [&] {
     fs::create_directories(root);
-    fs::remove_all(tmp);
+    remove_tree(tmp);
     fs::create_directories(tmp);
   });
   std::string error;

@@ -4,7 +4,8 @@ Each folder of reference_trainer/ may include only the folders listed for it, so
 the shared vocabulary at the bottom never includes what is built on it; no folder
 includes the program and its loop (the top-level files); outside distributed/ nothing
 names a parallelism's implementation (distributed/sharding.hpp picks it); outside the
-offload folders and the planner nothing tests the offload mode.
+offload folders and the planner nothing tests the offload mode; nothing calls
+std::filesystem::remove_all (base/remove_tree.hpp says why).
 
 Usage: layout_test.py SOURCE_ROOT
 """
@@ -59,6 +60,9 @@ def main() -> int:
                                 f"{', '.join(sorted(ALLOWED[folder])) or 'itself'}")
         if folder != "distributed" and re.search(r"\b(Zero2|Fsdp)\b", text):
             problems.append(f"{rel}: names a parallelism's class; outside distributed/ the parallelism is `Sharding` (distributed/sharding.hpp)")
+        if rel.as_posix() != "base/remove_tree.hpp" and re.search(r"\bremove_all\s*\(", text):
+            problems.append(f"{rel}: calls std::filesystem::remove_all, which LibTorch's CUDA wheels interpose with a copy "
+                            "that crashes; use remove_tree (base/remove_tree.hpp)")
         if folder not in {"offload", "planner"} and MODE_TEST.search(text):
             problems.append(f"{rel}: tests the offload mode; a mode's behaviour lives in offload/<mode>/ (and its memory model beside it)")
     for p in sorted(problems):

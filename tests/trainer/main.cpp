@@ -3,6 +3,8 @@
 // with its path printed, when one fails. A CI disk holds the suite's repeated
 // runs (CPU paths, sanitizers) only if each run cleans up after itself.
 #define DOCTEST_CONFIG_IMPLEMENT
+#include "base/remove_tree.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -24,7 +26,7 @@ int main(int argc, char** argv) {
   const int failed = context.run();
   if (context.shouldExit() || failed == 0) {
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    primecfg::train::remove_tree(dir, ec);
   } else {
     std::fprintf(stderr, "the tests' files are kept in %s\n", dir.c_str());
   }

@@ -1,6 +1,7 @@
 // Activation offloading (model.ac_offloading) on the CPU: the block inputs come back
 // as they left, in any window, and a run with it is the run without it, bit for bit,
 // in every offload mode.
+#include "base/remove_tree.hpp"
 #include "nn/activation_offload.hpp"
 #include "support.hpp"
 #include "trainer.hpp"
@@ -49,7 +50,7 @@ namespace {
 
 fs::path temp_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("primecfg-ac-offload-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  primecfg::train::remove_tree(d);
   fs::create_directories(d);
   return d;
 }
@@ -131,7 +132,7 @@ TEST_CASE(
       CHECK(same_weights(offloaded, alone));
     }
   }
-  fs::remove_all(model_dir.parent_path());
+  primecfg::train::remove_tree(model_dir.parent_path());
 }
 
 TEST_CASE("activation offloading: what it cannot do as prime-rl does is refused by name") {

@@ -1,4 +1,5 @@
 // safetensors and data packing: the trainer's plain C++ parts (JSON: test_strict_json.cpp).
+#include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
 #include "data/loader.hpp"
 #include "support.hpp"
@@ -16,11 +17,38 @@ using namespace primecfg::train;
 namespace {
 fs::path temp_dir(const char* name) {
   auto d = fs::temp_directory_path() / ("primecfg-trainer-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  primecfg::train::remove_tree(d);
   fs::create_directories(d);
   return d;
 }
 }  // namespace
+
+TEST_CASE("remove_tree removes a tree without following its links; a missing path is no error") {
+  const fs::path d = temp_dir("remove_tree");
+  const fs::path outside = temp_dir("remove_tree_outside");
+  fs::create_directories(d / "a" / "b");
+  std::ofstream(d / "a" / "b" / "f") << "x";
+  std::ofstream(outside / "kept") << "y";
+  fs::create_directory_symlink(outside, d / "a" / "link");
+  std::error_code ec;
+  remove_tree(d, ec);
+  CHECK(!ec);
+  CHECK(!fs::exists(d));
+  CHECK(fs::exists(outside / "kept"));  // the link went, not what it points to
+  remove_tree(d, ec);
+  CHECK(!ec);
+  remove_tree(outside / "kept");  // a plain file
+  CHECK(!fs::exists(outside / "kept"));
+  // A path that cannot be looked at (below a plain file): an error naming it when thrown.
+  std::ofstream(outside / "file") << "z";
+  remove_tree(outside / "file" / "below", ec);
+  CHECK(ec == std::errc::not_a_directory);
+  CHECK_THROWS_WITH_AS(remove_tree(outside / "file" / "below"), doctest::Contains("file/below"),
+                       fs::filesystem_error);
+  fs::create_directories(d);
+  remove_tree(d);
+  CHECK(!fs::exists(d));
+}
 
 TEST_CASE("safetensors: write then read gives the same names, dtypes, shapes, bytes and metadata") {
   auto dir = temp_dir("st");

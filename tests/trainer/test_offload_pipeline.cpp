@@ -2,6 +2,7 @@
 // the staging ring's allocation order, and a run whose staging ring holds only one
 // gradient at a time, which makes the backward hooks wait for the CPU worker at
 // almost every parameter. The result must not change, bit for bit.
+#include "base/remove_tree.hpp"
 #include "base/staging_ring.hpp"
 #include "base/strict_json.hpp"
 #include "base/task_thread.hpp"
@@ -202,12 +203,12 @@ TEST_CASE("full offload: a staging ring that holds one gradient gives the same r
     }
     CHECK(roomy.losses.back() < roomy.losses.front());
   }
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 TEST_CASE("full offload: --profile.host-trace writes a Chrome trace of the pipeline's host threads") {
   auto dir = fs::temp_directory_path() / ("primecfg-host-trace-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
   train::RunOptions o;
   o.print = false;
   o.device = "cpu";
@@ -226,7 +227,7 @@ TEST_CASE("full offload: --profile.host-trace writes a Chrome trace of the pipel
   }
   CHECK(worker);
   CHECK(hooks);
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 static bool metrics_mention(const fs::path& out_dir, const std::string& text) {
@@ -299,7 +300,7 @@ TEST_CASE(
       o.device = "cpu";
       o.bf16 = bf16;
       o.offload.cpu_threads = 3;
-      fs::remove_all(dir);
+      primecfg::train::remove_tree(dir);
       c.output_dir = dir / "split";
       train::RunResult split, deferred, held, whole;
       {
@@ -360,7 +361,7 @@ TEST_CASE(
       if (k % 2 == 0) CHECK(last_figure(dir / "held", "lookup_rows") > 0);
     }
   }
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 // Sharded (one Gloo rank of a launcher: every collective of FSDP runs), the updates
@@ -371,7 +372,7 @@ TEST_CASE(
 // after block; a gather that did not wait would read the step before's weights.
 TEST_CASE("full offload, sharded: deferred updates are in the pieces before the forward gathers them") {
   auto dir = fs::temp_directory_path() / ("primecfg-defer-fsdp-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
   for (bool bf16 : {false, true}) {
     CAPTURE(bf16);
     train::RunOptions o;
@@ -414,7 +415,7 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
     CHECK(last_figure(dir / "ranked", "defer_wait_s") > 0);
     CHECK(last_figure(dir / "ranked", "fsdp_gathers_ahead") > 0);
   }
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 // Deferred updates and checkpoints: a checkpoint taken right after a step whose updates
@@ -424,7 +425,7 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
 // the two work together (no wait left hanging, no update lost or repeated).
 TEST_CASE("full offload: deferred updates finish before a checkpoint, and a resumed run continues exactly") {
   auto dir = fs::temp_directory_path() / ("primecfg-defer-ckpt-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
   // One micro-batch per step: the updates are deferred.
   SFTConfig c = tiny_full(4, 13, 10, dir / "whole");
   c.ckpt = CheckpointConfig{};
@@ -446,5 +447,5 @@ TEST_CASE("full offload: deferred updates finish before a checkpoint, and a resu
   REQUIRE(tail.first_step == 5);
   std::vector<double> expected(whole.losses.begin() + 5, whole.losses.end());
   CHECK(tail.losses == expected);
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
