@@ -266,17 +266,18 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
       const double per_rank = static_cast<double>(p.host.cores) / static_cast<double>(w.a.per_node());
       const double threads =
           w.a.cpu_threads ? static_cast<double>(*w.a.cpu_threads) : std::max(1.0, per_rank - 1);
-      // The rate alone: the pipeline's copies (about 4 bytes a parameter each way) load the
-      // host's memory far less than the calibration's continuous copies (the busy rate).
-      double rate =
-          w.opt.kind == OptKind::sign_sgd ? p.host.sign_sgd_params_per_s : p.host.adamw_params_per_s;
+      const bool sign = w.opt.kind == OptKind::sign_sgd;
+      double alone = sign ? p.host.sign_sgd_params_per_s : p.host.adamw_params_per_s;
+      double busy = sign ? p.host.sign_sgd_busy_params_per_s : p.host.adamw_busy_params_per_s;
       const double used = std::min(threads, per_rank);
       if (used != static_cast<double>(p.host.threads)) {
-        rate *= std::min(1.0, used / static_cast<double>(p.host.threads));
+        const double share = std::min(1.0, used / static_cast<double>(p.host.threads));
+        alone *= share, busy *= share;
         t.unsure.push_back(fmt::format("full: {} CPU threads a rank, calibrated with {} (scaled linearly)",
                                        used, p.host.threads));
       }
-      t.cpu_update = rank_params / rate;
+      t.cpu_update = detail::cpu_update_under_copies(rank_params / alone, rank_params / busy, down + up,
+                                                     (p.link.h2d_both_gbs + p.link.d2h_both_gbs) * kGB);
       // The update runs from the first gradient to the next forward's need of the
       // last block: it overlaps everything but the loss and the head's backward.
       const double gpu = compute_wall;
@@ -295,8 +296,13 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
       else if (t.link > gpu)
         bound = "PCIe";
       t.step = earlier + last;
-      t.unsure.push_back(
-          "full: step times of one binary have varied by up to 1.75x between runs (docs/performance.md)");
+      if (bound == "CPU update")
+        t.unsure.push_back(
+            "full: the host's CPU update rate moved by 7% between two calibrations of one machine, and "
+            "full's step times have varied by up to 1.75x between runs (docs/performance.md)");
+      else
+        t.unsure.push_back(
+            "full: step times of one binary have varied by up to 1.75x between runs (docs/performance.md)");
       break;
     }
   }
@@ -308,6 +314,16 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
       12.0 * static_cast<double>(s.layers * s.heads * s.head_dim) * static_cast<double>(w.T);
   t.mfu = t.tokens_per_s * flops_per_token / (p.gpu.peak_tflops * 1e12);
   return t;
+}
+
+double cpu_update_under_copies(double alone_s, double busy_s, double copy_bytes, double link_bytes_per_s) {
+  const double slower = std::max(0.0, busy_s - alone_s);  // a busy rate above the rate alone: no effect
+  if (slower == 0 || copy_bytes <= 0) return alone_s;
+  const double c = slower * copy_bytes / link_bytes_per_s;  // t^2 - alone t - c = 0
+  const double t = (alone_s + std::sqrt(alone_s * alone_s + 4 * c)) / 2;
+  // Copies that would load the host more than the calibration's (an update shorter than
+  // the copies themselves): the busy rate.
+  return copy_bytes / t > link_bytes_per_s ? busy_s : t;
 }
 
 }  // namespace primecfg::train::plan::detail

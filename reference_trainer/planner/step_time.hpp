@@ -27,4 +27,12 @@ double attention_forward_flops(const ModelShape& s, std::int64_t B, std::int64_t
 double attention_rate(const MachineProfile& p, std::int64_t T, std::int64_t head_dim, bool backward,
                       std::vector<std::string>* unsure = nullptr);
 
+// offload = "full"'s CPU update while the pipeline's copies run beside it, seconds.
+// Its time per parameter grows linearly with the host-memory traffic of those copies,
+// from `alone_s` (no copies) to `busy_s` (copies both ways at the link's full rate,
+// `link_bytes_per_s` in all, as calibrated): the `copy_bytes` spread over the update
+// load the host by copy_bytes / t of link_bytes_per_s, so t solves
+// t = alone + (busy - alone) * copy_bytes / (t * link_bytes_per_s).
+double cpu_update_under_copies(double alone_s, double busy_s, double copy_bytes, double link_bytes_per_s);
+
 }  // namespace primecfg::train::plan::detail

@@ -5,6 +5,7 @@
 #include "options.hpp"
 #include "planner/planner.hpp"
 #include "planner/profile.hpp"
+#include "planner/step_time.hpp"
 
 #include <primecfg/cli.hpp>
 #include <primecfg/report.hpp>
@@ -195,6 +196,27 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
   prof.host.adamw_params_per_s = params();
   const auto q = plan::make_plan(config(1024), hand_shape(), a);
   CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
+}
+
+TEST_CASE("step time: full's CPU update slows with the pipeline's copies, between alone and busy") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  // Alone 1 s, 2 s under the calibration's copies both ways at the link's full rate.
+  prof.host.adamw_params_per_s = params() / 1.0;
+  prof.host.adamw_busy_params_per_s = params() / 2.0;
+  // One process moves bf16 gradients down and bf16 weights up: 4 bytes a parameter.
+  // A link at which those bytes take 0.75 s both ways at once: t^2 - t - 0.75 = 0.
+  const double bytes = 4 * params();
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = bytes / 0.75 / 2 / 1e9;
+  prof.link.h2d_gbs = prof.link.d2h_gbs = prof.link.h2d_both_gbs;
+  const auto p = planned(prof, config(1024));
+  const auto& t = *p.mode(Offload::full).time;
+  CHECK(t.cpu_update == doctest::Approx(1.5));
+  CHECK(t.step == doctest::Approx(1.5 + 0.003 + 0.006));
+  CHECK(t.bound == "CPU update");
+  // The model's edges: no copies is the rate alone; a busy rate above it changes nothing.
+  CHECK(plan::detail::cpu_update_under_copies(1.0, 2.0, 0, 1e9) == 1.0);
+  CHECK(plan::detail::cpu_update_under_copies(1.0, 0.5, 1e9, 1e9) == 1.0);
+  CHECK(plan::detail::cpu_update_under_copies(1.0, 2.0, 1e12, 1e9) == 2.0);  // beyond the calibration's load
 }
 
 TEST_CASE("step time: the recommendation is the fastest mode that fits, with what the others cost") {
