@@ -47,6 +47,22 @@ double attention_flops(std::int64_t heads, std::int64_t head_dim, std::int64_t B
   return 2.0 * static_cast<double>(B) * t * t * static_cast<double>(heads * head_dim);
 }
 
+// y at x from measured (x, y) points: linear in y over log x between the two around
+// it, the nearest outside them (throughputs level off; they are not extrapolated).
+double interpolate_log_x(std::vector<std::pair<double, double>> points, double x) {
+  std::sort(points.begin(), points.end());
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
+  for (std::size_t i = 1; i < points.size(); ++i)
+    if (x <= points[i].first) {
+      const auto [x0, y0] = points[i - 1];
+      const auto [x1, y1] = points[i];
+      if (x1 == x0) return y1;
+      return y0 + (std::log(x) - std::log(x0)) / (std::log(x1) - std::log(x0)) * (y1 - y0);
+    }
+  return points.back().second;
+}
+
 }  // namespace
 
 double attention_forward_flops(const ModelShape& s, std::int64_t B, std::int64_t T) {
@@ -59,91 +75,95 @@ double attention_rate(const MachineProfile& p, std::int64_t T, std::int64_t head
   std::int64_t best_dim = p.gpu.attention.front().head_dim;
   for (const auto& a : p.gpu.attention)
     if (std::abs(a.head_dim - head_dim) < std::abs(best_dim - head_dim)) best_dim = a.head_dim;
-  std::vector<const AttentionTiming*> rows;
+  std::vector<std::pair<double, double>> rows;  // (seq_len, FLOP/s)
   for (const auto& a : p.gpu.attention)
-    if (a.head_dim == best_dim) rows.push_back(&a);
-  std::sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->seq_len < y->seq_len; });
-  auto rate = [&](const AttentionTiming* a) {
-    return (backward ? a->backward_tflops : a->forward_tflops) * 1e12;
-  };
+    if (a.head_dim == best_dim)
+      rows.emplace_back(static_cast<double>(a.seq_len),
+                        (backward ? a.backward_tflops : a.forward_tflops) * 1e12);
+  std::sort(rows.begin(), rows.end());
   if (unsure && best_dim != head_dim)
     unsure->push_back(fmt::format("attention: head_dim {} not measured, {} used", head_dim, best_dim));
-  if (T <= rows.front()->seq_len) {
-    if (unsure && T < rows.front()->seq_len / 2)
-      unsure->push_back(fmt::format("attention: {} tokens is below the shortest length measured ({})", T,
-                                    rows.front()->seq_len));
-    return rate(rows.front());
-  }
-  if (T >= rows.back()->seq_len) {
-    if (unsure && T > rows.back()->seq_len * 2)
-      unsure->push_back(fmt::format("attention: {} tokens is beyond the longest length measured ({})", T,
-                                    rows.back()->seq_len));
-    return rate(rows.back());
-  }
-  for (std::size_t i = 1; i < rows.size(); ++i)
-    if (T <= rows[i]->seq_len) {
-      const double x0 = std::log(static_cast<double>(rows[i - 1]->seq_len));
-      const double x1 = std::log(static_cast<double>(rows[i]->seq_len));
-      const double f = (std::log(static_cast<double>(T)) - x0) / (x1 - x0);
-      return rate(rows[i - 1]) + f * (rate(rows[i]) - rate(rows[i - 1]));
-    }
-  return rate(rows.back());
+  const double t = static_cast<double>(T);
+  if (unsure && t < rows.front().first / 2)
+    unsure->push_back(fmt::format("attention: {} tokens is below the shortest length measured ({})", T,
+                                  rows.front().first));
+  if (unsure && t > rows.back().first * 2)
+    unsure->push_back(
+        fmt::format("attention: {} tokens is beyond the longest length measured ({})", T, rows.back().first));
+  return interpolate_log_x(rows, t);
 }
 
 ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   ComputeTimes c;
   const ModelShape& s = w.s;
 
-  // The block: this shape's measurement, else the nearest hidden size scaled by the
-  // matmul FLOPs.
+  // Outside attention, each measured block runs its matmuls (and what goes with them:
+  // norms, casts, launches) at some throughput; bigger matmuls run faster.
+  auto rest_of = [&](const BlockTiming& b) {
+    const double attn = attention_flops(b.heads, b.head_dim, 1, b.tokens);
+    return std::pair{
+        std::max(0.1 * b.forward_s, b.forward_s - attn / attention_rate(p, b.tokens, b.head_dim, false)),
+        std::max(0.1 * b.backward_s,
+                 b.backward_s - 2.5 * attn / attention_rate(p, b.tokens, b.head_dim, true))};
+  };
+  const double flops = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim);
+  double rest_f = 0, rest_b = 0;  // seconds per token outside attention
   const BlockTiming* blk = nullptr;
   for (const auto& b : p.gpu.blocks)
     if (same_block(b, s)) blk = &b;
-  double scale = 1;
-  if (!blk) {
-    double best = std::numeric_limits<double>::infinity();
+  if (blk) {
+    const auto [f, b] = rest_of(*blk);
+    rest_f = f / static_cast<double>(blk->tokens), rest_b = b / static_cast<double>(blk->tokens);
+  } else {
+    // This shape's throughput from the measured ones, by matmul FLOPs per token.
+    std::vector<std::pair<double, double>> fwd_rate, bwd_rate;
     for (const auto& b : p.gpu.blocks) {
-      const double d = std::abs(std::log(static_cast<double>(b.hidden) / static_cast<double>(s.hidden)));
-      if (d < best) best = d, blk = &b;
+      const double x = block_matmul_flops(b.hidden, b.intermediate, b.heads, b.kv_heads, b.head_dim);
+      const auto [f, bw] = rest_of(b);
+      fwd_rate.emplace_back(x, x * static_cast<double>(b.tokens) / f);
+      bwd_rate.emplace_back(x, x * static_cast<double>(b.tokens) / bw);
     }
-    scale = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim) /
-            block_matmul_flops(blk->hidden, blk->intermediate, blk->heads, blk->kv_heads, blk->head_dim);
-    c.unsure.push_back(fmt::format(
-        "block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: scaled from the "
-        "measured hidden-{} block by its matmul FLOPs",
-        s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, blk->hidden));
+    rest_f = flops / interpolate_log_x(fwd_rate, flops);
+    rest_b = flops / interpolate_log_x(bwd_rate, flops);
+    const auto [lo, hi] = std::minmax_element(fwd_rate.begin(), fwd_rate.end());
+    const char* how = flops < lo->first ? "smaller than any measured block: run at the smallest one's matmul "
+                                          "throughput (small blocks run slower, so the step is likely longer)"
+                      : flops > hi->first
+                          ? "larger than any measured block: run at the largest one's matmul "
+                            "throughput (large blocks run faster, so the step is likely shorter)"
+                          : "its matmul throughput interpolated between the measured blocks' by "
+                            "FLOPs per token";
+    c.unsure.push_back(
+        fmt::format("block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}",
+                    s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, how));
   }
-  // What the measurement spent in attention, taken out; the rest scales with tokens.
-  const double ref_fwd_rate = attention_rate(p, blk->tokens, blk->head_dim, false);
-  const double ref_bwd_rate = attention_rate(p, blk->tokens, blk->head_dim, true);
-  const double ref_attn_f = attention_flops(blk->heads, blk->head_dim, 1, blk->tokens);
-  const double rest_f = std::max(0.1 * blk->forward_s, blk->forward_s - ref_attn_f / ref_fwd_rate);
-  const double rest_b = std::max(0.1 * blk->backward_s, blk->backward_s - 2.5 * ref_attn_f / ref_bwd_rate);
-  const double tokens = static_cast<double>(w.N) / static_cast<double>(blk->tokens);
   const double attn_f = attention_forward_flops(s, w.B, w.T);
-  c.block_forward = scale * rest_f * tokens + attn_f / attention_rate(p, w.T, s.head_dim, false, &c.unsure);
-  c.block_backward = scale * rest_b * tokens + 2.5 * attn_f / attention_rate(p, w.T, s.head_dim, true);
+  const double N = static_cast<double>(w.N);
+  c.block_forward = rest_f * N + attn_f / attention_rate(p, w.T, s.head_dim, false, &c.unsure);
+  c.block_backward = rest_b * N + 2.5 * attn_f / attention_rate(p, w.T, s.head_dim, true);
 
-  // The head: this (hidden, vocab, tied), else the nearest scaled by hidden x vocab.
+  // The head: this (hidden, vocab, tied), else a throughput interpolated by hidden x vocab.
   const HeadTiming* head = nullptr;
   for (const auto& h : p.gpu.heads)
     if (h.hidden == s.hidden && h.vocab == s.vocab_size && h.tied == s.tie_embeddings) head = &h;
-  double hscale = 1;
-  if (!head) {
-    double best = std::numeric_limits<double>::infinity();
+  if (head) {
+    c.head_forward = head->forward_s * N / static_cast<double>(head->tokens);
+    c.head_backward = head->backward_s * N / static_cast<double>(head->tokens);
+  } else {
     const double dv = static_cast<double>(s.hidden) * static_cast<double>(s.vocab_size);
+    std::vector<std::pair<double, double>> fwd_rate, bwd_rate;  // (hidden x vocab, per second)
     for (const auto& h : p.gpu.heads) {
-      const double d = std::abs(std::log(static_cast<double>(h.hidden) * static_cast<double>(h.vocab) / dv));
-      if (d < best) best = d, head = &h;
+      const double x = static_cast<double>(h.hidden) * static_cast<double>(h.vocab);
+      fwd_rate.emplace_back(x, x * static_cast<double>(h.tokens) / h.forward_s);
+      bwd_rate.emplace_back(x, x * static_cast<double>(h.tokens) / h.backward_s);
     }
-    hscale = dv / (static_cast<double>(head->hidden) * static_cast<double>(head->vocab));
+    c.head_forward = dv * N / interpolate_log_x(fwd_rate, dv);
+    c.head_backward = dv * N / interpolate_log_x(bwd_rate, dv);
     c.unsure.push_back(
-        fmt::format("LM head (hidden {}, vocabulary {}) not in the profile: scaled from {} x {}", s.hidden,
-                    s.vocab_size, head->hidden, head->vocab));
+        fmt::format("LM head (hidden {}, vocabulary {}) not in the profile: its throughput interpolated by "
+                    "hidden x vocabulary",
+                    s.hidden, s.vocab_size));
   }
-  const double htokens = static_cast<double>(w.N) / static_cast<double>(head->tokens);
-  c.head_forward = hscale * head->forward_s * htokens;
-  c.head_backward = hscale * head->backward_s * htokens;
   if (w.masked)
     c.unsure.push_back(
         "document masks: SDPA's masked kernel was not calibrated (the flash kernel's rate is used)");

@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -138,6 +139,43 @@ TEST_CASE("step time: a longer sequence scales attention by its square, the rest
   // Block forward: 8 ms of the rest x 2 + 2 ms of attention x 4; backward 15 x 2 + 5 x 4.
   CHECK(t.forward == doctest::Approx(2 * (0.016 + 0.008) + 2 * 0.003));
   CHECK(t.backward == doctest::Approx(2 * (0.030 + 0.020) + 2 * 0.006));
+}
+
+TEST_CASE("step time: a block shape not measured runs at a throughput interpolated by its FLOPs") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  // A second, larger block: 4,352 matmul FLOPs a token (the profile's has 1,152); forward
+  // 20 ms of which 4 ms attention, backward 40 ms of which 10 ms attention.
+  plan::BlockTiming big = prof.gpu.blocks[0];
+  big.hidden = 16, big.intermediate = 32, big.heads = 4;
+  big.forward_s = 0.020, big.backward_s = 0.040;
+  prof.gpu.blocks.push_back(big);
+  // Outside attention: 1,152 x 1,024 / 8 ms and 4,352 x 1,024 / 16 ms forward;
+  // 1,152 x 1,024 / 15 ms and 4,352 x 1,024 / 30 ms backward (FLOP/s).
+  const double rate_f[] = {1152 * 1024 / 0.008, 4352 * 1024 / 0.016};
+  const double rate_b[] = {1152 * 1024 / 0.015, 4352 * 1024 / 0.030};
+  // Between them: intermediate 48, 2,688 FLOPs a token.
+  auto s = hand_shape();
+  s.intermediate = 48;
+  plan::Assumptions a;
+  a.profile = &prof;
+  const auto p = plan::make_plan(config(1024), s, a);
+  const auto& t = *p.mode(Offload::none).time;
+  const double f = std::log(2688.0 / 1152) / std::log(4352.0 / 1152);
+  const double block_f = 2688 * 1024 / (rate_f[0] + f * (rate_f[1] - rate_f[0])) + 0.002;
+  const double block_b = 2688 * 1024 / (rate_b[0] + f * (rate_b[1] - rate_b[0])) + 0.005;
+  CHECK(t.forward == doctest::Approx(2 * block_f + 0.003));
+  CHECK(t.backward == doctest::Approx(2 * block_b + 0.006));
+  auto says = [](const plan::StepTime& st, const char* what) {
+    return std::any_of(st.unsure.begin(), st.unsure.end(),
+                       [&](const std::string& u) { return u.find(what) != std::string::npos; });
+  };
+  CHECK(says(t, "interpolated"));
+  // Beyond the largest: the largest's throughput, said so.
+  s.intermediate = 4096;
+  const auto q = plan::make_plan(config(1024), s, a);
+  const double x = 2.0 * (8 * 4 * 4 + 2 * 4 * 8 + 3 * 8 * 4096);
+  CHECK(q.mode(Offload::none).time->forward == doctest::Approx(2 * (x * 1024 / rate_f[1] + 0.002) + 0.003));
+  CHECK(says(*q.mode(Offload::none).time, "larger than any measured block"));
 }
 
 TEST_CASE("step time: checkpointing adds one forward of every block") {
