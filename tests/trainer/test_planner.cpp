@@ -278,13 +278,9 @@ TEST_CASE("planner: optimizers change the moments and the step") {
 }
 
 TEST_CASE("planner: allocator rounding") {
-  plan::ModelShape s;  // sizes that are not powers of two: vocab 10, MLP 12, untied
+  auto s = hand_shape();  // with sizes that are not powers of two: vocab 10, MLP 12, untied
   s.vocab_size = 10;
-  s.hidden = 8;
   s.layers = 1;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 4;
   s.intermediate = 12;
   s.arch = primecfg::train::Arch::llama;
   s.tie_embeddings = false;
