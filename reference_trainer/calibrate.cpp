@@ -371,18 +371,13 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
     if (!out.flush()) throw std::runtime_error("calibration: could not write " + base.string());
   }
   const fs::path output = dir / "run";
-  std::vector<std::string> args = {"@",
-                                   base.string(),
-                                   "--model.name=" + model,
-                                   "--model.offload=none",
-                                   "--model.debug.num_layers=" + std::to_string(layers),
-                                   "--model.debug.random-init",
-                                   ac ? "--model.ac" : "--model.ac=None",
-                                   "--model.ac-offloading=None",
-                                   "--max-steps=8",
-                                   "--scheduler.warmup-steps=0",
-                                   "--output-dir=" + output.string(),
-                                   "--ckpt=None"};
+  std::vector<std::string> args = {
+      "@", base.string(), "--model.name=" + model, "--model.offload=none",
+      "--model.debug.num_layers=" + std::to_string(layers), "--model.debug.random-init",
+      ac ? "--model.ac" : "--model.ac=None", "--model.ac-offloading=None", "--max-steps=8",
+      "--scheduler.warmup-steps=0", "--output-dir=" + output.string(), "--ckpt=None",
+      // What would stop the run or time something else.
+      "--resume=None", "--val=None", "--dry-run=false", "--trace-path=None", "--memory-profiler-path=None"};
   if (req.run.device) args.push_back("--device=" + *req.run.device);
   if (req.run.bf16) args.push_back(*req.run.bf16 ? "--compute-dtype=bf16" : "--compute-dtype=fp32");
   try {
