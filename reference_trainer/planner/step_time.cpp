@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace primecfg::train::plan::detail {
 
@@ -40,6 +39,12 @@ bool same_block(const BlockTiming& b, const ModelShape& s) {
   key.hidden = s.hidden, key.intermediate = s.intermediate, key.heads = s.heads, key.kv_heads = s.kv_heads;
   key.head_dim = s.head_dim, key.qk_norm = s.qk_norm();
   return b.same_shape(key);
+}
+
+bool same_head(const HeadTiming& h, const ModelShape& s) {
+  HeadTiming key;
+  key.hidden = s.hidden, key.vocab = s.vocab_size, key.tied = s.tie_embeddings;
+  return h.same_shape(key);
 }
 
 double attention_flops(std::int64_t heads, std::int64_t head_dim, std::int64_t B, std::int64_t T) {
@@ -145,7 +150,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   // The head: this (hidden, vocab, tied), else a throughput interpolated by hidden x vocab.
   const HeadTiming* head = nullptr;
   for (const auto& h : p.gpu.heads)
-    if (h.hidden == s.hidden && h.vocab == s.vocab_size && h.tied == s.tie_embeddings) head = &h;
+    if (same_head(h, s)) head = &h;
   if (head) {
     c.head_forward = head->forward_s * N / static_cast<double>(head->tokens);
     c.head_backward = head->backward_s * N / static_cast<double>(head->tokens);
