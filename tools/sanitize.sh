@@ -38,12 +38,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ "${SANITIZE_SKIP_TESTS:-0}" != 1 ]; then
   say "configuring build-asan"
-  # toml_assert.hpp: toml++ 3.3.0 asserts wrongly on `[=` in builds without
-  # NDEBUG (see docs/reliability.md); it skips that one assertion only.
   # -g1: line tables are all a report's stack needs; full debug info of the LibTorch
   # headers more than doubled the one trainer object measured, and CI's disk can be small.
   asan_args="-g1 -fno-sanitize-recover=undefined -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS"
-  asan_args+=" -include $PWD/tests/fuzz/toml_assert.hpp"
   trainer_opt=auto
   [ "${SANITIZE_TRAINER:-1}" = 0 ] && trainer_opt=disabled
   if [ ! -f build-asan/build.ninja ]; then
