@@ -283,8 +283,12 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
     }
     case Offload::full: {
       // Gradients come down in bf16 (one process) or in model.reduce_dtype (the
-      // reduce-scattered pieces of a sharded run); bf16 weights go back up.
-      const double grad_bytes = w.a.sharded() ? static_cast<double>(w.reduce_bytes) : 2.0;
+      // reduce-scattered pieces of a sharded run; on one rank a piece is the bf16
+      // gradient widened, narrowed back before the copy); bf16 weights go back up.
+      const double reduce_bytes = static_cast<double>(w.reduce_bytes);
+      const double grad_bytes = !w.a.sharded()  ? 2.0
+                                : w.a.world > 1 ? reduce_bytes
+                                                : std::min(2.0, reduce_bytes);
       const double down = rank_params * grad_bytes, up = rank_params * 2 + off_bytes;
       t.link = std::max(down / (p.link.d2h_both_gbs * kGB), up / (p.link.h2d_both_gbs * kGB));
       // The CPU threads: --offload.cpu-threads, else the cores each rank gets less one.

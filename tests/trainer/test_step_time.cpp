@@ -257,6 +257,19 @@ TEST_CASE("step time: full's CPU update slows with the pipeline's copies, betwee
   CHECK(plan::detail::cpu_update_under_copies(1.0, 2.0, 1e12, 1e9) == 2.0);  // beyond the calibration's load
 }
 
+TEST_CASE("step time: full's gradients cross PCIe in bf16 on one rank, as in one process") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  const auto alone = planned(prof, config(1024));
+  plan::Assumptions a;
+  a.profile = &prof;
+  a.world = 1;
+  a.process_group = true;  // torchrun with one process: sharded over one rank, FP32 reductions
+  const auto rank = plan::make_plan(config(1024), hand_shape(), a);
+  REQUIRE(rank.mode(Offload::full).time);
+  // FP32 pieces coming down would take twice the bf16 weights going up.
+  CHECK(rank.mode(Offload::full).time->link == doctest::Approx(alone.mode(Offload::full).time->link));
+}
+
 TEST_CASE("step time: the recommendation is the fastest mode that fits, with what the others cost") {
   auto prof = plan::read_profile_text("test", kProfile);
   prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;

@@ -31,6 +31,7 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   // block by block: the block hook below waits for a block's pieces before the
   // sharding's hook gathers it.
   defer_ = seams_.defer.value_or(cuda);
+  narrow_pieces_ = dp && dp->world() == 1;
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
   const auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
@@ -228,12 +229,12 @@ void FullOffloadPipeline::start_host_pipeline() {
     total += n;
     largest_grad = std::max(
         largest_grad,
-        dp_ ? static_cast<std::size_t>(dp_->span(i).per_rank) * c10::elementSize(dp_->reduce_dtype()) : n);
+        dp_ ? static_cast<std::size_t>(dp_->span(i).per_rank) * c10::elementSize(staged_dtype(i)) : n);
   }
   const auto bytes = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(cuda);
   // Sized as the planner counts it, but never below one gradient: sharded, a gradient
-  // arrives as this rank's piece in the reduce dtype, which on one rank with FP32
-  // reductions is twice the bf16 tensor (a small offload.ring_mib would not hold it).
+  // arrives as this rank's piece in the reduce dtype, which with FP32 reductions is
+  // 4/W bytes a parameter (a small offload.ring_mib would not hold it).
   grad_ring_ = StagingRing(std::max(ring_for(largest, total), ring_for(largest_grad, largest_grad)));
   grad_ring_buf_ = torch::empty({static_cast<std::int64_t>(grad_ring_.capacity())}, bytes);
   if (cuda) {
@@ -304,8 +305,17 @@ void FullOffloadPipeline::start_host_pipeline() {
   worker_ = std::thread([this] { worker_main(); });
 }
 
+torch::ScalarType FullOffloadPipeline::staged_dtype(std::size_t i) const {
+  const torch::ScalarType param = states_[i].p->tensor.scalar_type();
+  if (!dp_) return param;
+  const torch::ScalarType piece = dp_->reduce_dtype();
+  return narrow_pieces_ && c10::elementSize(param) < c10::elementSize(piece) ? param : piece;
+}
+
 // The hook's side of FullOffload: stage the gradient and queue it for the worker.
-void FullOffloadPipeline::submit_gradient(std::size_t i, const Tensor& g) {
+void FullOffloadPipeline::submit_gradient(std::size_t i, const Tensor& piece) {
+  const torch::ScalarType dtype = staged_dtype(i);
+  const Tensor g = piece.scalar_type() == dtype ? piece : piece.to(dtype);
   if (single_micro_) {
     // The norm of this step's gradient, on the device, while it is still there.
     Tensor slot = grad_norms_.select(0, static_cast<std::int64_t>(i));
