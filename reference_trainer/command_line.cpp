@@ -4,6 +4,8 @@
 
 #include <primecfg/cli.hpp>
 
+#include <fmt/format.h>
+
 #include <cstddef>
 #include <string_view>
 
@@ -58,6 +60,23 @@ CommandLine split_command_line(const std::vector<std::string>& args) {
       out.options.push_back(args[++i]);
   }
   return out;
+}
+
+void suggest_options(std::vector<diagnostic>& config_diagnostics) {
+  namespace d = primecfg::detail;
+  for (diagnostic& diag : config_diagnostics) {
+    const std::string& flag = diag.where.file;
+    if (diag.kind != error_kind::extra_forbidden || diag.where.from != provenance::origin::command_line ||
+        flag.size() <= 2 || flag.rfind("--", 0) != 0 ||
+        diag.message.find("names no config field") == std::string::npos ||
+        diag.message.find("did you mean") != std::string::npos)
+      continue;
+    const d::flag_lookup r =
+        d::resolve_flag(d::ops_of<TrainerOptions>, d::split_dotted(flag_name(flag)), 0, "");
+    if (r.kind != d::flag_kind::unknown || r.suggestion.empty()) continue;
+    diag.message +=
+        fmt::format("; did you mean the primecfg-train option '--{}'?", d::in_flag_style(r.suggestion, flag));
+  }
 }
 
 }  // namespace primecfg::train

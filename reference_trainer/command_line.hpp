@@ -6,6 +6,8 @@
 // then read by primecfg on its own.
 #pragma once
 
+#include <primecfg/error.hpp>
+
 #include <string>
 #include <vector>
 
@@ -17,5 +19,10 @@ struct CommandLine {
 };
 
 CommandLine split_command_line(const std::vector<std::string>& args);
+
+// A flag that names no config field may be a mistyped option (`--offlod.cpu-threads`,
+// `--plan-gpu-memroy`): each such error of the config's loader that has no suggestion of
+// its own gets the closest primecfg-train option, when one is close.
+void suggest_options(std::vector<diagnostic>& config_diagnostics);
 
 }  // namespace primecfg::train

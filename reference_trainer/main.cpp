@@ -214,6 +214,7 @@ train::RunOptions run_options(const train::TrainerOptions& o) {
   run.dump_logits = o.dump_logits;
   run.offload = o.offload;
   run.profile = o.profile;
+  run.kernels = o.kernels;
   run.peak_tflops = o.peak_tflops;
   run.demo = true;
   return run;
@@ -487,6 +488,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!cfg.ok()) {
+    train::suggest_options(cfg.diagnostics);
     std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);
     // As the primecfg tool: a config file that cannot be read is a usage error.
     for (const auto& d : cfg.diagnostics)

@@ -72,6 +72,27 @@ struct ProfileOptions {
   }
 };
 
+// primecfg's fused CUDA kernels (nn/kernels/), which apply to bf16 tensors on a GPU only:
+// the CPU and FP32 always run ATen's operators.
+struct KernelOptions {
+  bool fused = true;
+  bool norm_rope = false;
+
+  static constexpr auto fields() {
+    using K = KernelOptions;
+    return describe(field(&K::fused,
+                          "Run RMSNorm and SwiGLU on primecfg's fused CUDA kernels (false: ATen's operators, "
+                          "as in FP32 and on the CPU)."),
+                    field(&K::norm_rope,
+                          "Also run QK-norm and RoPE as one fused kernel. Experimental, off by default: it "
+                          "has not yet been checked on a GPU."));
+  }
+
+  void validate(validation& v) {
+    if (norm_rope && !fused) v.error(norm_rope, "needs kernels.fused");
+  }
+};
+
 enum class DistBackend { nccl, gloo };
 
 // Sharded runs (FSDP) over several ranks (launched by torchrun or any launcher that
@@ -144,6 +165,7 @@ struct TrainerOptions {
   OffloadOptions offload = {};
   ProfileOptions profile = {};
   DistOptions dist = {};
+  KernelOptions kernels = {};
 
   static constexpr auto fields() {
     using T = TrainerOptions;
@@ -182,7 +204,7 @@ struct TrainerOptions {
         field(&T::peak_tflops, "Peak dense bf16 TFLOP/s of the device for MFU (None: known GPUs only).",
               gt(0)),
         field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."),
-        field(&T::dist, "Sharded data parallel (several ranks)."));
+        field(&T::dist, "Sharded data parallel (several ranks)."), field(&T::kernels, "Fused CUDA kernels."));
   }
 
   void validate(validation& v) {
@@ -240,6 +262,7 @@ struct RunOptions {
   // how a sharded run moves gradients and weights.
   Launch launch;
   DistOptions dist;
+  KernelOptions kernels;
 };
 
 }  // namespace primecfg::train

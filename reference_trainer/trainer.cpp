@@ -19,6 +19,7 @@
 #include "metrics.hpp"
 #include "nn/activation_offload.hpp"
 #include "nn/hf_weights.hpp"
+#include "nn/kernels/fused_ops.hpp"
 #include "nn/loss_chunking.hpp"
 #include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
@@ -653,6 +654,9 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
       throw run_error(fmt::format("offload.cpu_isa = \"{}\": this CPU cannot run it (it has {})",
                                   cpu::to_string(isa), cpu::to_string(cpu::best_isa())));
   }
+  // Process-wide switches of the fused CUDA kernels (bf16 GPU tensors only).
+  fused::set_enabled(opts.kernels.fused);
+  fused::set_norm_rope_enabled(opts.kernels.norm_rope);
   // bf16 where the hardware has it (GPUs); FP32 on CPUs, where bf16 matmuls are emulated.
   setup.dtype = opts.bf16.value_or(setup.device.is_cuda()) ? torch::kBFloat16 : torch::kFloat32;
   return primecfg::visit_offload(

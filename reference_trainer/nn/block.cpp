@@ -10,13 +10,6 @@ using torch::Tensor;
 
 namespace {
 
-// HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
-Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  auto half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return x * cos + torch::cat({-x2, x1}, -1) * sin;
-}
-
 // x @ w^T (+ b): a plain matmul where the architecture has no bias, as before biases existed.
 Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
   return b.defined() ? at::linear(x, w, b) : torch::matmul(x, w.t());
@@ -27,18 +20,15 @@ Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
 Tensor block_forward(const BlockWeights& w, const BlockContext& c, const Tensor& x) {
   const auto& a = *c.args;
   const auto B = x.size(0), T = x.size(1);
-  // Attention. The norms and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
+  // Attention. The norms, RoPE and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
   // (kernels/fused_ops.hpp), ATen's operators elsewhere.
   Tensor h = fused::rms_norm(x, w.in_norm, a.rms_eps);
   Tensor q = project(h, w.wq, w.bq).view({B, T, a.heads, a.head_dim});
   Tensor k = project(h, w.wk, w.bk).view({B, T, a.kv_heads, a.head_dim});
   Tensor v = project(h, w.wv, w.bv).view({B, T, a.kv_heads, a.head_dim});
-  if (a.qk_norm()) {
-    q = fused::rms_norm(q, w.q_norm, a.rms_eps);
-    k = fused::rms_norm(k, w.k_norm, a.rms_eps);
-  }
-  q = rope(q, c.cos, c.sin).transpose(1, 2);  // [B, H, T, hd]
-  k = rope(k, c.cos, c.sin).transpose(1, 2);
+  // QK-norm (where the architecture has it), then RoPE.
+  q = fused::norm_rope(q, a.qk_norm() ? w.q_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
+  k = fused::norm_rope(k, a.qk_norm() ? w.k_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
   v = v.transpose(1, 2);
   Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);

@@ -164,6 +164,9 @@ TEST_CASE("primecfg validate: flags that name no field or a section exit 1") {
   };
   std::vector<flag_case> cases = {
       {{"--model.nmae=x"}, "did you mean '--model.name'?"},
+      // the suggestion spelled as the flag was: dashes for dashes, underscores for underscores
+      {{"--data.seq-lenn=5"}, "did you mean '--data.seq-len'?"},
+      {{"--data.seq_lenn=5"}, "did you mean '--data.seq_len'?"},
       {{"--frobnicate"}, "names no config field"},
       {{"--model"}, "is a section"},
       {{"--optim.lr"}, "needs a value"},

@@ -61,7 +61,7 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   // A typo gets a suggestion.
   auto typo = options_of(v({"--offload.ring-mb=64"}));
   CHECK_FALSE(typo.ok());
-  CHECK(format_text(typo.diagnostics, "options").find("ring_mib") != std::string::npos);
+  CHECK(format_text(typo.diagnostics, "options").find("ring-mib") != std::string::npos);
   CHECK_FALSE(options_of(v({"--plan", "--device=cpu"})).ok());  // --plan models CUDA
   // Gloo may carry CUDA tensors (ranks sharing a GPU); NCCL never carries CPU ones.
   auto gloo = options_of(v({"--device=cuda:0", "--dist.backend=gloo"}));
@@ -70,6 +70,36 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   auto nccl_cpu = options_of(v({"--device=cpu", "--dist.backend=nccl"}));
   CHECK_FALSE(nccl_cpu.ok());
   CHECK(format_text(nccl_cpu.diagnostics, "options").find("dist.backend") != std::string::npos);
+  // The fused kernels: on by default; the QK-norm + RoPE one only when asked, and only with them.
+  auto plain = options_of(v({}));
+  REQUIRE(plain.ok());
+  CHECK(plain.value.kernels.fused);
+  CHECK_FALSE(plain.value.kernels.norm_rope);
+  auto rope = options_of(v({"--kernels.norm-rope"}));
+  REQUIRE(rope.ok());
+  CHECK(rope.value.kernels.norm_rope);
+  auto rope_alone = options_of(v({"--kernels.norm-rope", "--kernels.fused=false"}));
+  CHECK_FALSE(rope_alone.ok());
+  CHECK(format_text(rope_alone.diagnostics, "options").find("needs kernels.fused") != std::string::npos);
+}
+
+TEST_CASE("command line: a flag that names no config field gets the closest option, if one is close") {
+  auto config = load_command_line<SFTConfig>(
+      train::split_command_line(v({"--offlod.cpu-threads=4", "--plan-gpu-memroy=80", "--model.nmae=x",
+                                   "--frobnicate", "--kernel.norm-rope"}))
+          .config);
+  REQUIRE(config.diagnostics.size() == 5);
+  train::suggest_options(config.diagnostics);
+  const auto& d = config.diagnostics;
+  CHECK(d[0].message.find("did you mean the primecfg-train option '--offload.cpu-threads'?") !=
+        std::string::npos);
+  CHECK(d[1].message.find("did you mean the primecfg-train option '--plan-gpu-memory'?") !=
+        std::string::npos);
+  // The config's own suggestion stands; a flag close to nothing gets none.
+  CHECK(d[2].message == "'--model.nmae' names no config field; did you mean '--model.name'?");
+  CHECK(d[3].message == "'--frobnicate' names no config field");
+  CHECK(d[4].message.find("did you mean the primecfg-train option '--kernels.norm-rope'?") !=
+        std::string::npos);
 }
 
 // Were a name both an option and a config field, the config's flag would be taken for

@@ -1,5 +1,5 @@
-// The fused CUDA kernels (reference_trainer/nn/kernels) against ATen: RMSNorm and SwiGLU
-// values and gradients for bf16 inputs, at sizes that take the vector path (rows of a
+// The fused CUDA kernels (reference_trainer/nn/kernels) against ATen: RMSNorm, SwiGLU
+// and QK-norm with RoPE, values and gradients for bf16 inputs, at sizes that take the vector path (rows of a
 // multiple of 8 values) and the scalar one (odd sizes, misaligned data). Skips where
 // there is no CUDA device or the build has no kernels (no nvcc).
 //
@@ -110,7 +110,90 @@ void swiglu_case(const std::vector<std::int64_t>& sizes, bool shifted) {
   check_close("dup", u.grad(), u64.grad());
 }
 
+// HF's rotate-half, written out here as the oracle: x * cos + cat(-x2, x1) * sin.
+Tensor rotate_half_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const std::int64_t half = x.size(-1) / 2;
+  return x * cos + torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
+}
+
+// x [B, T, heads, dim]; tables as the model builds them (positions, inverse frequencies,
+// bf16 cos and sin of [B, T, 1, dim]), each sample at its own offset.
+void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool shifted) {
+  CAPTURE(with_norm);
+  CAPTURE(shifted);
+  const std::int64_t B = sizes[0], T = sizes[1], dim = sizes[3];
+  CAPTURE(T);
+  CAPTURE(dim);
+  const double eps = 1e-6;
+  const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+  Tensor positions = torch::arange(T, f32).unsqueeze(0) + 1000 * torch::arange(B, f32).unsqueeze(1);
+  Tensor inv_freq = 1.0 / torch::pow(1e6, torch::arange(0, dim, 2, f32) / dim);
+  Tensor freqs = positions.unsqueeze(-1) * inv_freq;
+  Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(2);
+  Tensor cos = emb.cos().to(torch::kBFloat16), sin = emb.sin().to(torch::kBFloat16);
+
+  Tensor x = (shifted ? misaligned(sizes) : torch::randn(sizes, bf16())).detach().requires_grad_(true);
+  Tensor w = with_norm ? (1 + 0.1 * torch::randn({dim}, bf16())).detach().requires_grad_(true) : Tensor();
+  Tensor dy = torch::randn(sizes, bf16());
+  fused::set_norm_rope_enabled(true);
+  Tensor y = fused::norm_rope(x, w, cos, sin, eps);
+  fused::set_norm_rope_enabled(false);
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name().find("CppNode") != std::string::npos);  // the kernel, not ATen
+  // As the block uses it: attention reads a transposed view, so the gradient comes back strided.
+  y.transpose(1, 2).backward(dy.transpose(1, 2));
+
+  Tensor x64 = x.detach().to(torch::kFloat64).requires_grad_(true);
+  Tensor w64 = with_norm ? w.detach().to(torch::kFloat64).requires_grad_(true) : Tensor();
+  Tensor n64 = with_norm ? at::rms_norm(x64, {dim}, w64, eps) : x64;
+  Tensor y64 = rotate_half_rope(n64, cos.to(torch::kFloat64), sin.to(torch::kFloat64));
+  y64.backward(dy.to(torch::kFloat64));
+  check_close("y", y, y64);
+  check_close("dx", x.grad(), x64.grad());
+  if (with_norm) check_close("dweight", w.grad(), w64.grad());
+
+  // What the model computed before (ATen in bf16), for the record.
+  Tensor xa = x.detach().clone().requires_grad_(true);
+  Tensor wa = with_norm ? w.detach().clone().requires_grad_(true) : Tensor();
+  Tensor ya = fused::norm_rope(xa, wa, cos, sin, eps);
+  ya.backward(dy);
+  MESSAGE("vs the unfused bf16 path: y " << (ya - y).abs().max().item<float>() << ", dx "
+                                         << (xa.grad() - x.grad()).abs().max().item<float>());
+}
+
 }  // namespace
+
+TEST_CASE("GPU kernels: fused QK-norm + RoPE matches ATen (values, dx, dweight; bf16; odd sizes)") {
+  if (!have_kernels()) return;
+  torch::manual_seed(5);
+  norm_rope_case({2, 37, 16, 128}, true, false);  // Qwen3's queries: 16 heads of 128
+  norm_rope_case({2, 37, 8, 128}, true, false);   // and keys
+  norm_rope_case({2, 37, 8, 128}, true, true);    // misaligned data
+  norm_rope_case({1, 50, 3, 64}, false, false);   // no QK-norm (Llama), head_dim 64: one pair a lane
+  norm_rope_case({3, 5, 2, 80}, true, false);     // head_dim 80: lanes past the pairs idle
+  norm_rope_case({1, 9, 2, 256}, true, false);    // four pairs a lane
+  norm_rope_case({1, 3, 2, 512}, true, false);    // eight: the widest fused
+  norm_rope_case({2, 2500, 1, 64}, true, false);  // more tokens than the backward's blocks hold warps
+}
+
+TEST_CASE("GPU kernels: QK-norm + RoPE outside the kernel's shapes take ATen's path") {
+  if (!have_kernels()) return;
+  fused::set_norm_rope_enabled(true);
+  for (std::int64_t dim : {514, 1024}) {
+    CAPTURE(dim);
+    Tensor x = torch::randn({1, 4, 2, dim}, bf16()).requires_grad_(true);
+    Tensor t = torch::ones({1, 4, 1, dim}, bf16());
+    Tensor y = fused::norm_rope(x, Tensor(), t, t, 1e-6);
+    CHECK(y.grad_fn()->name().find("CppNode") == std::string::npos);
+  }
+  // Tables broadcast over the batch are not the kernel's layout either.
+  Tensor x = torch::randn({2, 4, 2, 64}, bf16()).requires_grad_(true);
+  Tensor t = torch::ones({1, 4, 1, 64}, bf16());
+  CHECK(fused::norm_rope(x, Tensor(), t, t, 1e-6).grad_fn()->name().find("CppNode") == std::string::npos);
+  fused::set_norm_rope_enabled(false);
+  Tensor t2 = torch::ones({2, 4, 1, 64}, bf16());
+  CHECK(fused::norm_rope(x, Tensor(), t2, t2, 1e-6).grad_fn()->name().find("CppNode") == std::string::npos);
+}
 
 TEST_CASE("GPU kernels: fused RMSNorm matches ATen (values, dx, dweight; bf16; odd sizes)") {
   if (!have_kernels()) return;

@@ -38,6 +38,15 @@ struct flag_lookup {
   bool union_tag = false;  // the `type` of a tagged union
 };
 
+// A suggested path spelled as the user spelled the flag: `--data.seq-lenn` gets
+// `data.seq-len`, `--data.seq_lenn` gets `data.seq_len` (both are accepted).
+inline std::string in_flag_style(std::string path, std::string_view flag) {
+  if (flag.find('-', 2) != std::string_view::npos && flag.find('_') == std::string_view::npos)
+    for (char& c : path)
+      if (c == '_') c = '-';
+  return path;
+}
+
 // The words that `--flag word` reads as the flag's value even where the flag
 // needs none (a boolean, an optional section): never a file name.
 inline bool is_flag_word(std::string_view s) { return s == "true" || s == "false" || s == "None"; }
@@ -262,7 +271,9 @@ PRIMECFG_LOADER_API std::vector<std::string> parse_command_line(const type_ops& 
         errors.push_back(command_line_error(
             error_kind::extra_forbidden, flag,
             fmt::format("'{}' names no config field{}", flag,
-                        r.suggestion.empty() ? "" : fmt::format("; did you mean '--{}'?", r.suggestion))));
+                        r.suggestion.empty()
+                            ? ""
+                            : fmt::format("; did you mean '--{}'?", in_flag_style(r.suggestion, flag)))));
         continue;
       case flag_kind::boolean:
         if (!value) value = negated ? "false" : "true";

@@ -52,4 +52,23 @@ inline void check_launch(const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// dw[c] = sum over chunks of partial[chunk, c], rounded once to bf16: the second pass of
+// a weight gradient summed per block first (a fixed order: the same result every run,
+// unlike atomics). Launch with grid (cols + 31) / 32 and block dim3(32, 32): 32 columns
+// per block, 32 chunk lanes. Static: each .cu file has its own copy.
+static __global__ void column_sums_kernel(const float* __restrict__ partial, __nv_bfloat16* __restrict__ dw,
+                                          int chunks, int cols) {
+  __shared__ float sums[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float t = 0.f;
+  if (col < cols)
+    for (int k = threadIdx.y; k < chunks; k += 32) t += partial[static_cast<std::int64_t>(k) * cols + col];
+  sums[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    for (int l = 1; l < 32; ++l) t += sums[l][threadIdx.x];
+    dw[col] = __float2bfloat16_rn(t);
+  }
+}
+
 }  // namespace primecfg::train::kernels::detail

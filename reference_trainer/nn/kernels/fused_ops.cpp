@@ -3,6 +3,7 @@
 #include <atomic>
 
 #if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
+#include "nn/kernels/norm_rope.hpp"
 #include "nn/kernels/rms_norm.hpp"
 #include "nn/kernels/swiglu.hpp"
 
@@ -22,6 +23,14 @@ using torch::Tensor;
 namespace {
 
 std::atomic<bool> on{true};
+std::atomic<bool> norm_rope_on{false};
+
+// HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return x * cos + torch::cat({-x2, x1}, -1) * sin;
+}
 
 #if PRIMECFG_HAVE_FUSED
 
@@ -93,6 +102,60 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
   }
 };
 
+// Saves what the unfused path keeps, so the planner's figures hold: the tables, and with
+// QK-norm the norm's input, weight and per-row rstd (RoPE alone needs no input in its
+// backward: it is linear in x).
+struct NormRope : torch::autograd::Function<NormRope> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const Tensor& w_in, const Tensor& cos_in,
+                        const Tensor& sin_in, double eps) {
+    c10::cuda::CUDAGuard guard(x_in.device());
+    Tensor x = x_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+    Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
+    const std::int64_t tokens = x.size(0) * x.size(1), heads = x.size(2), dim = x.size(3);
+    Tensor y = torch::empty_like(x);
+    Tensor rstd = w.defined() ? torch::empty({tokens * heads}, x.options().dtype(torch::kFloat32)) : Tensor();
+    kernels::norm_rope_forward(in(x), w.defined() ? in(w) : nullptr, in(cos), in(sin), out(y),
+                               w.defined() ? rstd.data_ptr<float>() : nullptr, tokens,
+                               static_cast<int>(heads), static_cast<int>(dim), static_cast<float>(eps),
+                               stream());
+    ctx->save_for_backward({w.defined() ? x : Tensor(), w, rstd, cos, sin});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1], &rstd = saved[2], &cos = saved[3], &sin = saved[4];
+    c10::cuda::CUDAGuard guard(cos.device());
+    Tensor dy = grads[0].to(cos.scalar_type()).contiguous();  // y's shape, which is x's
+    const std::int64_t tokens = dy.size(0) * dy.size(1), heads = dy.size(2), dim = dy.size(3);
+    Tensor dx = torch::empty_like(dy);
+    Tensor dw, workspace;
+    if (w.defined() && ctx->needs_input_grad(1)) {
+      dw = torch::empty_like(w);
+      workspace = torch::empty({kernels::norm_rope_backward_workspace(tokens, static_cast<int>(dim))},
+                               dy.options().dtype(torch::kFloat32));
+    }
+    kernels::norm_rope_backward(in(dy), w.defined() ? in(x) : nullptr, w.defined() ? in(w) : nullptr,
+                                w.defined() ? rstd.data_ptr<float>() : nullptr, in(cos), in(sin), out(dx),
+                                dw.defined() ? out(dw) : nullptr,
+                                workspace.defined() ? workspace.data_ptr<float>() : nullptr, tokens,
+                                static_cast<int>(heads), static_cast<int>(dim), stream());
+    return {dx, dw, Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// x [B, T, heads, dim] with dim even and within the kernel's registers, cos and sin
+// exactly [B, T, 1, dim], w absent or [dim]: all bf16 on x's device.
+bool norm_rope_fusable(const Tensor& x, const Tensor& w, const Tensor& cos, const Tensor& sin) {
+  if (!fusable(x) || x.dim() != 4 || x.numel() == 0) return false;
+  const std::int64_t dim = x.size(3);
+  if (dim % 2 != 0 || dim > kernels::kNormRopeMaxDim) return false;
+  const std::vector<std::int64_t> table{x.size(0), x.size(1), 1, dim};
+  for (const Tensor* t : {&cos, &sin})
+    if (!fusable(*t) || t->device() != x.device() || t->sizes() != c10::IntArrayRef(table)) return false;
+  return !w.defined() || (fusable(w) && w.device() == x.device() && w.dim() == 1 && w.size(0) == dim);
+}
+
 #endif
 
 }  // namespace
@@ -114,9 +177,18 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   return torch::silu(gate) * up;
 }
 
+Tensor norm_rope(const Tensor& x, const Tensor& w, const Tensor& cos, const Tensor& sin, double eps) {
+#if PRIMECFG_HAVE_FUSED
+  if (on && norm_rope_on && norm_rope_fusable(x, w, cos, sin)) return NormRope::apply(x, w, cos, sin, eps);
+#endif
+  return rope(w.defined() ? rms_norm(x, w, eps) : x, cos, sin);
+}
+
 bool kernels_built() { return PRIMECFG_HAVE_FUSED; }
 
 void set_enabled(bool enable) { on = enable; }
 bool enabled() { return on; }
+void set_norm_rope_enabled(bool enable) { norm_rope_on = enable; }
+bool norm_rope_enabled() { return norm_rope_on; }
 
 }  // namespace primecfg::train::fused

@@ -1,6 +1,6 @@
-// The model's RMSNorm and SwiGLU, on the fused CUDA kernels (rms_norm.hpp, swiglu.hpp)
-// where they apply: bf16 tensors on a CUDA device, in a build that has the kernels
-// (PRIMECFG_FUSED_KERNELS). Everywhere else, and always on the CPU, they are the ATen
+// The model's RMSNorm, SwiGLU and query/key preparation, on the fused CUDA kernels
+// (rms_norm.hpp, swiglu.hpp, norm_rope.hpp) where they apply: bf16 tensors on a CUDA device, in a build that
+// has the kernels (PRIMECFG_FUSED_KERNELS). Everywhere else, and always on the CPU, they are the ATen
 // operators the model used before, called the same way, so those results do not change
 // by a bit (the CPU tests compare against transformers and across offload modes).
 #pragma once
@@ -15,6 +15,12 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
 // silu(gate) * up (same shapes).
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// HF's rotate-half RoPE of x [B, T, heads, head_dim], after the per-head RMSNorm with
+// weight w where w is defined (QK-norm): rope(rms_norm(x, w, eps)), cos and sin being
+// [B, T, 1, head_dim]. The result has x's shape.
+torch::Tensor norm_rope(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
+                        const torch::Tensor& sin, double eps);
+
 // Whether this build has the kernels (compiled by nvcc and linked in).
 bool kernels_built();
 
@@ -22,5 +28,11 @@ bool kernels_built();
 // compare the two in one process).
 void set_enabled(bool on);
 bool enabled();
+
+// norm_rope's kernel has its own switch, off by default: it has not yet run on a GPU
+// (issue 31). Off, norm_rope is rms_norm (above) followed by ATen's rotation, as the
+// model computed it before. The GPU tests turn it on to compare it with ATen.
+void set_norm_rope_enabled(bool on);
+bool norm_rope_enabled();
 
 }  // namespace primecfg::train::fused

@@ -162,22 +162,6 @@ __global__ void rms_norm_dw_partial_kernel(const __nv_bfloat16* __restrict__ dy,
   }
 }
 
-// dw[c] = sum over chunks of partial[chunk, c]: 32 columns per block, 32 chunk lanes.
-__global__ void rms_norm_dw_reduce_kernel(const float* __restrict__ partial, __nv_bfloat16* __restrict__ dw,
-                                          int chunks, int cols) {
-  __shared__ float sums[32][33];
-  const int col = blockIdx.x * 32 + threadIdx.x;
-  float t = 0.f;
-  if (col < cols)
-    for (int k = threadIdx.y; k < chunks; k += 32) t += partial[static_cast<std::int64_t>(k) * cols + col];
-  sums[threadIdx.y][threadIdx.x] = t;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    for (int l = 1; l < 32; ++l) t += sums[l][threadIdx.x];
-    dw[col] = __float2bfloat16_rn(t);
-  }
-}
-
 // Rows of at most 32 * 8 * K values held in registers: lane i holds vectors i, i + 32, ...
 // of 8 values each. One load per value (the loops above read a row twice) and all of a
 // lane's loads in flight at once (K is known at compile time). Needs cols % 8 == 0 and
@@ -221,7 +205,7 @@ __global__ void rms_norm_forward_rows_kernel(const __nv_bfloat16* __restrict__ x
 // dx and the weight gradient's partial sums in one pass: each warp walks rows
 // (grid-stride), keeping its lanes' share of sum(dy * x * rstd) in registers; the block
 // adds its warps' shares in a fixed order (the same result every run) and writes one
-// partial row, partial[blockIdx.x, :], for rms_norm_dw_reduce_kernel.
+// partial row, partial[blockIdx.x, :], for detail::column_sums_kernel.
 template <int K>
 __global__ void rms_norm_backward_rows_kernel(const __nv_bfloat16* __restrict__ dy,
                                               const __nv_bfloat16* __restrict__ x,
@@ -373,8 +357,8 @@ void rms_norm_backward(const bf16* dy, const bf16* x, const bf16* w, const float
       rms_norm_backward_rows_kernel<4><<<grid, block, 0, stream>>>(dyd, xd, wd, rstd, dxd, partial, rows, c);
     detail::check_launch("rms_norm_backward (dx and dw partial sums)");
     if (!dw) return;
-    rms_norm_dw_reduce_kernel<<<(c + 31) / 32, dim3(32, 32), 0, stream>>>(workspace, detail::dev(dw),
-                                                                          static_cast<int>(grid), c);
+    detail::column_sums_kernel<<<(c + 31) / 32, dim3(32, 32), 0, stream>>>(workspace, detail::dev(dw),
+                                                                           static_cast<int>(grid), c);
     detail::check_launch("rms_norm_backward (dw reduction)");
     return;
   }
@@ -398,8 +382,8 @@ void rms_norm_backward(const bf16* dy, const bf16* x, const bf16* w, const float
     rms_norm_dw_partial_kernel<1>
         <<<grid, kDwThreads, 0, stream>>>(dyd, xd, rstd, workspace, rows, c, s.groups, s.lanes);
   detail::check_launch("rms_norm_backward (dw partial sums)");
-  rms_norm_dw_reduce_kernel<<<(c + 31) / 32, dim3(32, 32), 0, stream>>>(workspace, detail::dev(dw), s.chunks,
-                                                                        c);
+  detail::column_sums_kernel<<<(c + 31) / 32, dim3(32, 32), 0, stream>>>(workspace, detail::dev(dw), s.chunks,
+                                                                         c);
   detail::check_launch("rms_norm_backward (dw reduction)");
 }
 
