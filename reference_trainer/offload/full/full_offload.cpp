@@ -31,7 +31,6 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   // block by block: the block hook below waits for a block's pieces before the
   // sharding's hook gathers it.
   defer_ = seams_.defer.value_or(cuda);
-  narrow_pieces_ = dp && dp->world() == 1;
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
   const auto plain = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
@@ -309,7 +308,7 @@ torch::ScalarType FullOffloadPipeline::staged_dtype(std::size_t i) const {
   const torch::ScalarType param = states_[i].p->tensor.scalar_type();
   if (!dp_) return param;
   const torch::ScalarType piece = dp_->reduce_dtype();
-  return narrow_pieces_ && c10::elementSize(param) < c10::elementSize(piece) ? param : piece;
+  return dp_->world() == 1 && c10::elementSize(param) < c10::elementSize(piece) ? param : piece;
 }
 
 // The hook's side of FullOffload: stage the gradient and queue it for the worker.

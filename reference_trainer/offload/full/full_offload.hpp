@@ -152,7 +152,10 @@ class FullOffloadPipeline {
   std::size_t ring_for(std::size_t largest, std::size_t total) const;
   void submit_gradient(std::size_t i, const Tensor& g);
   // The dtype parameter i's gradient is staged in: the parameter's, or sharded the
-  // reduce dtype of its piece, except on one rank (narrow_pieces_).
+  // reduce dtype of its piece. Sharded over one rank, a piece is the gradient widened to
+  // the reduce dtype (a sum of one term): narrowed back to the parameter's dtype it holds
+  // the same values, in half the bytes over PCIe and in the staging ring (FP32
+  // reductions of bf16 gradients), so it is staged in the parameter's.
   torch::ScalarType staged_dtype(std::size_t i) const;
   dev::Marker copy_to_host(const Tensor& staged, const Tensor& g);
   void stage(std::size_t i, const Tensor& g, Part part);
@@ -206,10 +209,6 @@ class FullOffloadPipeline {
   int cpu_threads_ = 0;                     // offload.cpu_threads (0: automatic)
   test_seams::FullOffload seams_;
   bool defer_ = false;  // updates left when backward ends run beside the next forward (a GPU)
-  // Sharded over one rank, a piece is its gradient widened to the reduce dtype (a sum of
-  // one term): narrowed back to the parameter's dtype it holds the same values, in half
-  // the bytes over PCIe and in the staging ring (FP32 reductions of bf16 gradients).
-  bool narrow_pieces_ = false;
   std::vector<ParamState> states_;
   GradHooks hooks_;
   double lr_ = 0;
