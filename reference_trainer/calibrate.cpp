@@ -382,7 +382,7 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
   if (req.run.bf16) args.push_back(*req.run.bf16 ? "--compute-dtype=bf16" : "--compute-dtype=fp32");
   // The kernels the user's runs will use are the ones timed.
   if (!req.run.kernels.fused) args.push_back("--kernels.fused=false");
-  if (req.run.kernels.norm_rope) args.push_back("--kernels.norm-rope=true");
+  if (!req.run.kernels.norm_rope) args.push_back("--kernels.norm-rope=false");
   try {
     run_child(req, args, dir / "log");
   } catch (...) {

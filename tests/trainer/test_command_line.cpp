@@ -70,14 +70,17 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   auto nccl_cpu = options_of(v({"--device=cpu", "--dist.backend=nccl"}));
   CHECK_FALSE(nccl_cpu.ok());
   CHECK(format_text(nccl_cpu.diagnostics, "options").find("dist.backend") != std::string::npos);
-  // The fused kernels: on by default; the QK-norm + RoPE one only when asked, and only with them.
+  // The fused kernels, QK-norm + RoPE among them: on by default; turning the kernels off turns
+  // that one off too, but asking for it without them is a contradiction.
   auto plain = options_of(v({}));
   REQUIRE(plain.ok());
   CHECK(plain.value.kernels.fused);
-  CHECK_FALSE(plain.value.kernels.norm_rope);
-  auto rope = options_of(v({"--kernels.norm-rope"}));
-  REQUIRE(rope.ok());
-  CHECK(rope.value.kernels.norm_rope);
+  CHECK(plain.value.kernels.norm_rope);
+  auto no_rope = options_of(v({"--no-kernels.norm-rope"}));
+  REQUIRE(no_rope.ok());
+  CHECK_FALSE(no_rope.value.kernels.norm_rope);
+  auto unfused = options_of(v({"--kernels.fused=false"}));
+  CHECK(unfused.ok());
   auto rope_alone = options_of(v({"--kernels.norm-rope", "--kernels.fused=false"}));
   CHECK_FALSE(rope_alone.ok());
   CHECK(format_text(rope_alone.diagnostics, "options").find("needs kernels.fused") != std::string::npos);

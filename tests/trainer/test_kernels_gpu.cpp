@@ -16,6 +16,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 namespace {
@@ -116,6 +117,13 @@ Tensor rotate_half_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return x * cos + torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
 }
 
+// Sets norm_rope's switch for a scope and puts back what the process had (on by default).
+struct NormRopeSwitch {
+  bool before = fused::norm_rope_enabled();
+  explicit NormRopeSwitch(bool on) { fused::set_norm_rope_enabled(on); }
+  ~NormRopeSwitch() { fused::set_norm_rope_enabled(before); }
+};
+
 // x [B, T, heads, dim]; tables as the model builds them (positions, inverse frequencies,
 // bf16 cos and sin of [B, T, 1, dim]), each sample at its own offset.
 void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool shifted) {
@@ -135,9 +143,11 @@ void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool
   Tensor x = (shifted ? misaligned(sizes) : torch::randn(sizes, bf16())).detach().requires_grad_(true);
   Tensor w = with_norm ? (1 + 0.1 * torch::randn({dim}, bf16())).detach().requires_grad_(true) : Tensor();
   Tensor dy = torch::randn(sizes, bf16());
-  fused::set_norm_rope_enabled(true);
-  Tensor y = fused::norm_rope(x, w, cos, sin, eps);
-  fused::set_norm_rope_enabled(false);
+  Tensor y;
+  {
+    NormRopeSwitch kernel(true);
+    y = fused::norm_rope(x, w, cos, sin, eps);
+  }
   REQUIRE(y.grad_fn());
   CHECK(y.grad_fn()->name().find("CppNode") != std::string::npos);  // the kernel, not ATen
   // As the block uses it: attention reads a transposed view, so the gradient comes back strided.
@@ -155,7 +165,11 @@ void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool
   // What the model computed before (ATen in bf16), for the record.
   Tensor xa = x.detach().clone().requires_grad_(true);
   Tensor wa = with_norm ? w.detach().clone().requires_grad_(true) : Tensor();
-  Tensor ya = fused::norm_rope(xa, wa, cos, sin, eps);
+  Tensor ya;
+  {
+    NormRopeSwitch aten(false);
+    ya = fused::norm_rope(xa, wa, cos, sin, eps);
+  }
   ya.backward(dy);
   MESSAGE("vs the unfused bf16 path: y " << (ya - y).abs().max().item<float>() << ", dx "
                                          << (xa.grad() - x.grad()).abs().max().item<float>());
@@ -178,7 +192,7 @@ TEST_CASE("GPU kernels: fused QK-norm + RoPE matches ATen (values, dx, dweight; 
 
 TEST_CASE("GPU kernels: QK-norm + RoPE outside the kernel's shapes take ATen's path") {
   if (!have_kernels()) return;
-  fused::set_norm_rope_enabled(true);
+  std::optional<NormRopeSwitch> kernel(std::in_place, true);
   for (std::int64_t dim : {514, 1024}) {
     CAPTURE(dim);
     Tensor x = torch::randn({1, 4, 2, dim}, bf16()).requires_grad_(true);
@@ -190,7 +204,7 @@ TEST_CASE("GPU kernels: QK-norm + RoPE outside the kernel's shapes take ATen's p
   Tensor x = torch::randn({2, 4, 2, 64}, bf16()).requires_grad_(true);
   Tensor t = torch::ones({1, 4, 1, 64}, bf16());
   CHECK(fused::norm_rope(x, Tensor(), t, t, 1e-6).grad_fn()->name().find("CppNode") == std::string::npos);
-  fused::set_norm_rope_enabled(false);
+  kernel.emplace(false);  // switched off, even the kernel's own layout
   Tensor t2 = torch::ones({2, 4, 1, 64}, bf16());
   CHECK(fused::norm_rope(x, Tensor(), t2, t2, 1e-6).grad_fn()->name().find("CppNode") == std::string::npos);
 }

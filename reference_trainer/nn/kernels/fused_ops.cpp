@@ -1,6 +1,7 @@
 #include "nn/kernels/fused_ops.hpp"
 
 #include <atomic>
+#include <optional>
 
 #if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
 #include "nn/kernels/norm_rope.hpp"
@@ -23,7 +24,7 @@ using torch::Tensor;
 namespace {
 
 std::atomic<bool> on{true};
-std::atomic<bool> norm_rope_on{false};
+std::atomic<bool> norm_rope_on{true};
 
 // HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -106,11 +107,13 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
 // QK-norm the norm's input, weight and per-row rstd (RoPE alone needs no input in its
 // backward: it is linear in x).
 struct NormRope : torch::autograd::Function<NormRope> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const Tensor& w_in, const Tensor& cos_in,
-                        const Tensor& sin_in, double eps) {
+  // w is optional rather than an undefined Tensor: autograd records every Tensor argument as an
+  // input and cannot record an undefined one (Llama has no QK-norm).
+  static Tensor forward(AutogradContext* ctx, const Tensor& x_in, const std::optional<Tensor>& w_in,
+                        const Tensor& cos_in, const Tensor& sin_in, double eps) {
     c10::cuda::CUDAGuard guard(x_in.device());
     Tensor x = x_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
-    Tensor w = w_in.defined() ? w_in.contiguous() : Tensor();
+    Tensor w = w_in ? w_in->contiguous() : Tensor();
     const std::int64_t tokens = x.size(0) * x.size(1), heads = x.size(2), dim = x.size(3);
     Tensor y = torch::empty_like(x);
     Tensor rstd = w.defined() ? torch::empty({tokens * heads}, x.options().dtype(torch::kFloat32)) : Tensor();
@@ -179,7 +182,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 
 Tensor norm_rope(const Tensor& x, const Tensor& w, const Tensor& cos, const Tensor& sin, double eps) {
 #if PRIMECFG_HAVE_FUSED
-  if (on && norm_rope_on && norm_rope_fusable(x, w, cos, sin)) return NormRope::apply(x, w, cos, sin, eps);
+  if (on && norm_rope_on && norm_rope_fusable(x, w, cos, sin))
+    return NormRope::apply(x, w.defined() ? std::optional<Tensor>(w) : std::nullopt, cos, sin, eps);
 #endif
   return rope(w.defined() ? rms_norm(x, w, eps) : x, cos, sin);
 }

@@ -29,9 +29,8 @@ bool kernels_built();
 void set_enabled(bool on);
 bool enabled();
 
-// norm_rope's kernel has its own switch, off by default: it has not yet run on a GPU
-// (issue 31). Off, norm_rope is rms_norm (above) followed by ATen's rotation, as the
-// model computed it before. The GPU tests turn it on to compare it with ATen.
+// norm_rope's kernel has its own switch as well (on by default; under set_enabled): off,
+// norm_rope is rms_norm (above) followed by ATen's rotation. The GPU tests compare the two.
 void set_norm_rope_enabled(bool on);
 bool norm_rope_enabled();
 
