@@ -489,11 +489,13 @@ class Trainer {
       met.pipeline["fsdp_whole_at_rest_gib"] = static_cast<double>(sharding_->gathered_bytes()) / (1 << 30);
       // The most held at once in the step (gathers in flight included): the planner's
       // `weights` term; the gathers that were prefetched; the gradient buckets summed
-      // while backward went on.
+      // while backward went on; the embedding rows the lookup gathered by rows (0: it
+      // gathered the whole embedding).
       const auto c = sharding_->take_collective_stats();
       met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(c.peak_bytes) / (1 << 30);
       met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(c.ahead);
       met.pipeline["fsdp_reduces_overlapped"] = static_cast<double>(c.overlapped_reduces);
+      met.pipeline["fsdp_lookup_rows"] = static_cast<double>(c.lookup_rows);
     }
     return met;
   }

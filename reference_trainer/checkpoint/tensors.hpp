@@ -103,7 +103,14 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                      const TrainPosition& pos, const CheckpointConfig& cfg,
                      const std::optional<fs::path>& source_dir, Sharding* dp) {
   state.sync_host();
-  if (dp) dp->gather_all();  // rank 0 writes the whole weights; the next step shards them again
+  if (dp) dp->gather_all();  // rank 0 writes the whole weights
+  // ... which are freed again after, so that the next forward gathers them as any other.
+  struct Reshard {
+    Sharding* dp;
+    ~Reshard() {
+      if (dp) dp->gather_weights();
+    }
+  } reshard{dp};
   const int rank = dp ? dp->rank() : 0;
   // The optimizer state is written in pieces, one file per piece, by the ranks of the
   // first replica (HSDP's other replicas hold the same pieces).

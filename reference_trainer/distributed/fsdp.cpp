@@ -29,7 +29,10 @@ void alloc_bytes(const Tensor& t) {
 
 Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
            torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward)
-    : group_(group), reduce_dtype_(reduce_dtype), reshard_after_forward_(reshard_after_forward) {
+    : group_(group),
+      reduce_dtype_(reduce_dtype),
+      reshard_after_forward_(reshard_after_forward),
+      tied_(args.tie_embeddings) {
   const std::vector<ParamShape> shapes = args.params();  // the model's params(), in order
   std::int64_t total = 0;
   for (const auto& p : shapes) {
@@ -61,7 +64,12 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weig
   }
   hook_.before = [this](int block) {
     const std::size_t u = unit_of_block(block);
-    gather(u);
+    if (u == 0 && !lookup_rows_.empty() && units_[0].state == Unit::released)
+      gather_lookup_rows();
+    else
+      gather(u);
+    if (u == 0 && units_[0].state == Unit::whole) lookup_rows_gathered_ = 0;
+    if (u == 0) lookup_rows_.clear();
     if (u + 1 < units_.size()) prefetch(u + 1);
   };
   hook_.after = [this](int block, const Tensor& out) {
@@ -134,15 +142,18 @@ Tensor Fsdp::weight_shard(std::size_t i) const {
 }
 
 void Fsdp::start(std::size_t u) {
+  // A tied embedding that the lookup read by rows is gathered whole with the LM head.
+  if (u + 1 == units_.size() && tied_ && units_.front().state == Unit::rows) start(0);
   Unit& unit = units_[u];
-  if (unit.state != Unit::released) return;
+  if (unit.state != Unit::released && unit.state != Unit::rows) return;
+  const bool allocated = unit.state == Unit::rows;
   torch::NoGradGuard ng;
   auto& params = model_->params();
   std::vector<Tensor> ins;
   unit.outs.clear();
   for (auto i : unit.params) {
     const ShardSpan& s = spans_[i];
-    alloc_bytes(params[i].tensor);
+    if (!allocated) alloc_bytes(params[i].tensor);
     // The same bytes without autograd's version counter: refilling a weight that a
     // saved graph holds is not an in-place change of what it computed with. A padded
     // parameter is gathered apart and copied in when it has arrived.
@@ -160,11 +171,64 @@ void Fsdp::start(std::size_t u) {
                                                                    : fmt::format("block {}", u - 1),
                                           params[unit.params.front()].name, params[unit.params.back()].name));
   unit.state = Unit::in_flight;
+  if (allocated) return;
   whole_now_ += unit.bytes;
   whole_peak_ = std::max(whole_peak_, whole_now_);
 }
 
+void Fsdp::lookup_rows(std::vector<std::int64_t> rows) { lookup_rows_ = std::move(rows); }
+
+// Each rank writes the elements of the rows that its piece holds into a table of the
+// rows (zeros elsewhere); summed over the shard group, the table holds the rows whole
+// (x + 0 is exact in any dtype) and goes into their place in the embedding. Its other
+// rows are garbage until the gather with the LM head: the lookup does not read them,
+// and its backward reads no weights.
+void Fsdp::gather_lookup_rows() {
+  Unit& unit = units_[0];
+  const std::size_t i = unit.params.front();
+  torch::NoGradGuard ng;
+  const Tensor& param = model_->params()[i].tensor;
+  alloc_bytes(param);
+  whole_now_ += unit.bytes;
+  whole_peak_ = std::max(whole_peak_, whole_now_);
+  unit.state = Unit::rows;
+  const Tensor data = param.variable_data();
+  const std::int64_t dim = data.size(1), k = static_cast<std::int64_t>(lookup_rows_.size());
+  lookup_rows_gathered_ = k;
+  const ShardSpan& s = spans_[i];
+  const Tensor piece = weight_shard(i).narrow(0, 0, s.length);
+  const std::int64_t e0 = s.offset, e1 = s.offset + s.length;
+  const std::int64_t row0 = (e0 + dim - 1) / dim, row_end = e1 / dim;  // whole rows of the piece
+  std::vector<std::int64_t> at, local;  // table row, row of the piece's whole rows
+  Tensor table = torch::zeros({k, dim}, data.options());
+  for (std::int64_t j = 0; j < k; ++j) {
+    const std::int64_t r = lookup_rows_[static_cast<std::size_t>(j)];
+    if (r >= row0 && r < row_end) {
+      at.push_back(j);
+      local.push_back(r - row0);
+    } else if (std::max(r * dim, e0) < std::min((r + 1) * dim, e1)) {  // a row the piece cuts
+      const std::int64_t from = std::max(r * dim, e0), to = std::min((r + 1) * dim, e1);
+      table[j].narrow(0, from - r * dim, to - from).copy_(piece.narrow(0, from - e0, to - from));
+    }
+  }
+  if (!at.empty()) {
+    const auto idx = torch::TensorOptions().dtype(torch::kInt64);
+    const auto n = static_cast<std::int64_t>(at.size());
+    const Tensor whole = piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim).view({row_end - row0, dim});
+    table.index_copy_(0, torch::from_blob(at.data(), {n}, idx).to(data.device()),
+                      whole.index_select(0, torch::from_blob(local.data(), {n}, idx).to(data.device())));
+  }
+  group_.all_reduce_sum(table, "the embedding rows of the lookup (tied, gathered by rows)",
+                        ProcessGroup::Among::shard_group);
+  const Tensor rows = torch::from_blob(lookup_rows_.data(), {k}, torch::TensorOptions().dtype(torch::kInt64));
+  data.index_copy_(0, rows.to(data.device()), table);
+}
+
 void Fsdp::gather(std::size_t u) {
+  // With the LM head, a tied embedding that the lookup read by rows (start()).
+  if (u + 1 == units_.size() && tied_ &&
+      (units_.front().state == Unit::rows || units_.front().state == Unit::in_flight))
+    gather(0);
   Unit& unit = units_[u];
   ahead_ += unit.state == Unit::in_flight;  // started before it was needed
   start(u);
@@ -209,7 +273,7 @@ void Fsdp::prefetch_if_room() {
 }
 
 Fsdp::CollectiveStats Fsdp::take_collective_stats() {
-  const CollectiveStats s{whole_peak_, ahead_, overlapped_};
+  const CollectiveStats s{whole_peak_, ahead_, overlapped_, lookup_rows_gathered_};
   whole_peak_ = whole_now_;
   ahead_ = 0;
   overlapped_ = 0;

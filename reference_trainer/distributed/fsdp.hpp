@@ -93,6 +93,12 @@ class Fsdp {
   // gradient on this rank counts as zeros).
   void flush();
 
+  // For the next forward only: its embedding lookup reads just these rows (sorted,
+  // the union of every rank's input ids), so a tied embedding is not gathered whole
+  // for it. Each rank contributes the rows' elements of its piece to one all-reduce;
+  // the whole embedding is gathered with the LM head's unit instead, which the
+  // offload pipeline uses to finish the tied update beside the forward (`full`).
+  void lookup_rows(std::vector<std::int64_t> rows);
   // Gathers a block's weights before its forward and frees them after (the
   // Transformer's block hooks).
   const Transformer::BlockHook* block_hook() const { return &hook_; }
@@ -113,6 +119,7 @@ class Fsdp {
     std::int64_t peak_bytes = 0;
     std::int64_t ahead = 0;
     std::int64_t overlapped_reduces = 0;
+    std::int64_t lookup_rows = 0;  // embedding rows the last lookup gathered by rows (0: whole)
   };
   CollectiveStats take_collective_stats();
 
@@ -135,17 +142,19 @@ class Fsdp {
   // final norm and the LM head (a tied head is the embedding).
   struct Unit {
     std::vector<std::size_t> params;
-    bool root = false;                                        // gathered through the step
-    enum State { released, in_flight, whole } state = whole;  // whole: the parameters hold the weights
-    std::size_t missing = 0;                                  // gradients not in yet this backward
-    std::int64_t bytes = 0;                                   // whole weights
-    ProcessGroup::Pending pending;                            // the all-gather while in flight
-    std::vector<Tensor> outs;                                 // its outputs (padded ones apart)
+    bool root = false;  // gathered through the step
+    // whole: the parameters hold the weights; rows: allocated, only the lookup's rows hold them.
+    enum State { released, rows, in_flight, whole } state = whole;
+    std::size_t missing = 0;        // gradients not in yet this backward
+    std::int64_t bytes = 0;         // whole weights
+    ProcessGroup::Pending pending;  // the all-gather while in flight
+    std::vector<Tensor> outs;       // its outputs (padded ones apart)
   };
   std::size_t unit_of_block(int block) const;
   void start(std::size_t u);   // the all-gather starts
   void gather(std::size_t u);  // ... and has arrived
   void release(std::size_t u);
+  void gather_lookup_rows();  // unit 0, the rows of lookup_rows_ only
   // Gathers u ahead once the blocks whole or in flight allow (reshard_after_forward: two).
   void prefetch(std::size_t u);
   void prefetch_if_room();
@@ -156,6 +165,8 @@ class Fsdp {
 
   ProcessGroup& group_;
   Transformer* model_ = nullptr;
+  bool tied_ = false;                      // the embedding is also the LM head
+  std::vector<std::int64_t> lookup_rows_;  // for the next forward; empty: gather it whole
   torch::ScalarType reduce_dtype_;
   bool reshard_after_forward_;
   std::vector<ShardSpan> spans_;
@@ -179,7 +190,7 @@ class Fsdp {
     std::vector<Tensor> ins, outs;
   };
   std::optional<Reduce> reducing_;
-  std::int64_t overlapped_ = 0;
+  std::int64_t overlapped_ = 0, lookup_rows_gathered_ = 0;
   Sink sink_;
   Transformer::BlockHook hook_;
 };

@@ -392,6 +392,28 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
       r.launch.master_port = 31600 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
       ranked = train::run_sft(tiny_full(4, 17, 5, dir / "ranked"), r);
     }
+    // Held (as in one process above): the head share waits until the next forward
+    // names its lookup rows, which go first; the lookup reads them gathered by rows
+    // (of the union of the ranks' batches), and the rest waits until the LM head's
+    // gather of the whole embedding asks for it. A lookup that did not wait for its
+    // rows, or read other rows than it gathered, would change the numbers.
+    train::RunResult held;
+    {
+      train::TestSeams seams({.defer = true, .hold_head_share = true});
+      auto r = o;
+      r.launch.launched = true;
+      r.launch.master_port = 31800 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      held = train::run_sft(tiny_full(4, 17, 5, dir / "held"), r);
+    }
+    CHECK(held.losses == plain.losses);
+    REQUIRE(held.weights.size() == plain.weights.size());
+    for (std::size_t i = 0; i < plain.weights.size(); ++i) {
+      CAPTURE(plain.weights[i].first);
+      CHECK(held.weights[i].second == plain.weights[i].second);
+      CHECK(held.model_weights[i].second == plain.model_weights[i].second);
+    }
+    CHECK(last_figure(dir / "held", "lookup_rows") > 0);
+    CHECK(last_figure(dir / "held", "fsdp_lookup_rows") > 0);
     // A staging ring asked to be as small as it can: it still holds one gradient,
     // which here is an FP32 piece, twice the bf16 tensor.
     train::RunResult one_slot;

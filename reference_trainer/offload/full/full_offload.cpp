@@ -149,8 +149,6 @@ void FullOffloadPipeline::begin_step(double lr, std::int64_t step, bool single_m
 void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>& input_ids) {
   last_micro_ = true;
   spans_.forward_begins();
-  // Sharded, the lookup gathers the whole embedding: it waits for the whole update.
-  if (tied_ && !dp_) request_lookup_rows(input_ids);
   // The tied embedding is split only with one micro-batch per step: with more,
   // the FP32 accumulator would have to be added row by row as well.
   split_tied_ = tied_ && single_micro_;
@@ -174,6 +172,13 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
     const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
     c.batch_rows_dev = to_device(c.batch_rows, n, device_);
   }
+  // The last step's head share may still be running: the rows this lookup reads go
+  // first. Sharded, the lookup reads every rank's rows (the union), gathered by rows
+  // (Fsdp::lookup_rows), and each rank updates the elements of them its piece holds;
+  // without the split the lookup gathers the whole embedding and waits for all of it.
+  lookup_by_rows_ = tied_ && (!dp_ || split_tied_);
+  if (lookup_by_rows_) request_lookup_rows(dp_ ? ctx_->batch_rows : input_ids);
+  if (dp_ && split_tied_) dp_->lookup_rows(ctx_->batch_rows);
 }
 
 Transformer::LossChunks FullOffloadPipeline::loss_chunks(std::int64_t tokens) const {
@@ -323,7 +328,7 @@ void FullOffloadPipeline::submit_gradient(std::size_t i, const Tensor& piece) {
   if (tied_ && i == *tied_ && head_submitted_) {
     // The other rows were updated from the head's share: only the batch's rows move.
     head_submitted_ = false;
-    // Sharded, g is this rank's piece (flat): all of it goes (update_piece_batch_rows).
+    // Sharded, g is this rank's piece (flat): all of it goes (update_piece_rows).
     stage(i, dp_ ? g : g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
     return;
   }
@@ -479,14 +484,18 @@ void FullOffloadPipeline::wait_for_block(int block) {
   {
     std::unique_lock lk(mu_);
     if (!pending_step_) return;
+    if (&group == &head_group_ && tied_ && dp_ && head_.active && !head_.rows_requested) {
+      head_.rows_requested = true;  // sharded, the LM head asks for the whole share here
+      cv_.notify_all();
+    }
     auto ready = [&] {
       if (error_) return true;
       for (auto i : group) {
         // A split tied embedding: the lookup reads only the batch's rows; the LM head
-        // waits for its rows in the loss (wait_for_head_rows).
-        // Sharded, the lookup gathers the whole embedding, so it waits for all of it.
-        if (block >= 0 && tied_ && i == *tied_) continue;
-        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_ && !dp_;
+        // waits for its rows in the loss (wait_for_head_rows). Sharded, the LM head's
+        // unit gathers the whole embedding, so it waits for all of it here.
+        if (block >= 0 && tied_ && i == *tied_ && !dp_) continue;
+        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_ && lookup_by_rows_;
         if ((lookup_of_tied ? lookup_done_step_ : done_step_[i]) < pending_step_) return false;
       }
       return true;
@@ -499,7 +508,7 @@ void FullOffloadPipeline::wait_for_block(int block) {
     uploaded = last_upload_;  // the h2d stream is one queue: this covers the group's uploads
     if (trace_.on())
       trace_.span("main", fmt::format("wait for block {}", block), h_wait, HostTrace::now(), pending_step_);
-    if (&group == &head_group_ && !tied_) pending_step_ = 0;  // every parameter is in some group
+    if (&group == &head_group_ && (!tied_ || dp_)) pending_step_ = 0;  // every parameter is in some group
     stats_.defer_wait_s += seconds_since(t_wait);
   }
   uploaded.wait_on(dev::current_stream(device_));
@@ -510,8 +519,8 @@ void FullOffloadPipeline::wait_for_block(int block) {
 // rows, and the head share's slices (done in row order) up to `end`. With vocabulary
 // chunks the rest of the head share so runs beside the loss's first pass.
 void FullOffloadPipeline::wait_for_head_rows(std::int64_t first, std::int64_t end) {
-  // Not split: the LM head is one job of the head group. Sharded: the lookup waited
-  // for the whole tied embedding before it was gathered.
+  // Not split: the LM head is one job of the head group. Sharded: the head's unit
+  // waited for the whole tied embedding before it was gathered.
   if (!tied_ || dp_) return;
   const auto t_wait = std::chrono::steady_clock::now();
   const auto h_wait = HostTrace::now();

@@ -196,7 +196,7 @@ class FullOffloadPipeline {
   void update_embedding_rows(const Tensor& grad, bool grad_by_row, const std::vector<std::int64_t>& rows,
                              Tensor rows_dev, const StepContext& c);
   void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last);
-  void update_piece_batch_rows(const Tensor& grad, const StepContext& c);
+  void update_piece_rows(const Tensor& grad, const std::vector<std::int64_t>& rows, const StepContext& c);
 
   OptSettings opt_;
   Sharding* dp_;
@@ -264,6 +264,7 @@ class FullOffloadPipeline {
   std::int64_t tied_batch_done_step_ = 0, tied_head_done_step_ = 0;  // the tied embedding's two parts
   std::int64_t lookup_done_step_ = 0;  // the step whose update of the next lookup's rows is done
   bool split_tied_ = false;            // this step splits it (main thread, before backward)
+  bool lookup_by_rows_ = false;        // this forward's lookup waits for its rows only
   bool head_submitted_ = false;        // the head's share is queued (hook thread; main after backward)
 
   std::shared_ptr<StepContext> ctx_ = std::make_shared<StepContext>();

@@ -79,8 +79,11 @@ void FullOffloadPipeline::request_lookup_rows(const std::vector<std::int64_t>& i
     const StepContext& c = *head_.ctx;
     const auto vocab = static_cast<std::int64_t>(c.in_batch.size());
     std::vector<char> want(c.in_batch.size(), 0);
-    for (auto id : ids)  // rows below next_row are done, or in the slice running now
-      if (id >= head_.next_row && id < vocab && !c.in_batch[static_cast<std::size_t>(id)])
+    // Rows below next_row are done, or in the slice running now; sharded, rows past
+    // tied_row_end_ are other ranks' pieces.
+    const std::int64_t end = std::min(vocab, tied_row_end_);
+    for (auto id : ids)
+      if (id >= head_.next_row && id < end && !c.in_batch[static_cast<std::size_t>(id)])
         want[static_cast<std::size_t>(id)] = 1;
     std::vector<std::int64_t> rows;
     for (std::int64_t r = head_.next_row; r < vocab; ++r)
@@ -216,10 +219,12 @@ void FullOffloadPipeline::update_head_slice(const StepContext& c, std::int64_t f
       bf16 && !flat.is_cpu());
 }
 
-// Sharded: the batch's rows of this rank's piece, from the piece's final gradient
-// (`grad`, flat, element e at e - tied_elem0_). Whole rows go up through one
-// index_copy_; the rows the piece's ends cut (two at most) apart.
-void FullOffloadPipeline::update_piece_batch_rows(const Tensor& grad, const StepContext& c) {
+// Sharded: the listed rows (sorted) of this rank's piece, from a gradient laid out as
+// the piece (`grad`, flat, element e at e - tied_elem0_): the batch's rows from the
+// piece's final gradient, or the next lookup's rows from the head share. Whole rows
+// go up through one index_copy_; the rows the piece's ends cut (two at most) apart.
+void FullOffloadPipeline::update_piece_rows(const Tensor& grad, const std::vector<std::int64_t>& rows,
+                                            const StepContext& c) {
   ParamState& s = states_[*tied_];
   const Tensor flat = s.weight.reshape({-1});
   const bool bf16 = flat.scalar_type() == torch::kBFloat16;
@@ -230,7 +235,7 @@ void FullOffloadPipeline::update_piece_batch_rows(const Tensor& grad, const Step
   };
   std::vector<Span> spans;
   std::int64_t total = 0;
-  for (auto r : c.batch_rows) {
+  for (auto r : rows) {
     const std::int64_t from = std::max(r * dim, tied_elem0_), to = std::min((r + 1) * dim, tied_elem_end_);
     if (to <= from) continue;
     spans.push_back({r, from, to, total});

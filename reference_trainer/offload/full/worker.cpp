@@ -57,7 +57,10 @@ void FullOffloadPipeline::worker_main() {
         if (w.kind == Work::Kind::job) consume(w.job);
         if (w.kind == Work::Kind::head_slice) update_head_slice(c, w.first, w.last);
         if (w.kind == Work::Kind::head_lookup) {
-          update_embedding_rows(head_buf_view(), true, w.rows, Tensor(), c);
+          if (dp_)
+            update_piece_rows(head_buf_view(), w.rows, c);
+          else
+            update_embedding_rows(head_buf_view(), true, w.rows, Tensor(), c);
           for (auto r : w.rows) lookup_done_rows_[static_cast<std::size_t>(r)] = 1;
         }
       }
@@ -116,10 +119,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
     head_.lookup.reset();
     return w;
   }
-  // Sharded, the next forward gathers the whole tied embedding first: its head share
-  // goes before the other updates, unless a hook waits for staging room.
-  const bool head_first = dp_ && head_ready && ring_waiters_ == 0;
-  if (!queue_.empty() && !head_first) {
+  if (!queue_.empty()) {
     // Copies land in the order they were queued: the landed jobs are a prefix.
     while (landed_ < queue_.size() && queue_[landed_].ready.reached()) ++landed_;
     if (landed_ > 0 || !head_ready) {
@@ -150,7 +150,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
 // asks for its rows, so that both of those waits matter every step.
 bool FullOffloadPipeline::head_runnable_locked() const {
   const bool rows_left = head_.active && head_.next_row < std::min(head_.copied_rows(), tied_row_end_);
-  if (!rows_left || !seams_.hold_head_share || draining_ || dp_) return rows_left;
+  if (!rows_left || !seams_.hold_head_share || draining_) return rows_left;
   return (head_.lookup && head_.lookup_requested) || head_.rows_requested;
 }
 
@@ -262,7 +262,7 @@ void FullOffloadPipeline::consume(const Job& job) {
     return;
   }
   if (job.part == Part::batch_rows && dp_) {
-    update_piece_batch_rows(ring_view(grad_ring_buf_, job.slot.offset, job.dtype, {w.numel()}), c);
+    update_piece_rows(ring_view(grad_ring_buf_, job.slot.offset, job.dtype, {w.numel()}), c.batch_rows, c);
     return;
   }
   if (job.part == Part::batch_rows) {
