@@ -403,7 +403,13 @@ class Trainer {
     Transformer& model = *model_;
     const auto t0 = std::chrono::steady_clock::now();
     data::Batch batch = loader_->next();
-    if (sharding_) keep_this_ranks_part(batch);
+    // Every rank reads the whole batch: the ids of each rank's last micro-batch are
+    // known here without a collective (the tied embedding's split needs their union).
+    std::vector<std::int64_t> every_ranks_ids;
+    if (sharding_) {
+      every_ranks_ids = last_ids_of_every_rank(batch);
+      keep_this_ranks_part(batch);
+    }
     if (pg_) pg_->note_step(pos_.step + 1);
     const double lr = scheduled_lr(cfg_.scheduler, opt_.lr, pos_.scheduler_step, max_steps_);
     state.begin_step(lr, pos_.step + 1, batch.micro.size() == 1);
@@ -422,7 +428,7 @@ class Trainer {
       // The inputs are queued before the offload prefetch below: copies share the
       // copy engine in queue order, and the forward pass waits for its inputs.
       const auto [in, targets] = inputs(mb);
-      if (last) state.begin_last_micro_batch(mb.input_ids);
+      if (last) state.begin_last_micro_batch(mb.input_ids, sharding_ ? every_ranks_ids : mb.input_ids);
       Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks, act_offload_.get()), targets,
                                scale, ce_chunk_, state.loss_hooks(last), state.loss_chunks(targets.numel()));
       if (last) state.before_backward();
@@ -503,6 +509,16 @@ class Trainer {
   // A sharded run: this rank's consecutive share of the step's micro-batches. The loss
   // stays scaled by the whole batch's loss tokens, so the sum over the ranks is the
   // one-process gradient. (Packing is sequential, so every rank packs the whole batch.)
+  std::vector<std::int64_t> last_ids_of_every_rank(const data::Batch& batch) const {
+    const auto per_rank = batch.micro.size() / static_cast<std::size_t>(sharding_->world());
+    std::vector<std::int64_t> ids;
+    for (int r = 0; r < sharding_->world(); ++r) {
+      const auto& last = batch.micro[per_rank * static_cast<std::size_t>(r + 1) - 1].input_ids;
+      ids.insert(ids.end(), last.begin(), last.end());
+    }
+    return ids;
+  }
+
   void keep_this_ranks_part(data::Batch& batch) {
     const auto per_rank = batch.micro.size() / static_cast<std::size_t>(sharding_->world());
     const auto first = per_rank * static_cast<std::size_t>(sharding_->rank());

@@ -69,7 +69,10 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weig
     else
       gather(u);
     if (u == 0 && units_[0].state == Unit::whole) lookup_rows_gathered_ = 0;
-    if (u == 0) lookup_rows_.clear();
+    if (u == 0) {
+      lookup_rows_.clear();
+      lookup_rows_dev_ = Tensor();
+    }
     if (u + 1 < units_.size()) prefetch(u + 1);
   };
   hook_.after = [this](int block, const Tensor& out) {
@@ -176,7 +179,10 @@ void Fsdp::start(std::size_t u) {
   whole_peak_ = std::max(whole_peak_, whole_now_);
 }
 
-void Fsdp::lookup_rows(std::vector<std::int64_t> rows) { lookup_rows_ = std::move(rows); }
+void Fsdp::lookup_rows(std::vector<std::int64_t> rows, Tensor rows_on_device) {
+  lookup_rows_ = std::move(rows);
+  lookup_rows_dev_ = std::move(rows_on_device);
+}
 
 // Each rank writes the elements of the rows that its piece holds into a table of the
 // rows (zeros elsewhere); summed over the shard group, the table holds the rows whole
@@ -199,29 +205,31 @@ void Fsdp::gather_lookup_rows() {
   const Tensor piece = weight_shard(i).narrow(0, 0, s.length);
   const std::int64_t e0 = s.offset, e1 = s.offset + s.length;
   const std::int64_t row0 = (e0 + dim - 1) / dim, row_end = e1 / dim;  // whole rows of the piece
-  std::vector<std::int64_t> at, local;  // table row, row of the piece's whole rows
-  Tensor table = torch::zeros({k, dim}, data.options());
-  for (std::int64_t j = 0; j < k; ++j) {
-    const std::int64_t r = lookup_rows_[static_cast<std::size_t>(j)];
-    if (r >= row0 && r < row_end) {
-      at.push_back(j);
-      local.push_back(r - row0);
-    } else if (std::max(r * dim, e0) < std::min((r + 1) * dim, e1)) {  // a row the piece cuts
-      const std::int64_t from = std::max(r * dim, e0), to = std::min((r + 1) * dim, e1);
-      table[j].narrow(0, from - r * dim, to - from).copy_(piece.narrow(0, from - e0, to - from));
-    }
-  }
-  if (!at.empty()) {
-    const auto idx = torch::TensorOptions().dtype(torch::kInt64);
-    const auto n = static_cast<std::int64_t>(at.size());
+  const Tensor& rows = lookup_rows_dev_;
+  Tensor table;
+  if (row_end > row0) {
+    // The piece's whole rows, read clamped and kept where the row is the piece's.
     const Tensor whole = piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim).view({row_end - row0, dim});
-    table.index_copy_(0, torch::from_blob(at.data(), {n}, idx).to(data.device()),
-                      whole.index_select(0, torch::from_blob(local.data(), {n}, idx).to(data.device())));
+    const Tensor mine = rows.ge(row0).logical_and(rows.lt(row_end)).unsqueeze(1);
+    table =
+        whole.index_select(0, (rows - row0).clamp(0, row_end - row0 - 1)).masked_fill_(mine.logical_not(), 0);
+  } else {
+    table = torch::zeros({k, dim}, data.options());
+  }
+  // The rows the piece's ends cut (two at most).
+  for (std::int64_t r : {e0 / dim, (e1 - 1) / dim}) {
+    const std::int64_t from = std::max(r * dim, e0), to = std::min((r + 1) * dim, e1);
+    if (to <= from || to - from == dim) continue;
+    const auto at = std::lower_bound(lookup_rows_.begin(), lookup_rows_.end(), r);
+    if (at == lookup_rows_.end() || *at != r) continue;
+    table[at - lookup_rows_.begin()]
+        .narrow(0, from - r * dim, to - from)
+        .copy_(piece.narrow(0, from - e0, to - from));
+    if (e0 / dim == (e1 - 1) / dim) break;  // one row, cut at both ends
   }
   group_.all_reduce_sum(table, "the embedding rows of the lookup (tied, gathered by rows)",
                         ProcessGroup::Among::shard_group);
-  const Tensor rows = torch::from_blob(lookup_rows_.data(), {k}, torch::TensorOptions().dtype(torch::kInt64));
-  data.index_copy_(0, rows.to(data.device()), table);
+  data.index_copy_(0, rows, table);
 }
 
 void Fsdp::gather(std::size_t u) {

@@ -98,7 +98,9 @@ class Fsdp {
   // for it. Each rank contributes the rows' elements of its piece to one all-reduce;
   // the whole embedding is gathered with the LM head's unit instead, which the
   // offload pipeline uses to finish the tied update beside the forward (`full`).
-  void lookup_rows(std::vector<std::int64_t> rows);
+  // `rows` on the host, and the same on the weights' device (no copy is queued here: one
+  // would wait behind the weight uploads queued on the copy engine).
+  void lookup_rows(std::vector<std::int64_t> rows, Tensor rows_on_device);
   // Gathers a block's weights before its forward and frees them after (the
   // Transformer's block hooks).
   const Transformer::BlockHook* block_hook() const { return &hook_; }
@@ -167,6 +169,7 @@ class Fsdp {
   Transformer* model_ = nullptr;
   bool tied_ = false;                      // the embedding is also the LM head
   std::vector<std::int64_t> lookup_rows_;  // for the next forward; empty: gather it whole
+  Tensor lookup_rows_dev_;
   torch::ScalarType reduce_dtype_;
   bool reshard_after_forward_;
   std::vector<ShardSpan> spans_;

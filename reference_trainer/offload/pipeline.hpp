@@ -41,8 +41,8 @@ concept offload_pipeline =
   p.masters_from_model();  // masters := the model's weights
   p.sync_host();           // nothing still writes host state
   // One optimizer step:
-  p.begin_step(lr, n, last);      // lr, step number, one micro-batch?
-  p.begin_last_micro_batch(ids);  // before its forward
+  p.begin_step(lr, n, last);           // lr, step number, one micro-batch?
+  p.begin_last_micro_batch(ids, ids);  // before its forward: its ids, and every rank's
   { cp.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
   { cp.loss_hooks(last) } -> std::same_as<Transformer::LossHooks>;
   { cp.loss_chunks(n) } -> std::same_as<Transformer::LossChunks>;

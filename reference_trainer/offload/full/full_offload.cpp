@@ -146,7 +146,8 @@ void FullOffloadPipeline::begin_step(double lr, std::int64_t step, bool single_m
     grad_norms_.zero_();
 }
 
-void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>& input_ids) {
+void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>& input_ids,
+                                                 const std::vector<std::int64_t>& every_ranks_ids) {
   last_micro_ = true;
   spans_.forward_begins();
   // The tied embedding is split only with one micro-batch per step: with more,
@@ -157,16 +158,10 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
     StepContext& c = *ctx_;
     const std::int64_t vocab = states_[*tied_].p->tensor.size(0);
     c.in_batch.assign(static_cast<std::size_t>(vocab), 0);
-    for (auto id : input_ids)
+    // Sharded, the head share is summed over the ranks, and a row is final in it only
+    // when no rank's batch reads it: the union of the ranks' rows.
+    for (auto id : dp_ ? every_ranks_ids : input_ids)
       if (id >= 0 && id < vocab) c.in_batch[static_cast<std::size_t>(id)] = 1;
-    if (dp_) {
-      // Sharded, the head share is summed over the ranks, and a row is final in it
-      // only when no rank's batch reads it: the union of the ranks' rows.
-      Tensor mine = torch::from_blob(c.in_batch.data(), {vocab}, torch::kInt8).to(dev_.dtype(torch::kInt32));
-      dp_->sum(mine, "the union of the ranks' input ids (the tied embedding's batch rows)");
-      const Tensor any = mine.gt(0).to(torch::kCPU, torch::kInt8).contiguous();
-      std::copy_n(any.data_ptr<std::int8_t>(), vocab, c.in_batch.begin());
-    }
     for (std::int64_t r = 0; r < vocab; ++r)
       if (c.in_batch[static_cast<std::size_t>(r)]) c.batch_rows.push_back(r);
     const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
@@ -178,7 +173,7 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
   // without the split the lookup gathers the whole embedding and waits for all of it.
   lookup_by_rows_ = tied_ && (!dp_ || split_tied_);
   if (lookup_by_rows_) request_lookup_rows(dp_ ? ctx_->batch_rows : input_ids);
-  if (dp_ && split_tied_) dp_->lookup_rows(ctx_->batch_rows);
+  if (dp_ && split_tied_) dp_->lookup_rows(ctx_->batch_rows, ctx_->batch_rows_dev);
 }
 
 Transformer::LossChunks FullOffloadPipeline::loss_chunks(std::int64_t tokens) const {

@@ -64,9 +64,12 @@ class FullOffloadPipeline {
   void sync_host();
 
   void begin_step(double lr, std::int64_t step, bool single_micro_batch);
-  // Before the last micro-batch's forward, with its input ids (the tied embedding's
-  // split needs the rows they touch).
-  void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids);
+  // Before the last micro-batch's forward, with its input ids and those of every rank's
+  // last micro-batch (sharded; the same ids in one process): the tied embedding's split
+  // needs the rows they touch. Every rank reads the whole batch, so no collective is
+  // needed for the union (one would wait for the copies queued before it).
+  void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids,
+                              const std::vector<std::int64_t>& every_ranks_ids);
   void before_backward() { spans_.backward_begins(step_); }
   // Transformer::hidden's hook: the forward waits there for the deferred updates of
   // the weights it is about to use.

@@ -33,7 +33,9 @@ class NoOffloadPipeline {
   void sync_host() {}
 
   void begin_step(double lr, std::int64_t step, bool single_micro_batch);
-  void begin_last_micro_batch(const std::vector<std::int64_t>&) { spans_.forward_begins(); }
+  void begin_last_micro_batch(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) {
+    spans_.forward_begins();
+  }
   void before_backward() { spans_.backward_begins(step_); }
   const Transformer::BlockHook* block_hook() const { return nullptr; }
   Transformer::LossHooks loss_hooks(bool) const { return {}; }

@@ -76,7 +76,8 @@ void OptimizerOffloadPipeline::begin_step(double lr, std::int64_t step, bool sin
   }
 }
 
-void OptimizerOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>&) {
+void OptimizerOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>&,
+                                                      const std::vector<std::int64_t>&) {
   last_micro_ = true;
   spans_.forward_begins();
   if (!overlap_) return;

@@ -51,7 +51,8 @@ class OptimizerOffloadPipeline {
 
   void begin_step(double lr, std::int64_t step, bool single_micro_batch);
   // Before the last micro-batch's forward: the prefetch of the moments starts.
-  void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids);
+  void begin_last_micro_batch(const std::vector<std::int64_t>& input_ids,
+                              const std::vector<std::int64_t>& every_ranks_ids);
   // Once the last forward is queued: the prefetch must be queued in full by now.
   void before_backward();
   const Transformer::BlockHook* block_hook() const { return nullptr; }
