@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -48,6 +49,9 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // Gather before use and release after: the forward calls these around each block's
   // weights (null: the weights are whole on every rank), beside the pipeline's own.
   { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
+  // The next forward's embedding lookup reads only these rows (on the host, and on the
+  // weights' device): a tied embedding is gathered whole with the LM head instead.
+  s.lookup_rows(std::vector<std::int64_t>{}, grad);
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
   s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
   { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now

@@ -169,7 +169,7 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
   }
   // The last step's head share may still be running: the rows this lookup reads go
   // first. Sharded, the lookup reads every rank's rows (the union), gathered by rows
-  // (Fsdp::lookup_rows), and each rank updates the elements of them its piece holds;
+  // (Sharding::lookup_rows), and each rank updates the elements of them its piece holds;
   // without the split the lookup gathers the whole embedding and waits for all of it.
   lookup_by_rows_ = tied_ && (!dp_ || split_tied_);
   if (lookup_by_rows_) request_lookup_rows(dp_ ? ctx_->batch_rows : input_ids);
