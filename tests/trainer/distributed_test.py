@@ -381,28 +381,32 @@ for offload in ("none", "full"):
 # batch's rows. Three ranks cut the 260 x 128 embedding inside rows (pieces of 11,094
 # elements), so a row is shared by two ranks. One process runs the same batch in three
 # micro-batches (no split): the same numbers, up to the sums' order.
-@case("3 ranks, offload = full, one micro-batch each: the tied embedding split over pieces cut inside rows")
-def _(work):
-    # Random ids: the batches read the rows that the pieces cut too (86 and 173).
-    flags = ["--data.batch-size=6", "--data.type=fake", "--data.input-ids=random"]
-    ref = os.path.join(work, "ref")
-    os.makedirs(ref)
-    ok(one(config(ref, offload="full", clip=False), *flags), "one process")
-    ok(torchrun(3, config(work, offload="full", clip=False), *flags), "torchrun")
-    got = metrics(work)
-    same_steps(metrics(ref), got, "3 ranks, split")
-    close(state(ref, 4), state(work, 4), "3 ranks, split, step 4")
-    rows = [m["pipeline"].get("tied_batch_rows") for m in got]
-    if not all(r and r > 0 for r in rows):
-        raise AssertionError(f"tied_batch_rows {rows}: the ranks did not split the tied embedding")
-    # The lookup read the union of the ranks' rows, gathered by rows (cut rows too), and
-    # not the whole embedding: the whole is gathered with the LM head, so the update of
-    # the other rows runs beside the forward.
-    gathered = [m["pipeline"].get("fsdp_lookup_rows") for m in got]
-    if gathered != rows:
-        raise AssertionError(f"fsdp_lookup_rows {gathered}, want the batch rows {rows}")
-    if any("tied_batch_rows" in m["pipeline"] for m in metrics(ref)):
-        raise AssertionError("one process with three micro-batches split the tied embedding")
+# Random ids read the rows that the pieces cut too (86 and 173); increasing ids (0 to 31 in
+# every sample) only the first piece's rows, so the other two ranks stage nothing.
+for data in ("random ids", "increasing ids"):
+    @case(f"3 ranks, offload = full, one micro-batch each, {data}: the tied embedding split over pieces cut "
+          "inside rows")
+    def _(work, data=data):
+        ids = "random" if data == "random ids" else "increasing"
+        flags = ["--data.batch-size=6", "--data.type=fake", f"--data.input-ids={ids}"]
+        ref = os.path.join(work, "ref")
+        os.makedirs(ref)
+        ok(one(config(ref, offload="full", clip=False), *flags), "one process")
+        ok(torchrun(3, config(work, offload="full", clip=False), *flags), "torchrun")
+        got = metrics(work)
+        same_steps(metrics(ref), got, "3 ranks, split")
+        close(state(ref, 4), state(work, 4), "3 ranks, split, step 4")
+        rows = [m["pipeline"].get("tied_batch_rows") for m in got]
+        if not all(r and r > 0 for r in rows):
+            raise AssertionError(f"tied_batch_rows {rows}: the ranks did not split the tied embedding")
+        # The lookup read the union of the ranks' rows, gathered by rows (cut rows too), and
+        # not the whole embedding: the whole is gathered with the LM head, so the update of
+        # the other rows runs beside the forward.
+        gathered = [m["pipeline"].get("fsdp_lookup_rows") for m in got]
+        if gathered != rows:
+            raise AssertionError(f"fsdp_lookup_rows {gathered}, want the batch rows {rows}")
+        if any("tied_batch_rows" in m["pipeline"] for m in metrics(ref)):
+            raise AssertionError("one process with three micro-batches split the tied embedding")
 
 
 # HSDP (model.dp_replicate = 2 over 4 ranks): two shard groups of two ranks, each holding
@@ -490,22 +494,31 @@ def _(work):
             raise AssertionError(f"step {m['step']}: loss {m['loss']} vs {r['loss']}")
 
 
-@case("one rank, bf16, full: gradients reach the host in bf16 as in one process, not as FP32 pieces")
-def _(work):
-    alone = os.path.join(work, "alone")
-    os.makedirs(alone)
-    ok(one(config(alone, offload="full"), "--compute-dtype=bf16"), "one process")
-    ok(torchrun(1, config(work, offload="full"), "--compute-dtype=bf16"), "torchrun")
-    ref, got = metrics(alone), metrics(work)
-    if len(ref) != len(got):
-        raise AssertionError(f"{len(got)} steps against {len(ref)}")
-    for r, m in zip(ref, got):
-        # An FP32 piece of one rank is the bf16 gradient widened: narrowed back, the same values
-        # in half the bytes (twice one process's d2h_gib before).
-        if m["pipeline"]["d2h_gib"] != r["pipeline"]["d2h_gib"]:
-            raise AssertionError(f"step {m['step']}: d2h_gib {m['pipeline']['d2h_gib']} vs {r['pipeline']['d2h_gib']}")
-        if abs(m["loss"] - r["loss"]) > 1e-6 * abs(r["loss"]):
-            raise AssertionError(f"step {m['step']}: loss {m['loss']} vs {r['loss']}")
+# With one micro-batch a step the tied embedding is split: then only the batch's rows of the
+# piece's final gradient go to the host, as one process stages only the batch's rows.
+for split in (False, True):
+    @case("one rank, bf16, full" + (", tied embedding split" if split else "") +
+          ": gradients reach the host in bf16 as in one process, not as FP32 pieces")
+    def _(work, split=split):
+        alone = os.path.join(work, "alone")
+        os.makedirs(alone)
+        flags = ["--compute-dtype=bf16"] + (["--data.batch-size=2"] if split else [])
+        ok(one(config(alone, offload="full"), *flags), "one process")
+        ok(torchrun(1, config(work, offload="full"), *flags), "torchrun")
+        ref, got = metrics(alone), metrics(work)
+        if len(ref) != len(got):
+            raise AssertionError(f"{len(got)} steps against {len(ref)}")
+        if split != all("tied_batch_rows" in m["pipeline"] for m in ref + got):
+            raise AssertionError("the tied embedding was " + ("not " if split else "") + "split")
+        for r, m in zip(ref, got):
+            # An FP32 piece of one rank is the bf16 gradient widened: narrowed back, the same
+            # values in half the bytes (twice one process's d2h_gib before); split, the piece's
+            # batch rows alone (the whole piece before).
+            if m["pipeline"]["d2h_gib"] != r["pipeline"]["d2h_gib"]:
+                raise AssertionError(f"step {m['step']}: d2h_gib {m['pipeline']['d2h_gib']} vs "
+                                     f"{r['pipeline']['d2h_gib']}")
+            if abs(m["loss"] - r["loss"]) > 1e-6 * abs(r["loss"]):
+                raise AssertionError(f"step {m['step']}: loss {m['loss']} vs {r['loss']}")
 
 
 @case("two nodes of two ranks each (loopback): the same as one process")

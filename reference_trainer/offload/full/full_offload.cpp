@@ -166,6 +166,18 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
       if (c.in_batch[static_cast<std::size_t>(r)]) c.batch_rows.push_back(r);
     const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
     c.batch_rows_dev = to_device(c.batch_rows, n, device_);
+    if (dp_) {
+      const std::int64_t dim = states_[*tied_].p->tensor.size(1);
+      const std::int64_t row0 = (tied_elem0_ + dim - 1) / dim, row_end = tied_elem_end_ / dim;
+      std::vector<std::int64_t> local;  // the whole rows of the piece in the batch, as rows of the piece
+      for (auto r : c.batch_rows) {
+        c.piece_batch_elems += std::max<std::int64_t>(
+            0, std::min((r + 1) * dim, tied_elem_end_) - std::max(r * dim, tied_elem0_));
+        if (r >= row0 && r < row_end) local.push_back(r - row0);
+      }
+      const std::array<std::int64_t, 1> k{static_cast<std::int64_t>(local.size())};
+      if (!local.empty()) c.piece_rows_dev = to_device(local, k, device_);
+    }
   }
   // The last step's head share may still be running: the rows this lookup reads go
   // first. Sharded, the lookup reads every rank's rows (the union), gathered by rows
@@ -323,8 +335,8 @@ void FullOffloadPipeline::submit_gradient(std::size_t i, const Tensor& piece) {
   if (tied_ && i == *tied_ && head_submitted_) {
     // The other rows were updated from the head's share: only the batch's rows move.
     head_submitted_ = false;
-    // Sharded, g is this rank's piece (flat): all of it goes (update_piece_rows).
-    stage(i, dp_ ? g : g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
+    // Sharded, g is this rank's piece (flat): its elements of the batch's rows go.
+    stage(i, dp_ ? piece_batch_rows(g) : g.index_select(0, ctx_->batch_rows_dev), Part::batch_rows);
     return;
   }
   stage(i, g, Part::whole);
@@ -349,6 +361,19 @@ dev::Marker FullOffloadPipeline::copy_to_host(const Tensor& staged, const Tensor
 // Copies g into the staging ring (copy_to_host) and queues it for the worker.
 void FullOffloadPipeline::stage(std::size_t i, const Tensor& g, Part part) {
   const std::size_t bytes = g.nbytes();
+  if (bytes == 0) {
+    // Nothing to copy (a sharded piece that holds none of the batch's rows); the job
+    // still says that the parameter's part is in.
+    if (last_micro_) got_last_grad_[i] = 1;
+    {
+      std::lock_guard lk(mu_);
+      queue_.push_back(
+          Job{i, StagingRing::Range{}, dev::Marker(), last_micro_, part, ctx_, false, g.scalar_type()});
+      ++submitted_;
+    }
+    cv_.notify_all();
+    return;
+  }
   StagingRing::Range r;
   const auto t_ring = std::chrono::steady_clock::now();
   {

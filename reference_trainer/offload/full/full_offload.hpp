@@ -102,6 +102,11 @@ class FullOffloadPipeline {
     std::vector<std::int64_t> batch_rows;  // tied split: sorted distinct input ids of the last micro-batch
     std::vector<char> in_batch;            // per embedding row: is it in batch_rows
     Tensor batch_rows_dev;                 // batch_rows on the device
+    // Sharded: the batch rows whole in this rank's piece (rows of the piece, on the
+    // device), and the elements of the batch rows the piece holds (cut rows too): the
+    // staged final gradient holds those only (piece_batch_rows).
+    Tensor piece_rows_dev;
+    std::int64_t piece_batch_elems = 0;
   };
   // What a staged gradient holds.
   enum class Part {
@@ -199,7 +204,13 @@ class FullOffloadPipeline {
   void update_embedding_rows(const Tensor& grad, bool grad_by_row, const std::vector<std::int64_t>& rows,
                              Tensor rows_dev, const StepContext& c);
   void update_head_slice(const StepContext& c, std::int64_t first, std::int64_t last);
-  void update_piece_rows(const Tensor& grad, const std::vector<std::int64_t>& rows, const StepContext& c);
+  enum class PieceLayout {
+    piece,
+    rows
+  };  // grad laid out as the piece, or as the rows' spans one after another
+  void update_piece_rows(const Tensor& grad, PieceLayout layout, const std::vector<std::int64_t>& rows,
+                         const StepContext& c);
+  Tensor piece_batch_rows(const Tensor& piece) const;
 
   OptSettings opt_;
   Sharding* dp_;

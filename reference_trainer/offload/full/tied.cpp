@@ -220,11 +220,13 @@ void FullOffloadPipeline::update_head_slice(const StepContext& c, std::int64_t f
 }
 
 // Sharded: the listed rows (sorted) of this rank's piece, from a gradient laid out as
-// the piece (`grad`, flat, element e at e - tied_elem0_): the batch's rows from the
-// piece's final gradient, or the next lookup's rows from the head share. Whole rows
-// go up through one index_copy_; the rows the piece's ends cut (two at most) apart.
-void FullOffloadPipeline::update_piece_rows(const Tensor& grad, const std::vector<std::int64_t>& rows,
-                                            const StepContext& c) {
+// the piece (PieceLayout::piece: flat, element e at e - tied_elem0_; the next lookup's
+// rows from the head share) or as the rows' elements in the piece one after another
+// (PieceLayout::rows: the batch's rows from the piece's final gradient, as
+// piece_batch_rows() staged it). Whole rows go up through one index_copy_; the rows
+// the piece's ends cut (two at most) apart.
+void FullOffloadPipeline::update_piece_rows(const Tensor& grad, PieceLayout layout,
+                                            const std::vector<std::int64_t>& rows, const StepContext& c) {
   ParamState& s = states_[*tied_];
   const Tensor flat = s.weight.reshape({-1});
   const bool bf16 = flat.scalar_type() == torch::kBFloat16;
@@ -252,7 +254,8 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, const std::vecto
                       [&](std::int64_t b, std::int64_t e) {
                         for (std::int64_t j = b; j < e; ++j) {
                           const Span& p = spans[static_cast<std::size_t>(j)];
-                          run(p.from - base, p.from - base, direct ? p.from - base : p.out, p.to - p.from);
+                          const std::int64_t g = layout == PieceLayout::rows ? p.out : p.from - base;
+                          run(p.from - base, g, direct ? p.from - base : p.out, p.to - p.from);
                         }
                       });
   count_update(t_kernel, flat.is_cpu() ? 0 : static_cast<std::size_t>(total) * flat.element_size());
@@ -291,6 +294,31 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, const std::vecto
         rows_dev.record_stream(*h2d_);
       },
       true);
+}
+
+// Sharded: of this rank's piece of the tied embedding's final gradient (flat), the
+// elements of the batch's rows, in row order (the layout update_piece_rows reads as
+// PieceLayout::rows): the rest of the piece was updated from the head share and need
+// not cross to the host. The row the piece's start cuts comes first, the whole rows
+// next, the row its end cuts last.
+Tensor FullOffloadPipeline::piece_batch_rows(const Tensor& piece) const {
+  const StepContext& c = *ctx_;
+  const std::int64_t dim = states_[*tied_].p->tensor.size(1), e0 = tied_elem0_, e1 = tied_elem_end_;
+  const std::int64_t row0 = (e0 + dim - 1) / dim, row_end = e1 / dim;
+  auto in_batch = [&](std::int64_t r) { return c.in_batch[static_cast<std::size_t>(r)] != 0; };
+  std::vector<Tensor> parts;
+  const std::int64_t first = e0 / dim, last = (e1 - 1) / dim;
+  if (e1 > e0 && e0 % dim != 0 && in_batch(first))
+    parts.push_back(piece.narrow(0, 0, std::min((first + 1) * dim, e1) - e0));
+  if (c.piece_rows_dev.defined())
+    parts.push_back(piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim)
+                        .view({row_end - row0, dim})
+                        .index_select(0, c.piece_rows_dev)
+                        .reshape({-1}));
+  if (e1 > e0 && e1 % dim != 0 && last != first && in_batch(last))
+    parts.push_back(piece.narrow(0, last * dim - e0, e1 - last * dim));
+  if (parts.empty()) return piece.narrow(0, 0, 0);
+  return parts.size() == 1 ? parts.front() : torch::cat(parts);
 }
 
 }  // namespace primecfg::train

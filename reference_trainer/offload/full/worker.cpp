@@ -58,7 +58,7 @@ void FullOffloadPipeline::worker_main() {
         if (w.kind == Work::Kind::head_slice) update_head_slice(c, w.first, w.last);
         if (w.kind == Work::Kind::head_lookup) {
           if (dp_)
-            update_piece_rows(head_buf_view(), w.rows, c);
+            update_piece_rows(head_buf_view(), PieceLayout::piece, w.rows, c);
           else
             update_embedding_rows(head_buf_view(), true, w.rows, Tensor(), c);
           for (auto r : w.rows) lookup_done_rows_[static_cast<std::size_t>(r)] = 1;
@@ -262,7 +262,8 @@ void FullOffloadPipeline::consume(const Job& job) {
     return;
   }
   if (job.part == Part::batch_rows && dp_) {
-    update_piece_rows(ring_view(grad_ring_buf_, job.slot.offset, job.dtype, {w.numel()}), c.batch_rows, c);
+    update_piece_rows(ring_view(grad_ring_buf_, job.slot.offset, job.dtype, {c.piece_batch_elems}),
+                      PieceLayout::rows, c.batch_rows, c);
     return;
   }
   if (job.part == Part::batch_rows) {
