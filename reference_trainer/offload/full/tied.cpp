@@ -308,8 +308,8 @@ Tensor FullOffloadPipeline::piece_batch_rows(const Tensor& piece) const {
   auto in_batch = [&](std::int64_t r) { return c.in_batch[static_cast<std::size_t>(r)] != 0; };
   std::vector<Tensor> parts;
   const std::int64_t first = e0 / dim, last = (e1 - 1) / dim;
-  if (e1 > e0 && e0 % dim != 0 && in_batch(first))
-    parts.push_back(piece.narrow(0, 0, std::min((first + 1) * dim, e1) - e0));
+  const std::int64_t first_end = std::min((first + 1) * dim, e1);  // the first row's part, [e0, first_end)
+  if (e1 > e0 && first_end - e0 < dim && in_batch(first)) parts.push_back(piece.narrow(0, 0, first_end - e0));
   if (c.piece_rows_dev.defined())
     parts.push_back(piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim)
                         .view({row_end - row0, dim})
