@@ -68,8 +68,8 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weig
       gather_lookup_rows();
     else
       gather(u);
-    if (u == 0 && units_[0].state == Unit::whole) lookup_rows_gathered_ = 0;
     if (u == 0) {
+      if (units_[0].state == Unit::whole) lookup_rows_gathered_ = 0;
       lookup_rows_.clear();
       lookup_rows_dev_ = Tensor();
     }

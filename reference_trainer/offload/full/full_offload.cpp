@@ -183,8 +183,7 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
   // first. Sharded, the lookup reads every rank's rows (the union), gathered by rows
   // (Sharding::lookup_rows), and each rank updates the elements of them its piece holds;
   // without the split the lookup gathers the whole embedding and waits for all of it.
-  lookup_by_rows_ = tied_ && (!dp_ || split_tied_);
-  if (lookup_by_rows_) request_lookup_rows(dp_ ? ctx_->batch_rows : input_ids);
+  if (lookup_by_rows()) request_lookup_rows(dp_ ? ctx_->batch_rows : input_ids);
   if (dp_ && split_tied_) dp_->lookup_rows(ctx_->batch_rows, ctx_->batch_rows_dev);
 }
 
@@ -515,7 +514,7 @@ void FullOffloadPipeline::wait_for_block(int block) {
         // waits for its rows in the loss (wait_for_head_rows). Sharded, the LM head's
         // unit gathers the whole embedding, so it waits for all of it here.
         if (block >= 0 && tied_ && i == *tied_ && !dp_) continue;
-        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_ && lookup_by_rows_;
+        const bool lookup_of_tied = block < 0 && tied_ && i == *tied_ && lookup_by_rows();
         if ((lookup_of_tied ? lookup_done_step_ : done_step_[i]) < pending_step_) return false;
       }
       return true;

@@ -278,8 +278,9 @@ class FullOffloadPipeline {
   std::int64_t tied_batch_done_step_ = 0, tied_head_done_step_ = 0;  // the tied embedding's two parts
   std::int64_t lookup_done_step_ = 0;  // the step whose update of the next lookup's rows is done
   bool split_tied_ = false;            // this step splits it (main thread, before backward)
-  bool lookup_by_rows_ = false;        // this forward's lookup waits for its rows only
-  bool head_submitted_ = false;        // the head's share is queued (hook thread; main after backward)
+  // This forward's lookup waits for its rows only (sharded: read by rows, with the split).
+  bool lookup_by_rows() const { return tied_ && (!dp_ || split_tied_); }
+  bool head_submitted_ = false;  // the head's share is queued (hook thread; main after backward)
 
   std::shared_ptr<StepContext> ctx_ = std::make_shared<StepContext>();
 
