@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -174,10 +175,11 @@ const tensor_info* file::find(std::string_view name) const {
   return nullptr;
 }
 
-void write(const std::filesystem::path& path, const std::vector<entry>& entries,
-           const std::map<std::string, std::string>& metadata) {
+writer::writer(const std::filesystem::path& path, const std::vector<entry>& layout,
+               const std::map<std::string, std::string>& metadata)
+    : path_(path) {
   std::vector<const entry*> order;
-  for (const auto& e : entries) order.push_back(&e);
+  for (const auto& e : layout) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](const entry* a, const entry* b) { return a->name < b->name; });
 
   // Keys in order: __metadata__, then the tensors sorted by name, as they lie in the file.
@@ -189,32 +191,70 @@ void write(const std::filesystem::path& path, const std::vector<entry>& entries,
     std::int64_t numel = 1;
     for (auto s : e->shape) numel *= s;
     if (static_cast<std::size_t>(numel) * dtype_size(e->type) != e->nbytes)
-      throw error(path.string() + ": tensor " + e->name + " byte size does not match its shape");
-    if (i > 0 && order[i - 1]->name == e->name)
-      throw error(path.string() + ": tensor " + e->name + " given twice");
+      fail(path, "tensor " + e->name + " byte size does not match its shape");
+    if (i > 0 && order[i - 1]->name == e->name) fail(path, "tensor " + e->name + " given twice");
     root[e->name] = {
         {"dtype", dtype_name(e->type)}, {"shape", e->shape}, {"data_offsets", {offset, offset + e->nbytes}}};
+    slots_[e->name] = {offset, e->nbytes, false};
     offset += e->nbytes;
   }
   std::string header;
   try {
     header = json::dump(root);
   } catch (const json::error& e) {
-    throw error(path.string() + ": " + e.what());
+    fail(path, e.what());
   }
   while (header.size() % 8) header += ' ';  // keep the data 8-byte aligned
+  for (auto& [name, s] : slots_) s.offset += 8 + header.size();
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw error(path.string() + ": cannot open for writing");
-  unsigned char len[8];
-  std::uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const entry* e : order)
-    out.write(static_cast<const char*>(e->data), static_cast<std::streamsize>(e->nbytes));
-  out.flush();
-  if (!out) throw error(path.string() + ": write failed");
+  std::string head(8, '\0');
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) head[static_cast<std::size_t>(i)] = static_cast<char>(n >> (8 * i));
+  head += header;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
+  write_at(head.data(), head.size(), 0);
+}
+
+writer::~writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void writer::write_at(const void* data, std::size_t nbytes, std::uint64_t offset) {
+  const auto* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    const ::ssize_t k = ::pwrite(fd_, p, nbytes, static_cast<::off_t>(offset));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) fail(path_, std::string("write failed: ") + (k < 0 ? std::strerror(errno) : "no progress"));
+    p += k;
+    nbytes -= static_cast<std::size_t>(k);
+    offset += static_cast<std::uint64_t>(k);
+  }
+}
+
+void writer::put(std::string_view name, const void* data, std::size_t nbytes) {
+  auto it = slots_.find(name);
+  if (it == slots_.end()) fail(path_, "tensor " + std::string(name) + " is not in the file's layout");
+  slot& s = it->second;
+  if (s.written) fail(path_, "tensor " + std::string(name) + " written twice");
+  if (nbytes != s.nbytes)
+    fail(path_, "tensor " + std::string(name) + ": " + std::to_string(nbytes) +
+                    " bytes given, its shape needs " + std::to_string(s.nbytes));
+  write_at(data, nbytes, s.offset);
+  s.written = true;
+}
+
+void writer::finish() {
+  for (const auto& [name, s] : slots_)
+    if (!s.written) fail(path_, "tensor " + name + " was never written");
+  if (::close(std::exchange(fd_, -1)) != 0) fail(path_, std::string("write failed: ") + std::strerror(errno));
+}
+
+void write(const std::filesystem::path& path, const std::vector<entry>& entries,
+           const std::map<std::string, std::string>& metadata) {
+  writer w(path, entries, metadata);
+  for (const auto& e : entries) w.put(e.name, e.data, e.nbytes);
+  w.finish();
 }
 
 }  // namespace primecfg::train::safetensors

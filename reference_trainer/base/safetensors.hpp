@@ -76,4 +76,32 @@ struct entry {
 void write(const std::filesystem::path& path, const std::vector<entry>& entries,
            const std::map<std::string, std::string>& metadata = {});
 
+// The same file written one tensor at a time, in any order: for tensors that are never
+// all in memory at once (a sharded model's checkpoint gathers one weight at a time).
+// The layout (names, dtypes, shapes; `data` unused) fixes the header up front; put()
+// writes one tensor's bytes at its place; finish() fails, naming the tensor, unless
+// every tensor was put exactly once. The caller takes care of atomicity, as for write().
+class writer {
+ public:
+  writer(const std::filesystem::path& path, const std::vector<entry>& layout,
+         const std::map<std::string, std::string>& metadata = {});
+  writer(const writer&) = delete;
+  writer& operator=(const writer&) = delete;
+  ~writer();
+
+  void put(std::string_view name, const void* data, std::size_t nbytes);
+  void finish();
+
+ private:
+  struct slot {
+    std::uint64_t offset = 0;  // from the file's start
+    std::size_t nbytes = 0;
+    bool written = false;
+  };
+  void write_at(const void* data, std::size_t nbytes, std::uint64_t offset);
+  std::filesystem::path path_;
+  std::map<std::string, slot, std::less<>> slots_;
+  int fd_ = -1;
+};
+
 }  // namespace primecfg::train::safetensors

@@ -23,6 +23,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -62,6 +64,54 @@ struct TensorBundle {
                        c.nbytes()});
   }
 };
+
+// A safetensors file of tensors too large to be in host memory together: tensor i is
+// asked for (`get(i)`, on any device) only when it is written, copied to the host,
+// written and dropped. `get` is called for every tensor, in order, even after a write
+// failed, since it may be a collective that every rank must join; the first failure is
+// thrown once all were asked for. With `writes` false nothing is written (a rank that
+// only takes part in the gathers).
+struct TensorLayout {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<std::int64_t> shape;
+};
+inline void write_one_at_a_time(const fs::path& path, const std::vector<TensorLayout>& layout,
+                                const std::function<Tensor(std::size_t)>& get,
+                                const std::map<std::string, std::string>& metadata, bool writes = true) {
+  std::optional<safetensors::writer> out;
+  std::string error;
+  auto attempt = [&](const std::function<void()>& fn) {
+    if (!writes || !error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  attempt([&] {
+    std::vector<safetensors::entry> entries;
+    for (const auto& t : layout) {
+      std::int64_t numel = 1;
+      for (auto n : t.shape) numel *= n;
+      entries.push_back({t.name, st_dtype(t.dtype), t.shape, nullptr,
+                         static_cast<std::size_t>(numel) * c10::elementSize(t.dtype)});
+    }
+    out.emplace(path, entries, metadata);
+  });
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const Tensor t = get(i);
+    attempt([&] {
+      const Tensor host = t.detach().to(torch::kCPU).contiguous();
+      if (host.scalar_type() != layout[i].dtype)
+        throw run_error(fmt::format("{}: tensor {} is {}, its layout says {}", path.string(), layout[i].name,
+                                    c10::toString(host.scalar_type()), c10::toString(layout[i].dtype)));
+      out->put(layout[i].name, host.data_ptr(), host.nbytes());
+    });
+  }
+  attempt([&] { out->finish(); });
+  if (!error.empty()) throw run_error(error);
+}
 
 // A whole file, or an error naming it (a full disk must not pass as a checkpoint);
 // a failed write leaves the previous file as it was (replace_file).
@@ -103,14 +153,6 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                      const TrainPosition& pos, const CheckpointConfig& cfg,
                      const std::optional<fs::path>& source_dir, Sharding* dp) {
   state.sync_host();
-  if (dp) dp->gather_all();  // rank 0 writes the whole weights
-  // ... which are freed again after, so that the next forward gathers them as any other.
-  struct Reshard {
-    Sharding* dp;
-    ~Reshard() {
-      if (dp) dp->gather_weights();
-    }
-  } reshard{dp};
   const int rank = dp ? dp->rank() : 0;
   // The optimizer state is written in pieces, one file per piece, by the ranks of the
   // first replica (HSDP's other replicas hold the same pieces).
@@ -135,23 +177,35 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
   });
   std::string error;
   try {
+    // model.safetensors + config.json, by rank 0: the folder is also an HF model
+    // directory. Sharded, each weight is gathered whole on its own and freed once
+    // written: never the whole model on a rank (Llama-3.1-70B's is 131 GiB).
+    std::vector<TensorLayout> weights;
+    for (const auto& p : model.params())
+      weights.push_back({p.name, p.tensor.scalar_type(), {p.tensor.sizes().begin(), p.tensor.sizes().end()}});
+    write_one_at_a_time(
+        tmp / "model.safetensors", weights,
+        [&](std::size_t i) { return dp ? dp->whole_weight(i) : model.params()[i].tensor; },
+        {{"format", "pt"}}, rank == 0);
     if (rank == 0) {
-      // model.safetensors + config.json: the folder is also an HF model directory.
-      TensorBundle b;
-      for (const auto& p : model.params()) b.add(p.name, p.tensor);
-      safetensors::write(tmp / "model.safetensors", b.entries, {{"format", "pt"}});
       write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
       copy_tokenizer_files(source_dir, tmp);
     }
     if (!cfg.skip_optimizer && writes_pieces) {
-      TensorBundle b;
+      // One piece: no padding, the parameter's shape.
+      std::vector<TensorLayout> layout;
+      std::vector<Tensor> tensors;
       for (auto& s : state.states())
-        for (auto& [name, t] : optimizer_tensors(s))
-          b.add(name, pieces == 1 ? t.view(s.p->tensor.sizes()) : t);  // one piece: no padding
-      safetensors::write(tmp / optimizer_file_name(piece, pieces), b.entries,
-                         {{"optimizer", std::string(opt.name())},
-                          {"rank", std::to_string(piece)},
-                          {"world_size", std::to_string(pieces)}});
+        for (auto& [name, t] : optimizer_tensors(s)) {
+          tensors.push_back(pieces == 1 ? t.view(s.p->tensor.sizes()) : t);
+          layout.push_back(
+              {name, t.scalar_type(), {tensors.back().sizes().begin(), tensors.back().sizes().end()}});
+        }
+      write_one_at_a_time(tmp / optimizer_file_name(piece, pieces), layout,
+                          [&](std::size_t i) { return tensors[i]; },
+                          {{"optimizer", std::string(opt.name())},
+                           {"rank", std::to_string(piece)},
+                           {"world_size", std::to_string(pieces)}});
     }
     if (rank == 0) {
       TensorBundle b;

@@ -30,9 +30,9 @@ void alloc_bytes(const Tensor& t) {
 Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
            torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward)
     : group_(group),
+      tied_(args.tie_embeddings),
       reduce_dtype_(reduce_dtype),
-      reshard_after_forward_(reshard_after_forward),
-      tied_(args.tie_embeddings) {
+      reshard_after_forward_(reshard_after_forward) {
   const std::vector<ParamShape> shapes = args.params();  // the model's params(), in order
   std::int64_t total = 0;
   for (const auto& p : shapes) {
@@ -376,6 +376,20 @@ void Fsdp::gather_weights() {
 
 void Fsdp::gather_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+}
+
+Tensor Fsdp::whole_weight(std::size_t i) {
+  const std::size_t u = unit_of_[i];
+  if (units_[u].state == Unit::in_flight) gather(u);
+  const NamedParam& p = model_->params()[i];
+  if (units_[u].state == Unit::whole) return p.tensor.detach();
+  torch::NoGradGuard ng;
+  const ShardSpan& s = spans_[i];
+  std::vector<Tensor> outs{torch::empty({s.padded(shard_world())}, weight_shards_.options())},
+      ins{weight_shard(i)};
+  whole_peak_ = std::max(whole_peak_, whole_now_ + static_cast<std::int64_t>(outs[0].nbytes()));
+  group_.all_gather_start(outs, ins, fmt::format("the all-gather of {} for a checkpoint", p.name)).wait();
+  return outs[0].narrow(0, 0, s.numel).view(p.tensor.sizes());
 }
 
 std::int64_t Fsdp::gathered_bytes() const {

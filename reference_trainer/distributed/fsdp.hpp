@@ -107,9 +107,13 @@ class Fsdp {
   // After the update: the whole weights are stale; they are freed, and the next
   // forward gathers the new pieces.
   void gather_weights();
-  // The whole weights on every rank, for what reads them outside a forward pass (a
-  // checkpoint, the demo): a collective, every rank calls it.
+  // The whole weights on every rank, for what reads them outside a forward pass (the
+  // demo, the tests): a collective, every rank calls it.
   void gather_all();
+  // Parameter i's whole weights, for a checkpoint that writes them one at a time: the
+  // parameter itself if it is whole now, else gathered into a tensor of their own that
+  // nothing else holds (freed with it). A collective, every rank calls it.
+  Tensor whole_weight(std::size_t i);
   // Bytes of whole weights this rank holds now (the pieces are apart): what the
   // sharding leaves resident, for the metrics and the tests.
   std::int64_t gathered_bytes() const;

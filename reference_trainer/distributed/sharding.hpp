@@ -53,7 +53,8 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // weights' device): a tied embedding is gathered whole with the LM head instead.
   s.lookup_rows(std::vector<std::int64_t>{}, grad);
   s.gather_weights();  // after the update: every rank's new weights where the forward reads them
-  s.gather_all();      // the whole weights, for what reads them outside a forward (checkpoints)
+  s.gather_all();      // the whole weights, for what reads them outside a forward (the demo)
+  { s.whole_weight(i) } -> std::same_as<torch::Tensor>;   // one whole weight (a checkpoint)
   { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
   // Peak whole, gathers prefetched, reduce-scatters overlapped with backward.
   { s.take_collective_stats() } -> std::same_as<typename S::CollectiveStats>;

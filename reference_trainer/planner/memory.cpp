@@ -249,6 +249,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
           copy ? "gradient reduce-scatter of a root parameter: its bucket, Gloo's copy and its 1/world output"
                : "gradient reduce-scatter of a root parameter: its bucket and its 1/world output");
     b.add("gather_temp", gather_temp, "all-gather output of the largest padded parameter");
+    // A checkpoint gathers one weight at a time (padded) after the update, when no
+    // weight is whole.
+    if (w.ckpt)
+      b.add("checkpoint_weight", round_up(std::max(max_padded_block, max_padded_root) * dt, blk),
+            "one weight gathered whole for a checkpoint (one at a time)");
   }
   // The mode's own buffers (a window the state streams through) are alive from step
   // to step like the state.
@@ -382,6 +387,12 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   };
   b.phase("startup", sharded ? std::vector<std::string>{"weight_shard", "startup_param", "init_draw"}
                              : std::vector<std::string>{"weights", "init_draw"});
+  if (sharded && w.ckpt) {
+    std::vector<std::string> saving = {"checkpoint_weight"};
+    for (const auto& t : persistent)
+      if (t != "weights") saving.push_back(t);  // the root is freed after the update too
+    b.phase("checkpoint", saving);
+  }
   // Sharded runs: the blocks held whole (blocks_whole) while blocks run; without
   // resharding, from the last block's forward to its backward.
   const std::string held = sharded && !w.reshard_after_forward ? "blocks_whole" : "";
@@ -425,20 +436,13 @@ MemoryPlan host_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // Startup: an HF directory's safetensors files are mapped while loading.
   b.add("init", w.hf_weight_bytes, "mapped safetensors files while loading the weights");
   if (w.ckpt) {
-    // Tensors not already on the host are copied there before writing: the compute
-    // weights, full size, and the FP32 state the mode keeps on the device (the rank's
-    // shard), one after the other.
-    i64 opt_bundle = 0;
-    if (w.ckpt_optimizer) {
-      const DeviceState on_device = mode.device_state();
-      for (const auto& p : w.params) {
-        const i64 n = shard_numel(p.numel(), w.shard_world);
-        if (on_device.masters) opt_bundle += 4 * n;
-        if (on_device.moments) opt_bundle += moment_count(w.opt, p) * 4 * n;
-      }
-    }
-    b.add("checkpoint", std::max(model_bytes(w), opt_bundle),
-          "host copies gathered while saving a checkpoint");
+    // A checkpoint writes one tensor at a time, each copied to the host first: a whole
+    // weight (rank 0), or one of the FP32 state's pieces that the mode keeps on the device.
+    i64 largest = largest_numel(w) * w.dt;
+    const DeviceState on_device = mode.device_state();
+    if (w.ckpt_optimizer && (on_device.masters || on_device.moments))
+      for (const auto& p : w.params) largest = std::max(largest, 4 * shard_numel(p.numel(), w.shard_world));
+    b.add("checkpoint", largest, "host copy of the largest tensor a checkpoint writes (one at a time)");
   }
   std::vector<std::string> state = {"runtime", "data"};
   state.insert(state.end(), own.state.begin(), own.state.end());

@@ -244,8 +244,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
   if (a.world > 1)
     p.notes.push_back(
-        "sharded run: the staging rings of full offload, the host temporaries and the weights' checkpoint "
-        "copy are planned at full size on every rank");
+        "sharded run: the staging rings of full offload and the host temporaries are planned at full size "
+        "on every rank, and a checkpoint's copy of one whole weight too (rank 0 alone writes them)");
   return p;
 }
 

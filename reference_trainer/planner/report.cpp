@@ -101,6 +101,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"embed_grad_out", "embedding gradient into its bucket"},
       {"head_share_sum", "tied head's share, summed over ranks"},
       {"step_transient", "optimizer-step temporaries"},
+      {"checkpoint_weight", "checkpoint: one whole weight"},
   };
   return l;
 }
@@ -156,7 +157,7 @@ const std::vector<std::pair<std::string, std::string>>& host_labels() {
       {"state_transient", "host temporaries"},
       {"activations_offloaded", "block inputs offloaded (ac)"},
       {"init", "safetensors mapped at startup"},
-      {"checkpoint", "checkpoint save copies"},
+      {"checkpoint", "checkpoint: one tensor's copy"},
   };
   return l;
 }

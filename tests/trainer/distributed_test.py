@@ -375,6 +375,28 @@ for offload in ("none", "full"):
                                          f"want {want_ahead}")
 
 
+# A checkpoint writes the whole weights (rank 0) but gathers them one at a time, after the
+# update, when no weight is whole: what it holds at once stays below the step's root + two
+# blocks, so every step's peak is the step's own (a checkpoint after step k counts in step
+# k + 1's). Gathering them all at once, Llama-3.1-70B's 131 GiB would be on every GPU.
+for offload in ("none", "full"):
+    @case(f"2 ranks, 6 blocks, offload = {offload}, a checkpoint every step: the weights gathered one at a time")
+    def _(work, offload=offload):
+        cfg, root, block = six_blocks(work, offload)
+        ok(torchrun(2, cfg, "--ckpt.interval=1"), "torchrun")
+        want = root + 2 * block
+        peaks = held_whole(metrics(work), "fsdp_whole_peak_gib")
+        for step, peak in enumerate(peaks, 1):
+            if abs(peak - want) > 1e-5 * want:
+                raise AssertionError(f"step {step}: {peak:.0f} bytes whole at most, want {want} (root + 2 blocks)")
+        # Every step's checkpoint holds the whole weights (the pieces put together).
+        for step in (1, 2, 3):
+            d = os.path.join(work, "out", "checkpoints", f"step_{step}")
+            w = load_file(os.path.join(d, "model.safetensors"))
+            if sum(4 * t.numel() for t in w.values()) != root + 6 * block:
+                raise AssertionError(f"step {step}: the checkpoint's weights are not the whole model")
+
+
 # full offload with one micro-batch a rank splits the tied embedding's update: the LM
 # head's share, summed over the ranks, updates the rows no rank's batch reads as
 # backward starts, each rank its piece; the piece's final gradient then updates the

@@ -79,6 +79,42 @@ TEST_CASE("safetensors: write then read gives the same names, dtypes, shapes, by
   CHECK(f.metadata().at("note") == "quote \" and \\ back");
 }
 
+TEST_CASE("safetensors: a file written one tensor at a time, in any order, is the file write() gives") {
+  auto dir = temp_dir("st-writer");
+  std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  std::vector<std::uint16_t> b{0x3f80, 0xbf80, 0x0000};
+  const std::vector<safetensors::entry> entries{
+      {"w.a", safetensors::dtype::F32, {2, 3}, a.data(), a.size() * 4},
+      {"w.b", safetensors::dtype::BF16, {3}, b.data(), b.size() * 2},
+      {"empty", safetensors::dtype::F32, {0}, nullptr, 0}};
+  safetensors::write(dir / "whole.safetensors", entries, {{"format", "pt"}});
+  safetensors::writer w(dir / "streamed.safetensors", entries, {{"format", "pt"}});
+  w.put("w.b", b.data(), 6);  // the last in the file first
+  w.put("empty", nullptr, 0);
+  w.put("w.a", a.data(), 24);
+  w.finish();
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(bytes(dir / "streamed.safetensors") == bytes(dir / "whole.safetensors"));
+
+  // Misuse and failures name the file and the tensor.
+  safetensors::writer part(dir / "part.safetensors", entries);
+  CHECK_THROWS_WITH_AS(part.put("w.c", a.data(), 24), doctest::Contains("w.c is not in the file's layout"),
+                       safetensors::error);
+  CHECK_THROWS_WITH_AS(part.put("w.a", a.data(), 20), doctest::Contains("20 bytes given, its shape needs 24"),
+                       safetensors::error);
+  part.put("w.a", a.data(), 24);
+  CHECK_THROWS_WITH_AS(part.put("w.a", a.data(), 24), doctest::Contains("w.a written twice"),
+                       safetensors::error);
+  CHECK_THROWS_WITH_AS(part.finish(), doctest::Contains("part.safetensors: tensor empty was never written"),
+                       safetensors::error);
+  if (fs::exists("/dev/full"))  // a full disk: the header's write fails already
+    CHECK_THROWS_WITH_AS(safetensors::writer("/dev/full", entries),
+                         doctest::Contains("/dev/full: write failed"), safetensors::error);
+}
+
 TEST_CASE("safetensors: truncated and corrupt files fail with the file name") {
   auto dir = temp_dir("st-bad");
   std::vector<float> a(64, 1.0f);

@@ -693,6 +693,55 @@ TEST_CASE("planner: FSDP holds the root and the blocks in use whole, every block
   }
 }
 
+TEST_CASE("planner: a checkpoint copies one tensor at a time; sharded, it gathers one weight at a time") {
+  const auto s = hand_shape();  // the largest tensor: the 128-element tied embedding
+  auto cfg = fake_config("hand", 4);
+  cfg.ckpt.emplace();
+  for (std::int64_t world : {1, 2, 3}) {
+    CAPTURE(world);
+    auto a = exact();
+    a.world = world;
+    const auto p = plan::make_plan(cfg, s, a);
+    for (const auto& m : p.modes) {
+      CAPTURE(plan::mode_name(m.mode));
+      // Host: the largest weight (bf16), or the largest FP32 piece the mode keeps on the GPU.
+      const std::int64_t fp32_on_gpu = m.mode == Offload::full ? 0 : 4 * per_rank(128, world);
+      CHECK(m.host.term("checkpoint") == std::max<std::int64_t>(128 * 2, fp32_on_gpu));
+      if (world == 1) {
+        CHECK(m.gpu.phase("checkpoint") == nullptr);  // the weights are whole already
+        continue;
+      }
+      // GPU: the step's state less the root (freed after the update), and one weight gathered whole.
+      CHECK(m.gpu.term("checkpoint_weight") == per_rank(128, world) * world * 2);
+      const auto* saving = m.gpu.phase("checkpoint");
+      REQUIRE(saving);
+      const auto& t = saving->terms;
+      CHECK(std::find(t.begin(), t.end(), "checkpoint_weight") != t.end());
+      CHECK(std::find(t.begin(), t.end(), "weights") == t.end());
+      CHECK(std::find(t.begin(), t.end(), "weight_shard") != t.end());
+      CHECK(saving->bytes < m.gpu.peak);
+    }
+  }
+
+  // Llama-3.1-70B on a node of 8 H200s with 1.8 TB of host memory: `full` fits with
+  // checkpoints too. A save holds the 2.1 GB embedding on the host and on the GPU, not
+  // the 141 GB model (which on every rank would need 1.9 TB a node).
+  auto big = fake_config("meta-llama/Llama-3.1-70B", 8192);
+  big.model.ac = ActivationCheckpointConfig{};
+  big.ckpt.emplace();
+  plan::Assumptions a;
+  a.world = 8;
+  a.ranks_per_node = 8;
+  a.gpu_capacity = std::int64_t{139} << 30;
+  a.host_capacity = std::int64_t{1800} << 30;
+  const auto p = plan::make_plan(big, *plan::preset_shape("meta-llama/Llama-3.1-70B"), a);
+  const auto& full = p.mode(Offload::full);
+  CHECK(full.host.term("checkpoint") == std::int64_t{128256} * 8192 * 2);
+  CHECK(full.gpu.term("checkpoint_weight") == std::int64_t{128256} * 8192 * 2);
+  CHECK(full.host_fits);
+  CHECK(full.gpu_fits);
+}
+
 TEST_CASE("planner: a rank accumulates only over its own micro-batches") {
   // 8 micro-batches a step: one process (and 4 ranks, 2 each) accumulate; over 8 ranks each
   // runs one, as the trainer does, and full offload keeps no FP32 accumulators.
