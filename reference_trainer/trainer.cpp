@@ -500,6 +500,7 @@ class Trainer {
       const auto c = sharding_->take_collective_stats();
       met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(c.peak_bytes) / (1 << 30);
       met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(c.ahead);
+      met.pipeline["fsdp_reduce_scatters"] = static_cast<double>(c.reduces);
       met.pipeline["fsdp_reduces_overlapped"] = static_cast<double>(c.overlapped_reduces);
       met.pipeline["fsdp_lookup_rows"] = static_cast<double>(c.lookup_rows);
     }

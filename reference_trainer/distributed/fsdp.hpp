@@ -84,7 +84,8 @@ class Fsdp {
 
   // The gradients of one backward. The sink gets (parameter, this rank's piece of the
   // gradient summed over the ranks, in reduce_dtype()), when the next bucket goes out
-  // or from flush().
+  // or from flush(); with one rank in all, the gradient itself (flattened, in its own
+  // dtype) as it comes: there is nothing to sum.
   using Sink = std::function<void(std::size_t param, Tensor& piece)>;
   torch::ScalarType reduce_dtype() const { return reduce_dtype_; }
   void set_sink(Sink sink) { sink_ = std::move(sink); }
@@ -124,6 +125,7 @@ class Fsdp {
   struct CollectiveStats {
     std::int64_t peak_bytes = 0;
     std::int64_t ahead = 0;
+    std::int64_t reduces = 0;  // gradient buckets reduce-scattered (none with one rank)
     std::int64_t overlapped_reduces = 0;
     std::int64_t lookup_rows = 0;  // embedding rows the last lookup gathered by rows (0: whole)
   };
@@ -188,6 +190,7 @@ class Fsdp {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::vector<Tensor> inputs_;  // per parameter: its padded gradient, waiting for its bucket
+  std::vector<bool> handed_;    // one rank: the gradients handed to the sink this backward
   std::size_t next_ = 0;        // the next bucket to go out
   // The bucket whose reduce-scatter is in flight, with what it reads and writes.
   struct Reduce {
@@ -197,7 +200,7 @@ class Fsdp {
     std::vector<Tensor> ins, outs;
   };
   std::optional<Reduce> reducing_;
-  std::int64_t overlapped_ = 0, lookup_rows_gathered_ = 0;
+  std::int64_t reduces_ = 0, overlapped_ = 0, lookup_rows_gathered_ = 0;
   Sink sink_;
   Transformer::BlockHook hook_;
 };

@@ -238,14 +238,16 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     };
     const Bucket blocks = bucket_of(max_padded_block), root_param = bucket_of(max_padded_root);
     const i64 copy = w.a.bucket_copy ? 1 : 0;  // Gloo on CUDA: the copy of the bucket being summed
-    b.add("grad_buckets", 2 * blocks.full + 2 * blocks.out + copy * blocks.full,
+    // One rank in all sums nothing: its gradients go to the pipeline as they come, no bucket.
+    const i64 any = w.a.world > 1 ? 1 : 0;
+    b.add("grad_buckets", any * (2 * blocks.full + 2 * blocks.out + copy * blocks.full),
           copy ? "gradient reduce-scatter of the blocks: two full-size buckets + their 1/world outputs + "
                  "Gloo's copy of one"
                : "gradient reduce-scatter of the blocks: two full-size buckets + their 1/world outputs");
     // A root parameter larger than a bucket is a bucket of its own, the first (an untied
     // LM head) or the last (the embedding) to fill. Each reduce-scatter is waited for
     // before the next bucket goes, so no block bucket is alive beside it.
-    b.add("grad_buckets_root", root_param.full + root_param.out + copy * root_param.full,
+    b.add("grad_buckets_root", any * (root_param.full + root_param.out + copy * root_param.full),
           copy ? "gradient reduce-scatter of a root parameter: its bucket, Gloo's copy and its 1/world output"
                : "gradient reduce-scatter of a root parameter: its bucket and its 1/world output");
     b.add("gather_temp", gather_temp, "all-gather output of the largest padded parameter");

@@ -821,6 +821,18 @@ TEST_CASE("planner: a sharded run's collective buffers") {
   cfg_bf16.model.reduce_dtype = Dtype::bfloat16;
   CHECK(plan::make_plan(cfg_bf16, s, a).mode(Offload::none).gpu.term("grad_buckets") ==
         2 * 128 * 2 + 2 * 64 * 2);
+  // One rank under a launcher (torchrun with one process) is sharded, but sums nothing:
+  // no bucket at all. With HSDP's replicas (shard groups of one) the buckets are back.
+  auto launched = a;
+  launched.world = 1;
+  launched.process_group = true;
+  for (const auto& m : plan::make_plan(cfg, s, launched).modes) {
+    CHECK(m.gpu.term("grad_buckets") == 0);
+    CHECK(m.gpu.term("grad_buckets_root") == 0);
+  }
+  auto replicas = cfg;
+  replicas.model.dp_replicate = 2;
+  CHECK(plan::make_plan(replicas, s, a).mode(Offload::none).gpu.term("grad_buckets") > 0);
 
   // The buckets are alive in backward.
   const auto one = plan::make_plan(cfg, s, exact());
