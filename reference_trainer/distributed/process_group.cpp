@@ -284,7 +284,9 @@ void ProcessGroup::fail(std::string_view what, const std::exception& e) {
 }
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among among) {
-  if (among == Among::replicas && replicas_ == 1) return;  // one replica: the sum is its own
+  // A sum over one process is its own.
+  if (among == Among::replicas ? replicas_ == 1 : among == Among::shard_group ? shard_world() == 1 : world() == 1)
+    return;
   try {
     std::vector<torch::Tensor> ts{t};
     (among == Among::all           ? backend_
@@ -314,6 +316,10 @@ ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tens
                                                          std::vector<torch::Tensor>& inputs,
                                                          std::string what) {
   Pending p;
+  if (shard_world() == 1) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) outputs[i].copy_(inputs[i]);
+    return p;
+  }
   try {
     p.works_.push_back(shard_backend_->reduce_scatter_tensor_coalesced(outputs, inputs));
   } catch (const std::exception& e) {
@@ -327,6 +333,10 @@ ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tens
 ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>& outputs,
                                                      std::vector<torch::Tensor>& inputs, std::string what) {
   Pending p;
+  if (shard_world() == 1) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) outputs[i].copy_(inputs[i]);
+    return p;
+  }
   try {
     if (gloo_ && device_.is_cuda()) {
       // Gloo's coalesced all-gather has no CUDA path (it would hand device pointers to
