@@ -265,6 +265,7 @@ void Fsdp::release(std::size_t u) {
 }
 
 void Fsdp::prefetch(std::size_t u) {
+  if (!prefetches()) return;
   want_ = u;
   prefetch_if_room();
 }

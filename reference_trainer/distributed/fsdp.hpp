@@ -102,6 +102,10 @@ class Fsdp {
   // `rows` on the host, and the same on the weights' device (no copy is queued here: one
   // would wait behind the weight uploads queued on the copy engine).
   void lookup_rows(std::vector<std::int64_t> rows, Tensor rows_on_device);
+  // Whether the gather of the next block starts while one computes (so it reads that
+  // block's pieces early: an offload pipeline must have written them first). Not in a
+  // shard group of one, where a gather is a copy on the compute stream: nothing to hide.
+  bool prefetches() const { return shard_world() > 1; }
   // Gathers a block's weights before its forward and frees them after (the
   // Transformer's block hooks).
   const Transformer::BlockHook* block_hook() const { return &hook_; }

@@ -285,7 +285,9 @@ void ProcessGroup::fail(std::string_view what, const std::exception& e) {
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among among) {
   // A sum over one process is its own.
-  if (among == Among::replicas ? replicas_ == 1 : among == Among::shard_group ? shard_world() == 1 : world() == 1)
+  if (among == Among::replicas      ? replicas_ == 1
+      : among == Among::shard_group ? shard_world() == 1
+                                    : world() == 1)
     return;
   try {
     std::vector<torch::Tensor> ts{t};

@@ -49,6 +49,8 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // Gather before use and release after: the forward calls these around each block's
   // weights (null: the weights are whole on every rank), beside the pipeline's own.
   { cs.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
+  // Whether that hook gathers the next block ahead (reading its pieces before its use).
+  { cs.prefetches() } -> std::same_as<bool>;
   // The next forward's embedding lookup reads only these rows (on the host, and on the
   // weights' device): a tied embedding is gathered whole with the LM head instead.
   s.lookup_rows(std::vector<std::int64_t>{}, grad);

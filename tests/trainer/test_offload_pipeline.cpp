@@ -435,7 +435,9 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
     }
     // The deferral did happen through the sharding: the forward waited for updates.
     CHECK(last_figure(dir / "ranked", "defer_wait_s") > 0);
-    CHECK(last_figure(dir / "ranked", "fsdp_gathers_ahead") > 0);
+    // One rank gathers by copies on the compute stream, nothing ahead (2 ranks do:
+    // distributed_test.py).
+    CHECK(last_figure(dir / "ranked", "fsdp_gathers_ahead") == 0);
   }
   primecfg::train::remove_tree(dir);
 }

@@ -58,9 +58,9 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
   const int layers = model.args().layers;
   block_hook_.before = [this, layers](int block) {
     wait_for_block(block);
-    // Sharded: the sharding's hook, next, starts the gather of the block after this
+    // Sharded: the sharding's hook, next, may start the gather of the block after this
     // one ahead of its use; that gather reads the pieces this rank updates.
-    if (dp_ && block < layers) wait_for_block(block + 1);
+    if (dp_ && dp_->prefetches() && block < layers) wait_for_block(block + 1);
   };
   rows_hook_ = [this](std::int64_t first, std::int64_t end) { wait_for_head_rows(first, end); };
   block_groups_.resize(static_cast<std::size_t>(model.args().layers));
