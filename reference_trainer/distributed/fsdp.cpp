@@ -204,30 +204,27 @@ void Fsdp::gather_lookup_rows() {
   lookup_rows_gathered_ = k;
   const ShardSpan& s = spans_[i];
   const Tensor piece = weight_shard(i).narrow(0, 0, s.length);
-  const std::int64_t e0 = s.offset, e1 = s.offset + s.length;
-  const std::int64_t row0 = (e0 + dim - 1) / dim, row_end = e1 / dim;  // whole rows of the piece
+  const PieceRows pr{dim, s.offset, s.offset + s.length};
+  const std::int64_t row0 = pr.first_whole(), row_end = pr.end_whole();
   const Tensor& rows = lookup_rows_dev_;
   Tensor table;
   if (row_end > row0) {
     // The piece's whole rows, read clamped and kept where the row is the piece's.
-    const Tensor whole = piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim).view({row_end - row0, dim});
+    const Tensor whole =
+        piece.narrow(0, row0 * dim - pr.begin, (row_end - row0) * dim).view({row_end - row0, dim});
     const Tensor mine = rows.ge(row0).logical_and(rows.lt(row_end)).unsqueeze(1);
     table =
         whole.index_select(0, (rows - row0).clamp(0, row_end - row0 - 1)).masked_fill_(mine.logical_not(), 0);
   } else {
     table = torch::zeros({k, dim}, data.options());
   }
-  // The rows the piece's ends cut (two at most).
-  for (std::int64_t r : {e0 / dim, (e1 - 1) / dim}) {
-    const std::int64_t from = std::max(r * dim, e0), to = std::min((r + 1) * dim, e1);
-    if (to <= from || to - from == dim) continue;
+  pr.for_each_cut_row([&](std::int64_t r) {
     const auto at = std::lower_bound(lookup_rows_.begin(), lookup_rows_.end(), r);
-    if (at == lookup_rows_.end() || *at != r) continue;
+    if (at == lookup_rows_.end() || *at != r) return;
     table[at - lookup_rows_.begin()]
-        .narrow(0, from - r * dim, to - from)
-        .copy_(piece.narrow(0, from - e0, to - from));
-    if (e0 / dim == (e1 - 1) / dim) break;  // one row, cut at both ends
-  }
+        .narrow(0, pr.from(r) - r * dim, pr.held(r))
+        .copy_(piece.narrow(0, pr.from(r) - pr.begin, pr.held(r)));
+  });
   group_.all_reduce_sum(table, "the embedding rows of the lookup (tied, gathered by rows)",
                         ProcessGroup::Among::shard_group);
   data.index_copy_(0, rows, table);

@@ -1,7 +1,9 @@
-// safetensors and data packing: the trainer's plain C++ parts (JSON: test_strict_json.cpp).
+// safetensors, data packing and the shard layout: the trainer's plain C++ parts (JSON:
+// test_strict_json.cpp).
 #include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
 #include "data/loader.hpp"
+#include "distributed/shard_layout.hpp"
 #include "support.hpp"
 
 #include <doctest/doctest.h>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 namespace fs = std::filesystem;
 using namespace primecfg::train;
@@ -48,6 +51,37 @@ TEST_CASE("remove_tree removes a tree without following its links; a missing pat
   fs::create_directories(d);
   remove_tree(d);
   CHECK(!fs::exists(d));
+}
+
+TEST_CASE("shard layout: a piece's whole rows and cut rows, counted element by element") {
+  // A 5 x 4 matrix split over every world from 1 to 24: pieces longer than a row, shorter
+  // than one (starting on a row's start or inside it), and empty ones past the end.
+  const std::int64_t rows = 5, dim = 4, n = rows * dim;
+  for (std::int64_t world = 1; world <= 24; ++world)
+    for (std::int64_t rank = 0; rank < world; ++rank) {
+      CAPTURE(world);
+      CAPTURE(rank);
+      const ShardSpan s = ShardSpan::of(n, rank, world);
+      const PieceRows pr{dim, s.offset, s.offset + s.length};
+      std::vector<std::int64_t> cut, whole;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::int64_t held = 0;
+        for (std::int64_t e = r * dim; e < (r + 1) * dim; ++e)
+          held += e >= s.offset && e < s.offset + s.length;
+        CHECK(pr.held(r) == held);
+        CHECK(pr.whole(r) == (held == dim));
+        if (held == dim) whole.push_back(r);
+        if (held > 0 && held < dim) cut.push_back(r);
+        if (held > 0) CHECK(pr.to(r) - pr.from(r) == held);
+      }
+      std::vector<std::int64_t> seen;
+      pr.for_each_cut_row([&](std::int64_t r) { seen.push_back(r); });
+      CHECK(seen == cut);
+      CHECK(cut.size() <= 2);
+      std::vector<std::int64_t> range;
+      for (std::int64_t r = pr.first_whole(); r < pr.end_whole(); ++r) range.push_back(r);
+      CHECK(range == whole);
+    }
 }
 
 TEST_CASE("safetensors: write then read gives the same names, dtypes, shapes, bytes and metadata") {

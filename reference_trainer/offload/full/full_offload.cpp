@@ -52,6 +52,7 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
     }
     tied_row0_ = tied_elem0_ / dim;
     tied_row_end_ = (tied_elem_end_ + dim - 1) / dim;
+    tied_piece_ = {dim, tied_elem0_, tied_elem_end_};
   }
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
   tied_embeddings_ = model.args().tie_embeddings;
@@ -167,13 +168,11 @@ void FullOffloadPipeline::begin_last_micro_batch(const std::vector<std::int64_t>
     const std::array<std::int64_t, 1> n{static_cast<std::int64_t>(c.batch_rows.size())};
     c.batch_rows_dev = to_device(c.batch_rows, n, device_);
     if (dp_) {
-      const std::int64_t dim = states_[*tied_].p->tensor.size(1);
-      const std::int64_t row0 = (tied_elem0_ + dim - 1) / dim, row_end = tied_elem_end_ / dim;
+      const PieceRows& pr = tied_piece_;
       std::vector<std::int64_t> local;  // the whole rows of the piece in the batch, as rows of the piece
       for (auto r : c.batch_rows) {
-        c.piece_batch_elems += std::max<std::int64_t>(
-            0, std::min((r + 1) * dim, tied_elem_end_) - std::max(r * dim, tied_elem0_));
-        if (r >= row0 && r < row_end) local.push_back(r - row0);
+        c.piece_batch_elems += pr.held(r);
+        if (r >= pr.first_whole() && r < pr.end_whole()) local.push_back(r - pr.first_whole());
       }
       const std::array<std::int64_t, 1> k{static_cast<std::int64_t>(local.size())};
       if (!local.empty()) c.piece_rows_dev = to_device(local, k, device_);

@@ -241,6 +241,7 @@ class FullOffloadPipeline {
   // The tied embedding's elements this rank updates, of the flattened vocab x hidden:
   // all in one process, its piece when sharded; and the rows they touch.
   std::int64_t tied_elem0_ = 0, tied_elem_end_ = 0, tied_row0_ = 0, tied_row_end_ = 0;
+  PieceRows tied_piece_;  // the same elements, by rows (whole and cut)
   Transformer::HeadGradHook head_hook_;
   // The head share of one step: every row outside the step's batch, updated in slices
   // of rows whenever the worker has nothing else it can run, so that it neither holds

@@ -237,11 +237,11 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, PieceLayout layo
   };
   std::vector<Span> spans;
   std::int64_t total = 0;
+  const PieceRows& pr = tied_piece_;
   for (auto r : rows) {
-    const std::int64_t from = std::max(r * dim, tied_elem0_), to = std::min((r + 1) * dim, tied_elem_end_);
-    if (to <= from) continue;
-    spans.push_back({r, from, to, total});
-    total += to - from;
+    if (pr.held(r) == 0) continue;
+    spans.push_back({r, pr.from(r), pr.to(r), total});
+    total += pr.held(r);
   }
   if (spans.empty()) return;
   Tensor out;
@@ -277,16 +277,16 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, PieceLayout layo
       cut.push_back(p);
     }
   }
-  const std::int64_t row0 = (tied_elem0_ + dim - 1) / dim;  // the piece's first whole row
+  const std::int64_t row0 = pr.first_whole(), rows_in_piece = pr.end_whole() - row0;
   queue_upload(
-      [this, flat, out, whole = std::move(whole), whole_at, cut = std::move(cut), row0, dim, base]() mutable {
+      [this, flat, out, whole = std::move(whole), whole_at, cut = std::move(cut), row0, rows_in_piece, dim,
+       base]() mutable {
         for (const Span& p : cut)
           flat.narrow(0, p.from - base, p.to - p.from)
               .copy_(out.narrow(0, p.out, p.to - p.from), /*non_blocking=*/true);
         if (whole.empty()) return;
         const auto k = static_cast<std::int64_t>(whole.size());
         for (auto& r : whole) r -= row0;
-        const std::int64_t rows_in_piece = (tied_elem_end_ / dim) - row0;
         Tensor rows_dev = to_device(whole, {k}, device_);  // queued on h2d_
         flat.narrow(0, row0 * dim - base, rows_in_piece * dim)
             .view({rows_in_piece, dim})
@@ -303,20 +303,26 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, PieceLayout layo
 // next, the row its end cuts last.
 Tensor FullOffloadPipeline::piece_batch_rows(const Tensor& piece) const {
   const StepContext& c = *ctx_;
-  const std::int64_t dim = states_[*tied_].p->tensor.size(1), e0 = tied_elem0_, e1 = tied_elem_end_;
-  const std::int64_t row0 = (e0 + dim - 1) / dim, row_end = e1 / dim;
+  const PieceRows& pr = tied_piece_;
   auto in_batch = [&](std::int64_t r) { return c.in_batch[static_cast<std::size_t>(r)] != 0; };
   std::vector<Tensor> parts;
-  const std::int64_t first = e0 / dim, last = (e1 - 1) / dim;
-  const std::int64_t first_end = std::min((first + 1) * dim, e1);  // the first row's part, [e0, first_end)
-  if (e1 > e0 && first_end - e0 < dim && in_batch(first)) parts.push_back(piece.narrow(0, 0, first_end - e0));
-  if (c.piece_rows_dev.defined())
-    parts.push_back(piece.narrow(0, row0 * dim - e0, (row_end - row0) * dim)
-                        .view({row_end - row0, dim})
+  Tensor last_cut;  // the row the piece's end cuts goes after the whole rows
+  pr.for_each_cut_row([&](std::int64_t r) {
+    if (!in_batch(r)) return;
+    Tensor part = piece.narrow(0, pr.from(r) - pr.begin, pr.held(r));
+    if (r == pr.begin / pr.dim)
+      parts.push_back(part);
+    else
+      last_cut = part;
+  });
+  if (c.piece_rows_dev.defined()) {
+    const std::int64_t row0 = pr.first_whole(), n = pr.end_whole() - row0;
+    parts.push_back(piece.narrow(0, row0 * pr.dim - pr.begin, n * pr.dim)
+                        .view({n, pr.dim})
                         .index_select(0, c.piece_rows_dev)
                         .reshape({-1}));
-  if (e1 > e0 && e1 % dim != 0 && last != first && in_batch(last))
-    parts.push_back(piece.narrow(0, last * dim - e0, e1 - last * dim));
+  }
+  if (last_cut.defined()) parts.push_back(last_cut);
   if (parts.empty()) return piece.narrow(0, 0, 0);
   return parts.size() == 1 ? parts.front() : torch::cat(parts);
 }
