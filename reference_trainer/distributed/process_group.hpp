@@ -91,8 +91,8 @@ class ProcessGroup {
   };
   // Within the shard group, started: they run while the caller goes on, and their
   // inputs and outputs must stay alive until wait() returns. In a shard group of one
-  // they are copies queued on the current stream, with no backend call (its launch,
-  // streams and events cost a 0.6B model's forward about 13 ms of host time a step).
+  // they are copies queued on the current stream, with no backend call (whose launch,
+  // streams and events cost host time for nothing; docs/performance.md).
   // All-gather (FSDP's prefetch): outputs[i] has shard_world() * inputs[i].numel()
   // elements, every shard rank's input in shard-rank order.
   Pending all_gather_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
