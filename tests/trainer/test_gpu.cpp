@@ -212,10 +212,13 @@ TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in eve
     }
 }
 
-// A launcher's one rank goes through the process group: on CUDA that is NCCL, and every
-// collective of the sharded step runs (gradient reduce-scatter, the norm's all-reduce,
-// weight all-gather, the loss's all-reduce, the start's broadcast, the checkpoint's
-// rounds over the store) over one member. The result must be one process's.
+// A launcher's one rank goes through the process group: on CUDA that is NCCL, and the
+// sharded step runs over one member (the pieces at rest, the blocks gathered and freed
+// around their use, the checkpoint's weights gathered one at a time, the start's
+// broadcast and the checkpoint's rounds over the store). A sum or a gather over one
+// member is the member's own, so those are copies or nothing there, never NCCL calls
+// (ProcessGroup); the NCCL collectives themselves need two GPUs. The result must be one
+// process's.
 //
 // Each variant runs in a process of its own, as a real run does (one process group per
 // process: a second ProcessGroupNCCL in the same process crashed in LibTorch 2.13
