@@ -96,12 +96,21 @@ struct Manifest {
   std::map<std::string, File> files;
 };
 
-// Hashes every regular file in dir, fsyncs each, writes manifest.json, fsyncs it
+// A file as the manifest records it: fsynced, then its size and xxHash64. A sharded
+// save has each rank sum the file it wrote, so that no rank reads back every rank's
+// files (Llama-3.1-70B's optimizer pieces are about 850 GB together).
+Manifest::File sum_file(const std::filesystem::path& path);
+// Sums every regular file in dir that `known` does not list (known: the sums of the
+// files other ranks wrote; their sizes are checked), writes manifest.json, fsyncs it
 // and the folder.
-void write_manifest(const std::filesystem::path& dir, std::int64_t step, bool optimizer);
-// Reads manifest.json and checks every file it lists (present, size, checksum) and
-// the step against the folder's name; a safetensors file it does not list is an error.
-Manifest verify_checkpoint(const std::filesystem::path& dir, std::int64_t folder_step);
+void write_manifest(const std::filesystem::path& dir, std::int64_t step, bool optimizer,
+                    const std::map<std::string, Manifest::File>& known = {});
+// Reads manifest.json and checks every file it lists (present, size) and the step
+// against the folder's name; a safetensors file it does not list is an error. The
+// checksums: of the files whose place in the manifest's (sorted) list is `part`
+// modulo `parts`, so that the ranks of a resume share the reading, each file read once.
+Manifest verify_checkpoint(const std::filesystem::path& dir, std::int64_t folder_step, int part = 0,
+                           int parts = 1);
 
 // After step `newest` was saved: removes the complete checkpoints older than the
 // newest keep_last (newest included); never one at or after `newest`.

@@ -143,6 +143,27 @@ inline void copy_tokenizer_files(const std::optional<fs::path>& source_dir, cons
   }
 }
 
+// Sharded: the optimizer pieces' sums (size, xxHash64), each from the rank that wrote
+// its piece, on every rank, for rank 0's manifest (a collective: every rank calls it).
+inline std::map<std::string, Manifest::File> piece_sums(Sharding& dp,
+                                                        const std::optional<Manifest::File>& mine,
+                                                        int pieces) {
+  Tensor t = torch::zeros({pieces, 2}, torch::kInt64);
+  if (mine) {
+    t[dp.shard_rank()][0] = static_cast<std::int64_t>(mine->bytes);
+    t[dp.shard_rank()][1] = static_cast<std::int64_t>(std::stoull(mine->xxh64, nullptr, 16));
+  }
+  t = t.to(dp.weight_shard(0).device());
+  dp.sum(t, "the checksums of the optimizer pieces");  // one row each, from replica 0
+  t = t.cpu();
+  std::map<std::string, Manifest::File> out;
+  for (int r = 0; r < pieces; ++r)
+    out[optimizer_file_name(r, pieces)] = {
+        static_cast<std::uint64_t>(t[r][0].item<std::int64_t>()),
+        fmt::format("{:016x}", static_cast<unsigned long long>(t[r][1].item<std::int64_t>()))};
+  return out;
+}
+
 // Writes step pos.step into <root>/step_N (through a temporary folder and one rename).
 // Sharded (`dp`): every rank of the first replica writes its piece of the optimizer
 // state (with HSDP the pieces of one shard group), rank 0 the rest and then,
@@ -176,6 +197,7 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
     fs::create_directories(tmp);
   });
   std::string error;
+  std::optional<Manifest::File> piece_sum;  // sharded: this rank's piece, summed by this rank
   try {
     // model.safetensors + config.json, by rank 0: the folder is also an HF model
     // directory. Sharded, each weight is gathered whole on its own and freed once
@@ -201,11 +223,12 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
           layout.push_back(
               {name, t.scalar_type(), {tensors.back().sizes().begin(), tensors.back().sizes().end()}});
         }
-      write_one_at_a_time(tmp / optimizer_file_name(piece, pieces), layout,
-                          [&](std::size_t i) { return tensors[i]; },
+      const fs::path file = tmp / optimizer_file_name(piece, pieces);
+      write_one_at_a_time(file, layout, [&](std::size_t i) { return tensors[i]; },
                           {{"optimizer", std::string(opt.name())},
                            {"rank", std::to_string(piece)},
                            {"world_size", std::to_string(pieces)}});
+      if (dp) piece_sum = sum_file(file);
     }
     if (rank == 0) {
       TensorBundle b;
@@ -227,9 +250,11 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
   }
   try {
     if (dp) dp->group().agree(fmt::format("writing checkpoint step {}", pos.step), error);
+    std::map<std::string, Manifest::File> known;
+    if (dp && !cfg.skip_optimizer) known = piece_sums(*dp, piece_sum, pieces);
     // Last: the manifest, which makes the folder a checkpoint; then one rename.
     on_rank0("publishing the checkpoint", [&] {
-      write_manifest(tmp, pos.step, !cfg.skip_optimizer);
+      write_manifest(tmp, pos.step, !cfg.skip_optimizer, known);
       publish_checkpoint(tmp, step_dir(root, pos.step));
       if (cfg.keep_last) prune_checkpoints(root, *cfg.keep_last, pos.step);
     });
@@ -308,7 +333,17 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
                               const OptSettings& opt, const CheckpointConfig& cfg, Sharding* dp) {
   if (!fs::is_directory(dir)) throw run_error(dir.string() + ": no such checkpoint");
   try {
-    const Manifest manifest = verify_checkpoint(dir, step);
+    // Every file is read back once, by one rank (files taken in turn), and every rank
+    // fails if one finds a file changed.
+    Manifest manifest;
+    std::string bad;
+    try {
+      manifest = verify_checkpoint(dir, step, dp ? dp->rank() : 0, dp ? dp->world() : 1);
+    } catch (const checkpoint_error& e) {
+      if (!dp) throw;
+      bad = e.what();
+    }
+    if (dp) dp->group().agree(fmt::format("verifying checkpoint step {}", step), bad);
     // The model must be the run's: config.json describes the same computation (not
     // only the same parameter shapes: another rope_theta or rms_norm_eps loads fine
     // and trains a different function).

@@ -459,6 +459,28 @@ for offload in ("none", "optimizer", "full"):
                     raise AssertionError(f"step {step}: {after:.0f} bytes whole after the forward, want {want}")
 
 
+# A resume reads each checkpoint file back once, on one rank (files taken in turn), and
+# a save has each rank sum the piece it wrote: at 70B scale no rank reads a terabyte.
+# A file changed after the save must still stop every rank, naming it.
+@case("2 ranks: a piece changed after the save is found by the rank that reads it, and every rank fails")
+def _(work):
+    ok(torchrun(2, config(work, steps=2)), "first part")
+    path = os.path.join(work, "out", "checkpoints", "step_2", "optimizer-00001-of-00002.safetensors")
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x10]))
+    p = torchrun(2, config(work, steps=4, resume=2))
+    if p.returncode == 0:
+        raise AssertionError("the resume ran from a changed checkpoint")
+    # Files in the manifest's order: config.json, model, piece 0, piece 1, trainer state;
+    # piece 1 is rank 1's to read, and rank 0 fails through the agreement, naming rank 1.
+    for needle in ("optimizer-00001-of-00002.safetensors: checksum", "rank 1 failed"):
+        if needle not in p.stderr:
+            raise AssertionError(f"stderr lacks {needle!r}:\n{p.stderr[-3000:]}")
+
+
 @case("HSDP: saved by 2 x 2 ranks, resumed on 1 process and on 2 x 1: continues as one process does")
 def _(work):
     ref_metrics, _, ref_final = reference("optimizer")

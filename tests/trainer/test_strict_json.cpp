@@ -248,6 +248,54 @@ TEST_CASE("strict_json in the readers: the file, the place and the key are named
   fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "manifest: the sums of other ranks' files are taken as they summed them; a resume's ranks share the "
+    "reading") {
+  auto dir = temp_dir("manifest-parts");
+  auto ckpt = dir / "step_5";
+  fs::create_directories(ckpt);
+  const std::vector<std::string> names = {
+      "config.json", "model.safetensors", "optimizer-00000-of-00002.safetensors",
+      "optimizer-00001-of-00002.safetensors", "trainer_state.safetensors"};
+  for (const auto& f : names) std::ofstream(ckpt / f) << "bytes of " << f;
+  // Rank 1 summed its piece: the manifest records that sum, without reading the file again.
+  const std::string piece = "optimizer-00001-of-00002.safetensors";
+  const train::Manifest::File real = train::sum_file(ckpt / piece);
+  CHECK(real.xxh64.size() == 16);
+  train::write_manifest(ckpt, 5, true, {{piece, {real.bytes, "00000000000000ab"}}});
+  CHECK(train::verify_checkpoint(ckpt, 5, 0, 2).files.at(piece).xxh64 == "00000000000000ab");
+  CHECK_THROWS_WITH_AS(
+      train::write_manifest(ckpt, 5, true, {{piece, {real.bytes + 1, real.xxh64}}}),
+      doctest::Contains((piece + ": " + std::to_string(real.bytes) + " bytes, its writer summed").c_str()),
+      train::checkpoint_error);
+  CHECK_THROWS_WITH_AS(train::write_manifest(ckpt, 5, true, {{"optimizer-00002-of-00002.safetensors", real}}),
+                       doctest::Contains("summed by its writer, but not in the folder"),
+                       train::checkpoint_error);
+  train::write_manifest(ckpt, 5, true, {{piece, real}});
+  // Changed after writing (same size): of two ranks, exactly the one whose share holds
+  // the file finds it, whichever file it is; one rank alone always does.
+  for (const auto& f : names) {
+    CAPTURE(f);
+    std::string text = "bytes of " + f;
+    text[0] = 'B';
+    std::ofstream(ckpt / f) << text;
+    int found = 0;
+    for (int part = 0; part < 2; ++part) {
+      try {
+        train::verify_checkpoint(ckpt, 5, part, 2);
+      } catch (const train::checkpoint_error& e) {
+        CHECK(std::string(e.what()).find(f + ": checksum") != std::string::npos);
+        ++found;
+      }
+    }
+    CHECK(found == 1);
+    CHECK_THROWS_AS(train::verify_checkpoint(ckpt, 5), train::checkpoint_error);
+    std::ofstream(ckpt / f) << "bytes of " << f;
+    CHECK(train::verify_checkpoint(ckpt, 5).files.size() == names.size());
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the files the trainer writes: one JSON writer, keys in a fixed order") {
   auto dir = temp_dir("written");
   std::vector<float> a(2, 1.0f);
