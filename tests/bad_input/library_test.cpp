@@ -316,7 +316,9 @@ TEST_CASE("command-line flags that name no field, a section, or no file") {
 
 TEST_CASE("a config that loads dumps to TOML that loads to the same config") {
   auto r = load_text("[model]\nname = \"a\\\"b\\u0001\"\n",
-                     {"--env-vars.X=line\nbreak", "--model.offload=none", "--output-dir=\x7f"});
+                     {"--env-vars.X=line\nbreak", "--model.offload=none", "--output-dir=\x7f",
+                      // a key with a line break: its source comment must stay on one line
+                      "--env-vars.\"\nname \"=v"});
   REQUIRE(r.ok());
   primecfg::sources again;
   again.add_text("dump.toml", primecfg::dump_toml(r.value, r.provenance));

@@ -173,7 +173,8 @@ class toml_writer {
   // values from defaults decide the same way again.
   void line(std::string_view key, const std::string& text, const std::string& path) {
     std::string where = origin(path);
-    out_ += fmt::format("{}{} = {}  # {}\n", where == "default" ? "# " : "", key, text, where);
+    out_ +=
+        fmt::format("{}{} = {}  # {}\n", where == "default" ? "# " : "", key, text, toml_comment_text(where));
   }
 
   std::string origin(const std::string& path) const {
