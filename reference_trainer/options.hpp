@@ -94,6 +94,21 @@ struct KernelOptions {
   }
 };
 
+// How checkpoints are written (what [ckpt] does not say: prime-rl's own weight
+// checkpoints split the same way and have no field for it).
+struct SaveOptions {
+  std::int64_t max_shard_bytes = 5'000'000'000;
+
+  static constexpr auto fields() {
+    return describe(field(&SaveOptions::max_shard_bytes,
+                          "Largest weight file of a checkpoint, bytes: more weights than this are split "
+                          "into model-0000i-of-0000N.safetensors with model.safetensors.index.json, as "
+                          "transformers and prime-rl write them (5 GB, their default; a larger tensor gets "
+                          "a file of its own).",
+                          ge(1)));
+  }
+};
+
 enum class DistBackend { nccl, gloo };
 
 // Sharded runs (FSDP) over several ranks (launched by torchrun or any launcher that
@@ -167,6 +182,7 @@ struct TrainerOptions {
   ProfileOptions profile = {};
   DistOptions dist = {};
   KernelOptions kernels = {};
+  SaveOptions save = {};
 
   static constexpr auto fields() {
     using T = TrainerOptions;
@@ -205,7 +221,8 @@ struct TrainerOptions {
         field(&T::peak_tflops, "Peak dense bf16 TFLOP/s of the device for MFU (None: known GPUs only).",
               gt(0)),
         field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."),
-        field(&T::dist, "Sharded data parallel (several ranks)."), field(&T::kernels, "Fused CUDA kernels."));
+        field(&T::dist, "Sharded data parallel (several ranks)."), field(&T::kernels, "Fused CUDA kernels."),
+        field(&T::save, "How checkpoints are written."));
   }
 
   void validate(validation& v) {
@@ -264,6 +281,7 @@ struct RunOptions {
   Launch launch;
   DistOptions dist;
   KernelOptions kernels;
+  SaveOptions save;
 };
 
 }  // namespace primecfg::train

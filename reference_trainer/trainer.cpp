@@ -548,7 +548,8 @@ class Trainer {
 
   bool checkpoint_due() const { return ckpt_.interval && pos_.step % *ckpt_.interval == 0; }
   void save() {
-    save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_, sharding_.get());
+    save_checkpoint(ckpt_root_, *model_, *state_, opt_, pos_, ckpt_, source_dir_, sharding_.get(),
+                    static_cast<std::uint64_t>(opts_.save.max_shard_bytes));
   }
 
   RunResult finish(RunResult result) {

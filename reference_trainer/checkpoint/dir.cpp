@@ -374,9 +374,13 @@ Manifest verify_checkpoint(const fs::path& dir, i64 folder_step, int part, int p
   if (m.step != folder_step)
     throw checkpoint_error(
         fmt::format("{}: step = {} disagrees with its folder step_{}", mpath.string(), m.step, folder_step));
-  for (const char* needed : {"model.safetensors", "config.json", "trainer_state.safetensors"})
+  for (const char* needed : {"config.json", "trainer_state.safetensors"})
     if (!m.files.count(needed))
       throw checkpoint_error(fmt::format("{}: does not list {}", mpath.string(), needed));
+  // The weights: one file, or several and their index (checkpoint/weight_files.hpp).
+  if (!m.files.count("model.safetensors") && !m.files.count("model.safetensors.index.json"))
+    throw checkpoint_error(
+        fmt::format("{}: lists neither model.safetensors nor model.safetensors.index.json", mpath.string()));
   // One process writes optimizer.safetensors, N ranks optimizer-RRRRR-of-NNNNN.safetensors.
   const bool has_optimizer = std::any_of(m.files.begin(), m.files.end(), [](const auto& f) {
     return f.first == "optimizer.safetensors" || f.first.rfind("optimizer-", 0) == 0;

@@ -4,7 +4,9 @@
 // last that resume verifies file by file (size and xxHash64), and pruning that
 // never removes the newest complete checkpoints.
 //
-//   <ckpt_root>/step_N/    model.safetensors, config.json, tokenizer files,
+//   <ckpt_root>/step_N/    model.safetensors (or files of at most 5 GB and
+//                          model.safetensors.index.json: checkpoint/weight_files.hpp),
+//                          config.json, tokenizer files,
 //                          optimizer.safetensors, trainer_state.safetensors,
 //                          manifest.json (last)
 //   <ckpt_root>/.step_N.tmp/   while step N is being written

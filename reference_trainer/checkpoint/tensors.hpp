@@ -8,7 +8,9 @@
 #include "base/safetensors.hpp"
 #include "checkpoint/dir.hpp"
 #include "checkpoint/shards.hpp"
+#include "checkpoint/weight_files.hpp"
 #include "distributed/sharding.hpp"
+#include "nn/hf_weights.hpp"
 #include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
 #include "optim/math.hpp"
@@ -172,7 +174,8 @@ inline std::map<std::string, Manifest::File> piece_sums(Sharding& dp,
 template <offload_pipeline Pipeline>
 void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, const OptSettings& opt,
                      const TrainPosition& pos, const CheckpointConfig& cfg,
-                     const std::optional<fs::path>& source_dir, Sharding* dp) {
+                     const std::optional<fs::path>& source_dir, Sharding* dp,
+                     std::uint64_t max_shard_bytes = hf_max_shard_bytes) {
   state.sync_host();
   const int rank = dp ? dp->rank() : 0;
   // The optimizer state is written in pieces, one file per piece, by the ranks of the
@@ -199,17 +202,38 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
   std::string error;
   std::optional<Manifest::File> piece_sum;  // sharded: this rank's piece, summed by this rank
   try {
-    // model.safetensors + config.json, by rank 0: the folder is also an HF model
-    // directory. Sharded, each weight is gathered whole on its own and freed once
-    // written: never the whole model on a rank (Llama-3.1-70B's is 131 GiB).
-    std::vector<TensorLayout> weights;
-    for (const auto& p : model.params())
-      weights.push_back({p.name, p.tensor.scalar_type(), {p.tensor.sizes().begin(), p.tensor.sizes().end()}});
-    write_one_at_a_time(
-        tmp / "model.safetensors", weights,
-        [&](std::size_t i) { return dp ? dp->whole_weight(i) : model.params()[i].tensor; },
-        {{"format", "pt"}}, rank == 0);
+    // The weights (model.safetensors, or files of at most max_shard_bytes and their
+    // index, as transformers splits them) and config.json, by rank 0: the folder is
+    // also an HF model directory. Sharded, each weight is gathered whole on its own
+    // and freed once written: never the whole model on a rank (Llama-3.1-70B's is
+    // 131 GiB).
+    const auto& params = model.params();
+    std::vector<std::string> names;
+    for (const auto& p : params) names.push_back(p.name);
+    const std::vector<std::size_t> order = hf_state_dict_order(names);
+    std::vector<std::uint64_t> bytes;
+    for (std::size_t i : order) bytes.push_back(params[i].tensor.numel() * params[i].tensor.element_size());
+    const WeightFiles split = split_weight_files(bytes, max_shard_bytes);
+    for (const auto& file : split.files) {
+      std::vector<TensorLayout> layout;
+      for (std::size_t k : file.tensors) {
+        const Tensor& t = params[order[k]].tensor;
+        layout.push_back({names[order[k]], t.scalar_type(), {t.sizes().begin(), t.sizes().end()}});
+      }
+      write_one_at_a_time(
+          tmp / file.name, layout,
+          [&](std::size_t j) {
+            const std::size_t i = order[file.tensors[j]];
+            return dp ? dp->whole_weight(i) : params[i].tensor;
+          },
+          {{"format", "pt"}}, rank == 0);
+    }
     if (rank == 0) {
+      if (split.indexed()) {
+        std::vector<std::string> ordered_names;
+        for (std::size_t i : order) ordered_names.push_back(names[i]);
+        write_file(tmp / "model.safetensors.index.json", weight_index_json(split, ordered_names));
+      }
       write_file(tmp / "config.json", hf_config_json(model.args(), hf_dtype_name(model.dtype())));
       copy_tokenizer_files(source_dir, tmp);
     }
@@ -354,21 +378,39 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
           fmt::format("{}: the checkpoint's model is not this run's ({}); resume it with the model it "
                       "was saved with",
                       (dir / "config.json").string(), fmt::join(diffs, "; ")));
-    auto mf = safetensors::file::open(dir / "model.safetensors");
+    // The weights: model.safetensors, or the files its index names.
+    std::vector<safetensors::file> weight_files;
+    try {
+      weight_files = open_weight_files(dir);
+    } catch (const safetensors::error&) {
+      throw;
+    } catch (const std::runtime_error& e) {
+      throw run_error(e.what());  // the index: malformed, or not the files' own
+    }
+    std::map<std::string, const safetensors::file*> file_of;
+    for (const auto& f : weight_files)
+      for (const auto& t : f.tensors())
+        if (!file_of.emplace(t.name, &f).second)
+          throw run_error(fmt::format("{}: tensor {} is also in {}", f.path().string(), t.name,
+                                      file_of[t.name]->path().string()));
+    auto file_with = [&](const std::string& name) -> const safetensors::file& {
+      auto it = file_of.find(name);
+      return it == file_of.end() ? weight_files.front() : *it->second;  // the former names it missing
+    };
     std::set<std::string> consumed;
     for (std::size_t i = 0; i < model.params().size(); ++i) {
       NamedParam& p = model.params()[i];
       if (!dp) {
-        load_into(mf, p.name, p.tensor, consumed);
+        load_into(file_with(p.name), p.name, p.tensor, consumed);
         continue;
       }
       // Sharded: one whole weight at a time, of which this rank keeps its piece.
       NamedParam whole{p.name, torch::empty(p.tensor.sizes(), p.tensor.options().requires_grad(false)),
                        p.block};
-      load_into(mf, p.name, whole.tensor, consumed);
+      load_into(file_with(p.name), p.name, whole.tensor, consumed);
       dp->adopt(i, whole);
     }
-    all_consumed(mf, consumed);
+    for (const auto& f : weight_files) all_consumed(f, consumed);
     if (!cfg.skip_optimizer) {
       if (!manifest.optimizer)
         throw run_error(fmt::format(

@@ -49,7 +49,7 @@ torch::ScalarType to_torch(safetensors::dtype d) {
 
 }  // namespace
 
-HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args) : dir_(dir), args_(args) {
+std::vector<safetensors::file> open_weight_files(const std::filesystem::path& dir) {
   // The weights are what transformers loads: the shards that
   // model.safetensors.index.json names, else model.safetensors. Other safetensors
   // files in the folder (a checkpoint's optimizer state) are not weights.
@@ -90,22 +90,29 @@ HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args) : 
                              ": neither model.safetensors nor model.safetensors.index.json (only safetensors "
                              "weights are read)");
   }
-  for (const auto& p : paths) files_.push_back(safetensors::file::open(p));
+  std::vector<safetensors::file> files;
+  for (const auto& p : paths) files.push_back(safetensors::file::open(p));
+  // Each tensor in the file the index names for it.
+  if (!index.empty())
+    for (const auto& f : files)
+      for (const auto& t : f.tensors()) {
+        auto listed = index.find(t.name);
+        if (listed == index.end() || f.path().filename() != listed->second)
+          throw std::runtime_error(fmt::format("{}: tensor {} is not listed for this file in {}",
+                                               f.path().string(), t.name, index_path.string()));
+      }
+  return files;
+}
 
+HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args)
+    : dir_(dir), args_(args), files_(open_weight_files(dir)) {
   // Where each tensor of the files lies; a name twice is an error.
   for (const auto& f : files_)
     for (const auto& t : f.tensors()) {
-      const std::string& name = t.name;
-      if (!index.empty()) {
-        auto listed = index.find(name);
-        if (listed == index.end() || f.path().filename() != listed->second)
-          throw std::runtime_error(fmt::format("{}: tensor {} is not listed for this file in {}",
-                                               f.path().string(), name, index_path.string()));
-      }
-      auto [it, fresh] = tensors_.emplace(name, Found{&f, &t});
+      auto [it, fresh] = tensors_.emplace(t.name, Found{&f, &t});
       if (!fresh)
         throw std::runtime_error(fmt::format("{}: tensor {} is also in {}; which one to load is ambiguous",
-                                             f.path().string(), name, it->second.file->path().string()));
+                                             f.path().string(), t.name, it->second.file->path().string()));
     }
 }
 

@@ -18,6 +18,11 @@
 
 namespace primecfg::train {
 
+// The safetensors files holding a folder's weights, opened: the files that
+// model.safetensors.index.json names (each tensor in the file the index names for
+// it), else model.safetensors. Errors name the file.
+std::vector<safetensors::file> open_weight_files(const std::filesystem::path& dir);
+
 class HfWeights {
  public:
   // Opens and indexes the files; errors (no weights, a bad index, a tensor twice)

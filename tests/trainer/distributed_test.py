@@ -117,7 +117,10 @@ def metrics(work):
 def state(work, step):
     """The checkpoint's weights and full optimizer tensors (pieces put together)."""
     d = os.path.join(work, "out", "checkpoints", f"step_{step}")
-    out = {"model." + k: v for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
+    out = {}
+    for f in sorted(os.listdir(d)):  # model.safetensors, or model-0000i-of-0000N.safetensors
+        if f.startswith("model") and f.endswith(".safetensors"):
+            out.update({"model." + k: v for k, v in load_file(os.path.join(d, f)).items()})
     pieces = sorted(f for f in os.listdir(d) if f.startswith("optimizer"))
     files = [load_file(os.path.join(d, f)) for f in pieces]
     for name in files[0]:
@@ -526,6 +529,19 @@ for saved, resumed, mode_from, mode_to in (
         ok(one(again) if resumed == 1 else torchrun(resumed, again), f"resume on {resumed}")
         same_steps(ref_metrics, metrics(work), "resumed", first=3)
         close(ref_final, state(work, 4), "resumed, step 4")
+
+
+@case("saved by 2 ranks (full) in weight files of 100 kB, resumed on 1 process: continues as one process does")
+def _(work):
+    ref_metrics, ref_final = resumed_reference("full", "full", False)
+    ok(torchrun(2, config(work, steps=2, offload="full", clip=False), "--save.max-shard-bytes=100000"),
+       "first part on 2")
+    saved = os.listdir(os.path.join(work, "out", "checkpoints", "step_2"))
+    if "model.safetensors" in saved or "model.safetensors.index.json" not in saved:
+        raise AssertionError(f"expected weight files and their index, the folder holds {sorted(saved)}")
+    ok(one(config(work, steps=4, offload="full", resume=2, clip=False)), "resume on 1")
+    same_steps(ref_metrics, metrics(work), "resumed", first=3)
+    close(ref_final, state(work, 4), "resumed, step 4")
 
 
 @case("model.reduce_dtype = bfloat16 is used: close to one process, not the FP32 reduction's numbers")

@@ -8,7 +8,11 @@ must equal transformers' within 1e-5 of the largest logit. The same holds for
 config.json in the transformers 4.x layout (rope_theta + rope_scaling) and the
 5.x one (rope_parameters). Then the round trip: one training step saves a
 checkpoint, transformers loads that folder, and its logits equal primecfg-train's
-on it. Finally, keys and tensors the trainer does not implement are refused by name.
+on it. Saved with a smaller --save.max-shard-bytes, the weights are split into the
+files and index that huggingface_hub's split_torch_state_dict_into_shards gives for
+transformers' state dict (what save_pretrained and prime-rl write), and both
+programs read that folder. Finally, keys and tensors the trainer does not implement
+are refused by name.
 
 usage: hf_parity_test.py PRIMECFG_TRAIN
 """
@@ -22,6 +26,7 @@ import tempfile
 
 import torch
 import transformers
+from huggingface_hub import split_torch_state_dict_into_shards
 from safetensors.torch import load_file, save_file
 
 TRAIN = sys.argv[1]
@@ -186,6 +191,35 @@ def expect_error(work, model_dir, needle, what):
         raise AssertionError(f"{what}: expected exit 1 with {needle!r}, got {p.returncode}:\n{p.stderr}")
 
 
+def split_checkpoint(name, work, model_dir, data, model, trained):
+    """The same step saved in files of at most a quarter of the weights: huggingface_hub's
+    split of transformers' state dict (without the tied head, as save_pretrained drops it),
+    the same tensors as the one-file checkpoint, and a folder both programs read."""
+    tied = model.config.tie_word_embeddings
+    hf_order = {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    limit = sum(v.numel() * v.element_size() for v in hf_order.values()) // 4 + 1
+    work = os.path.join(work, "split")
+    os.makedirs(work)
+    run_train(write_run(work, model_dir, data, "[ckpt]\n"), f"--save.max-shard-bytes={limit}")
+    step = os.path.join(work, "out", "checkpoints", "step_1")
+    want = split_torch_state_dict_into_shards(hf_order, max_shard_size=limit)
+    if not want.is_sharded or "model.safetensors" in os.listdir(step):
+        raise AssertionError(f"{name}: expected several weight files in {step}")
+    with open(os.path.join(step, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    if index["weight_map"] != want.tensor_to_filename or index["metadata"] != want.metadata:
+        raise AssertionError(f"{name}: the index differs from huggingface_hub's split:\n{index}\n{want}")
+    got = {}
+    for file, tensors in want.filename_to_tensors.items():
+        held = load_file(os.path.join(step, file))
+        if sorted(held) != sorted(tensors):
+            raise AssertionError(f"{name}: {file} holds {sorted(held)}, huggingface_hub puts {sorted(tensors)} there")
+        got.update(held)
+    if got.keys() != trained.keys() or any(not torch.equal(got[k], trained[k]) for k in got):
+        raise AssertionError(f"{name}: the split checkpoint's tensors differ from the one-file checkpoint's")
+    return compare(name + " (split)", dump(work, step, data), step), len(want.filename_to_tensors)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="hf-parity-")
     failures = []
@@ -213,7 +247,9 @@ def main():
             moved = max((trained[k] - v).abs().max().item() for k, v in model.state_dict().items() if k in trained)
             if not moved > 0:
                 raise AssertionError(f"{name}: the checkpoint holds the untrained weights")
-            print(f"ok {name}: {err:.2e} (5.x config), {err4:.2e} (4.x config), {errt:.2e} (round trip)")
+            errs, files = split_checkpoint(name, work, model_dir, data, model, trained)
+            print(f"ok {name}: {err:.2e} (5.x config), {err4:.2e} (4.x config), {errt:.2e} (round trip), "
+                  f"{errs:.2e} (in {files} files)")
         except AssertionError as e:
             failures.append(str(e))
             print(f"FAIL {e}")

@@ -2,6 +2,8 @@
 // test_strict_json.cpp).
 #include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
+#include "base/strict_json.hpp"
+#include "checkpoint/weight_files.hpp"
 #include "data/loader.hpp"
 #include "distributed/shard_layout.hpp"
 #include "support.hpp"
@@ -147,6 +149,58 @@ TEST_CASE("safetensors: a file written one tensor at a time, in any order, is th
   if (fs::exists("/dev/full"))  // a full disk: the header's write fails already
     CHECK_THROWS_WITH_AS(safetensors::writer("/dev/full", entries),
                          doctest::Contains("/dev/full: write failed"), safetensors::error);
+}
+
+TEST_CASE("weight files: split as huggingface_hub splits a state dict, named as transformers names them") {
+  using Files = std::vector<std::vector<std::size_t>>;
+  auto files_of = [](const WeightFiles& w) {
+    Files out;
+    for (const auto& f : w.files) out.push_back(f.tensors);
+    return out;
+  };
+  // huggingface_hub's own example: [6, 6, 2, 6, 2, 2] at 10 is [6], [6 + 2], [6 + 2 + 2].
+  WeightFiles w = split_weight_files({6, 6, 2, 6, 2, 2}, 10);
+  CHECK(files_of(w) == Files{{0}, {1, 2}, {3, 4, 5}});
+  CHECK(w.total_bytes == 24);
+  CHECK(w.indexed());
+  CHECK(w.files[0].name == "model-00001-of-00003.safetensors");
+  CHECK(w.files[2].name == "model-00003-of-00003.safetensors");
+  // A tensor larger than the limit has a file of its own, before the one being filled.
+  CHECK(files_of(split_weight_files({3, 12, 4}, 10)) == Files{{1}, {0, 2}});
+  // Exactly the limit is one file, named model.safetensors, and needs no index.
+  w = split_weight_files({5, 5}, 10);
+  CHECK(files_of(w) == Files{{0, 1}});
+  CHECK(w.files[0].name == "model.safetensors");
+  CHECK_FALSE(w.indexed());
+  CHECK(split_weight_files({5, 5}, hf_max_shard_bytes).files.size() == 1);
+
+  // The index: total size and each tensor's file.
+  w = split_weight_files({6, 6, 2}, 10);
+  const auto index = strict_json::parse(weight_index_json(w, {"a", "b", "c"}));
+  CHECK(index["metadata"]["total_size"] == 14);
+  CHECK(index["weight_map"]["a"] == "model-00001-of-00002.safetensors");
+  CHECK(index["weight_map"]["c"] == "model-00002-of-00002.safetensors");
+  CHECK(index["weight_map"].size() == 3);
+
+  // transformers' state-dict order: attention, MLP, then the block's two norms.
+  const std::vector<std::string> ours{"model.embed_tokens.weight",
+                                      "model.layers.0.input_layernorm.weight",
+                                      "model.layers.0.self_attn.q_proj.weight",
+                                      "model.layers.0.self_attn.k_norm.weight",
+                                      "model.layers.0.post_attention_layernorm.weight",
+                                      "model.layers.0.mlp.down_proj.weight",
+                                      "model.layers.10.input_layernorm.weight",
+                                      "model.layers.2.self_attn.q_proj.weight",
+                                      "model.norm.weight",
+                                      "lm_head.weight"};
+  std::vector<std::string> got;
+  for (std::size_t i : hf_state_dict_order(ours)) got.push_back(ours[i]);
+  CHECK(got == std::vector<std::string>{
+                   "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                   "model.layers.0.self_attn.k_norm.weight", "model.layers.0.mlp.down_proj.weight",
+                   "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+                   "model.layers.2.self_attn.q_proj.weight", "model.layers.10.input_layernorm.weight",
+                   "model.norm.weight", "lm_head.weight"});
 }
 
 TEST_CASE("safetensors: truncated and corrupt files fail with the file name") {
