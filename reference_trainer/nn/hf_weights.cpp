@@ -57,6 +57,14 @@ std::vector<safetensors::file> open_weight_files(const std::filesystem::path& di
   std::map<std::string, std::string, std::less<>> index;  // tensor -> shard, when sharded
   const auto index_path = dir / "model.safetensors.index.json";
   std::error_code ec;
+  // transformers would read model.safetensors and vLLM the index's files: not a
+  // choice to make for the user.
+  if (std::filesystem::exists(index_path, ec) && std::filesystem::exists(dir / "model.safetensors", ec))
+    throw std::runtime_error(
+        fmt::format("{}: holds both model.safetensors and model.safetensors.index.json; transformers would "
+                    "load the former "
+                    "and vLLM the files the latter names: remove the one that is not the model",
+                    dir.string()));
   if (std::filesystem::exists(index_path, ec)) {
     std::ifstream in(index_path, std::ios::binary);
     std::stringstream text;

@@ -261,9 +261,11 @@ def main():
     model = transformers.AutoModelForCausalLM.from_config(CASES["llama-default"](), dtype=torch.float32)
     model.save_pretrained(base)
 
-    def variant(tag, edit_config=None, edit_tensors=None):
+    def variant(tag, edit_config=None, edit_tensors=None, edit_folder=None):
         d = os.path.join(work, tag)
         shutil.copytree(base, d)
+        if edit_folder:
+            edit_folder(d)
         if edit_config:
             cfg = json.load(open(os.path.join(d, "config.json")))
             edit_config(cfg)
@@ -274,7 +276,16 @@ def main():
             save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
         return d
 
+    def add_index(d):
+        """model.safetensors and, beside it, the same weights as files of an index."""
+        names = list(load_file(os.path.join(d, "model.safetensors")))
+        shutil.copy(os.path.join(d, "model.safetensors"), os.path.join(d, "model-00001-of-00001.safetensors"))
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in names}}, f)
+
     refusals = [
+        # transformers reads model.safetensors, vLLM the index's files: which is meant is unclear.
+        ("weights in two forms", dict(edit_folder=add_index), "both model.safetensors and model.safetensors.index.json"),
         ("unknown key", dict(edit_config=lambda c: c.update(rope_interleaved=True)), '"rope_interleaved"'),
         ("dynamic rope", dict(edit_config=lambda c: c.update(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4})), "dynamic"),
         ("activation", dict(edit_config=lambda c: c.update(hidden_act="gelu")), '"hidden_act"'),
