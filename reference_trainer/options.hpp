@@ -77,6 +77,7 @@ struct ProfileOptions {
 struct KernelOptions {
   bool fused = true;
   bool norm_rope = true;
+  bool cross_entropy = false;
 
   static constexpr auto fields() {
     using K = KernelOptions;
@@ -85,12 +86,17 @@ struct KernelOptions {
                           "as in FP32 and on the CPU)."),
                     field(&K::norm_rope,
                           "Also run QK-norm and RoPE as one fused kernel (false: RMSNorm's kernel, then "
-                          "ATen's rotation). Part of kernels.fused: off with it."));
+                          "ATen's rotation). Part of kernels.fused: off with it."),
+                    field(&K::cross_entropy,
+                          "Also compute the LM head's cross-entropy and its gradient in one kernel, in place "
+                          "of the bf16 logits (false: ATen's log_softmax in FP32, exp and a cast). Off until "
+                          "it has been run on a GPU. Part of kernels.fused."));
   }
 
   void validate(validation& v) {
     // Written true beside fused = false is a contradiction; the default simply follows fused.
     if (norm_rope && !fused && v.is_set(norm_rope)) v.error(norm_rope, "needs kernels.fused");
+    if (cross_entropy && !fused) v.error(cross_entropy, "needs kernels.fused");
   }
 };
 

@@ -677,6 +677,7 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   // Process-wide switches of the fused CUDA kernels (bf16 GPU tensors only).
   fused::set_enabled(opts.kernels.fused);
   fused::set_norm_rope_enabled(opts.kernels.norm_rope);
+  fused::set_cross_entropy_enabled(opts.kernels.cross_entropy);
   // bf16 where the hardware has it (GPUs); FP32 on CPUs, where bf16 matmuls are emulated.
   setup.dtype = opts.bf16.value_or(setup.device.is_cuda()) ? torch::kBFloat16 : torch::kFloat32;
   return primecfg::visit_offload(

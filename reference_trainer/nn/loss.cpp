@@ -1,5 +1,6 @@
 #include "nn/loss.hpp"
 
+#include "nn/kernels/fused_ops.hpp"
 #include "nn/loss_chunking.hpp"
 
 #include <algorithm>
@@ -102,7 +103,17 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       // read bf16 and write FP32 in the same kernel; then softmax = exp(logp) in
       // place, minus one at the target, scaled and cast back in one pass. (Fewer
       // passes over the largest tensor of the step than logsumexp + exp + casts.)
-      Tensor logp = log_softmax_fp32(torch::matmul(hc, w.t()));
+      Tensor logits = torch::matmul(hc, w.t());
+      if (want_grad) {
+        // The fused kernel, where it applies: the loss, and the gradient over the logits.
+        if (Tensor row_loss = fused::cross_entropy_grad_(logits, tc.squeeze(1), scale); row_loss.defined()) {
+          loss += row_loss.sum();
+          grad_h.index_copy_(0, idx, torch::matmul(logits, w));
+          add_matmul_fp32(grad_w, logits.t(), hc);
+          continue;
+        }
+      }
+      Tensor logp = log_softmax_fp32(logits);
       loss -= logp.gather(1, tc).sum();
       if (!want_grad) continue;
       Tensor g = logp.exp_();

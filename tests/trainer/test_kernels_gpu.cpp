@@ -16,6 +16,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -175,7 +176,67 @@ void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool
                                          << (xa.grad() - x.grad()).abs().max().item<float>());
 }
 
+// The cross-entropy kernel's switch, restored (off) at the end of a test.
+struct CrossEntropySwitch {
+  explicit CrossEntropySwitch(bool on) { fused::set_cross_entropy_enabled(on); }
+  ~CrossEntropySwitch() { fused::set_cross_entropy_enabled(false); }
+};
+
+// Each row's loss (FP32, against FP64 on the same bf16 logits) and the gradient written
+// over the logits (scale * (softmax - one-hot), against FP64).
+void cross_entropy_case(std::int64_t rows, std::int64_t vocab, bool misalign) {
+  CAPTURE(rows);
+  CAPTURE(vocab);
+  CAPTURE(misalign);
+  CrossEntropySwitch kernel(true);
+  // Logits of a trained head's spread, so that the softmax is far from uniform.
+  Tensor x = (misalign ? misaligned({rows, vocab}) : torch::randn({rows, vocab}, bf16())) * 4;
+  x = x.contiguous();
+  Tensor targets =
+      torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt64));
+  const double scale = 1.0 / 3000;
+  const Tensor x64 = x.to(torch::kFloat64);
+  const Tensor lse = x64.logsumexp(1);
+  const Tensor loss_ref = lse - x64.gather(1, targets.unsqueeze(1)).squeeze(1);
+  const Tensor grad_ref = (x64 - lse.unsqueeze(1))
+                              .exp()
+                              .scatter_add(1, targets.unsqueeze(1), -torch::ones({rows, 1}, x64.options())) *
+                          scale;
+  Tensor g = x.clone();
+  const Tensor loss = fused::cross_entropy_grad_(g, targets, scale);
+  REQUIRE(loss.defined());
+  CHECK(static_cast<bool>(loss.scalar_type() == torch::kFloat32));
+  const double loss_err = (loss.to(torch::kFloat64) - loss_ref).abs().max().item<double>();
+  MESSAGE("loss: max |err| " << loss_err << " (max loss " << loss_ref.max().item<double>() << ")");
+  CHECK(loss_err <= 1e-5 * loss_ref.abs().max().item<double>() + 1e-6);
+  check_close("gradient", g, grad_ref);
+}
+
 }  // namespace
+
+TEST_CASE("GPU kernels: fused cross-entropy matches ATen (row losses, gradient in place; bf16; odd sizes)") {
+  if (!have_kernels()) return;
+  torch::manual_seed(6);
+  cross_entropy_case(7, 1000, false);      // vector path
+  cross_entropy_case(7, 1000, true);       // misaligned: scalar path
+  cross_entropy_case(5, 1001, false);      // odd vocabulary: scalar path
+  cross_entropy_case(3, 151936, false);    // Qwen3's vocabulary
+  cross_entropy_case(300, 128256, false);  // Llama 3's, many rows
+  cross_entropy_case(2, 5, false);         // fewer values than threads
+
+  // A target outside the vocabulary is NaN, not a silent zero; the switch off, or
+  // FP32 logits, leave ATen's path to the caller.
+  CrossEntropySwitch kernel(true);
+  Tensor x = torch::randn({2, 64}, bf16());
+  Tensor bad = torch::tensor({3, 64}, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kCUDA);
+  const Tensor loss = fused::cross_entropy_grad_(x, bad, 1.0).cpu();
+  CHECK(std::isfinite(loss[0].item<float>()));
+  CHECK(std::isnan(loss[1].item<float>()));
+  Tensor x32 = torch::randn({2, 64}, torch::TensorOptions().device(torch::kCUDA));
+  CHECK_FALSE(fused::cross_entropy_grad_(x32, bad, 1.0).defined());
+  fused::set_cross_entropy_enabled(false);
+  CHECK_FALSE(fused::cross_entropy_grad_(x, bad, 1.0).defined());
+}
 
 TEST_CASE("GPU kernels: fused QK-norm + RoPE matches ATen (values, dx, dweight; bf16; odd sizes)") {
   if (!have_kernels()) return;

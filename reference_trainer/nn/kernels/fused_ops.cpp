@@ -4,6 +4,7 @@
 #include <optional>
 
 #if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
+#include "nn/kernels/cross_entropy.hpp"
 #include "nn/kernels/norm_rope.hpp"
 #include "nn/kernels/rms_norm.hpp"
 #include "nn/kernels/swiglu.hpp"
@@ -25,6 +26,7 @@ namespace {
 
 std::atomic<bool> on{true};
 std::atomic<bool> norm_rope_on{true};
+std::atomic<bool> cross_entropy_on{false};
 
 // HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -188,11 +190,31 @@ Tensor norm_rope(const Tensor& x, const Tensor& w, const Tensor& cos, const Tens
   return rope(w.defined() ? rms_norm(x, w, eps) : x, cos, sin);
 }
 
+Tensor cross_entropy_grad_(Tensor& logits, const Tensor& targets, double scale) {
+#if PRIMECFG_HAVE_FUSED
+  if (on && cross_entropy_on && fusable(logits) && logits.is_contiguous() && logits.dim() == 2 &&
+      logits.size(0) > 0 && logits.size(1) > 0 && targets.dim() == 1 && targets.size(0) == logits.size(0) &&
+      targets.scalar_type() == torch::kInt64 && targets.device() == logits.device()) {
+    c10::cuda::CUDAGuard guard(logits.device());
+    const Tensor t = targets.contiguous();
+    Tensor loss = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat32));
+    kernels::cross_entropy_grad(reinterpret_cast<kernels::bf16*>(logits.data_ptr()),
+                                t.data_ptr<std::int64_t>(), loss.data_ptr<float>(), logits.size(0),
+                                logits.size(1), static_cast<float>(scale), stream());
+    return loss;
+  }
+#endif
+  (void)logits, (void)targets, (void)scale;
+  return Tensor();
+}
+
 bool kernels_built() { return PRIMECFG_HAVE_FUSED; }
 
 void set_enabled(bool enable) { on = enable; }
 bool enabled() { return on; }
 void set_norm_rope_enabled(bool enable) { norm_rope_on = enable; }
 bool norm_rope_enabled() { return norm_rope_on; }
+void set_cross_entropy_enabled(bool enable) { cross_entropy_on = enable; }
+bool cross_entropy_enabled() { return cross_entropy_on; }
 
 }  // namespace primecfg::train::fused

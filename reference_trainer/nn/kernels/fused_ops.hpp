@@ -21,6 +21,15 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor norm_rope(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
                         const torch::Tensor& sin, double eps);
 
+// The cross-entropy of a chunk of the LM head's logits [n, vocab] against targets [n]
+// (int64, each in [0, vocab)), and its gradient in place: returns each row's loss (FP32
+// [n]: logsumexp - the target's logit) and overwrites the logits with the gradient of
+// scale * (the sum of the losses), in their dtype. Only on the fused kernel
+// (cross_entropy.hpp), for contiguous bf16 CUDA logits while its switch is on; anywhere
+// else it returns an undefined tensor and leaves the logits alone (the caller then takes
+// ATen's path).
+torch::Tensor cross_entropy_grad_(torch::Tensor& logits, const torch::Tensor& targets, double scale);
+
 // Whether this build has the kernels (compiled by nvcc and linked in).
 bool kernels_built();
 
@@ -33,5 +42,10 @@ bool enabled();
 // norm_rope is rms_norm (above) followed by ATen's rotation. The GPU tests compare the two.
 void set_norm_rope_enabled(bool on);
 bool norm_rope_enabled();
+
+// cross_entropy_grad_'s kernel has its own switch (under set_enabled), off by default
+// until it has run on a GPU: the kernel is written and compiled, not yet measured.
+void set_cross_entropy_enabled(bool on);
+bool cross_entropy_enabled();
 
 }  // namespace primecfg::train::fused
