@@ -379,23 +379,17 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
                       "was saved with",
                       (dir / "config.json").string(), fmt::join(diffs, "; ")));
     // The weights: model.safetensors, or the files its index names.
-    std::vector<safetensors::file> weight_files;
+    WeightFileSet weights;
     try {
-      weight_files = open_weight_files(dir);
+      weights = open_weight_files(dir);
     } catch (const safetensors::error&) {
       throw;
     } catch (const std::runtime_error& e) {
-      throw run_error(e.what());  // the index: malformed, or not the files' own
+      throw run_error(e.what());  // the index: malformed, not the files' own, a tensor twice
     }
-    std::map<std::string, const safetensors::file*> file_of;
-    for (const auto& f : weight_files)
-      for (const auto& t : f.tensors())
-        if (!file_of.emplace(t.name, &f).second)
-          throw run_error(fmt::format("{}: tensor {} is also in {}", f.path().string(), t.name,
-                                      file_of[t.name]->path().string()));
     auto file_with = [&](const std::string& name) -> const safetensors::file& {
-      auto it = file_of.find(name);
-      return it == file_of.end() ? weight_files.front() : *it->second;  // the former names it missing
+      auto it = weights.tensors.find(name);
+      return it == weights.tensors.end() ? weights.files.front() : *it->second.file;  // that names it missing
     };
     std::set<std::string> consumed;
     for (std::size_t i = 0; i < model.params().size(); ++i) {
@@ -410,7 +404,7 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
       load_into(file_with(p.name), p.name, whole.tensor, consumed);
       dp->adopt(i, whole);
     }
-    for (const auto& f : weight_files) all_consumed(f, consumed);
+    for (const auto& f : weights.files) all_consumed(f, consumed);
     if (!cfg.skip_optimizer) {
       if (!manifest.optimizer)
         throw run_error(fmt::format(

@@ -49,7 +49,7 @@ torch::ScalarType to_torch(safetensors::dtype d) {
 
 }  // namespace
 
-std::vector<safetensors::file> open_weight_files(const std::filesystem::path& dir) {
+WeightFileSet open_weight_files(const std::filesystem::path& dir) {
   // The weights are what transformers loads: the shards that
   // model.safetensors.index.json names, else model.safetensors. Other safetensors
   // files in the folder (a checkpoint's optimizer state) are not weights.
@@ -98,31 +98,27 @@ std::vector<safetensors::file> open_weight_files(const std::filesystem::path& di
                              ": neither model.safetensors nor model.safetensors.index.json (only safetensors "
                              "weights are read)");
   }
-  std::vector<safetensors::file> files;
-  for (const auto& p : paths) files.push_back(safetensors::file::open(p));
-  // Each tensor in the file the index names for it.
-  if (!index.empty())
-    for (const auto& f : files)
-      for (const auto& t : f.tensors()) {
+  WeightFileSet set;
+  for (const auto& p : paths) set.files.push_back(safetensors::file::open(p));
+  // Where each tensor lies: in the file the index names for it, and only once.
+  for (const auto& f : set.files)
+    for (const auto& t : f.tensors()) {
+      if (!index.empty()) {
         auto listed = index.find(t.name);
         if (listed == index.end() || f.path().filename() != listed->second)
           throw std::runtime_error(fmt::format("{}: tensor {} is not listed for this file in {}",
                                                f.path().string(), t.name, index_path.string()));
       }
-  return files;
-}
-
-HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args)
-    : dir_(dir), args_(args), files_(open_weight_files(dir)) {
-  // Where each tensor of the files lies; a name twice is an error.
-  for (const auto& f : files_)
-    for (const auto& t : f.tensors()) {
-      auto [it, fresh] = tensors_.emplace(t.name, Found{&f, &t});
+      auto [it, fresh] = set.tensors.emplace(t.name, WeightFileSet::Found{&f, &t});
       if (!fresh)
         throw std::runtime_error(fmt::format("{}: tensor {} is also in {}; which one to load is ambiguous",
                                              f.path().string(), t.name, it->second.file->path().string()));
     }
+  return set;
 }
+
+HfWeights::HfWeights(const std::filesystem::path& dir, const ModelArgs& args)
+    : dir_(dir), args_(args), weights_(open_weight_files(dir)) {}
 
 torch::Tensor HfWeights::as_tensor(const Found& t) const {
   const auto type = t.info->type;
@@ -137,8 +133,8 @@ torch::Tensor HfWeights::as_tensor(const Found& t) const {
 
 void HfWeights::load(NamedParam& p) {
   torch::NoGradGuard no_grad;
-  auto it = tensors_.find(p.name);
-  if (it == tensors_.end())
+  auto it = weights_.tensors.find(p.name);
+  if (it == weights_.tensors.end())
     throw std::runtime_error(
         fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
                     "describes a model that has it)",
@@ -149,11 +145,11 @@ void HfWeights::load(NamedParam& p) {
                                          it->second.file->path().string(), p.name,
                                          fmt::join(it->second.info->shape, ", "), fmt::join(want, ", ")));
   p.tensor.detach().copy_(as_tensor(it->second));
-  tensors_.erase(it);
+  weights_.tensors.erase(it);
   // A tied model may still carry lm_head.weight; transformers then uses the
   // embedding, so the copy must be the same numbers or the two would disagree.
   if (p.name != "model.embed_tokens.weight" || !args_.tie_embeddings) return;
-  if (auto head = tensors_.find("lm_head.weight"); head != tensors_.end()) {
+  if (auto head = weights_.tensors.find("lm_head.weight"); head != weights_.tensors.end()) {
     Tensor embed = p.tensor.detach();
     std::vector<std::int64_t> want(embed.sizes().begin(), embed.sizes().end());
     if (head->second.info->shape != want || !torch::equal(as_tensor(head->second).to(embed.options()), embed))
@@ -161,15 +157,15 @@ void HfWeights::load(NamedParam& p) {
           "{}: tensor lm_head.weight differs from model.embed_tokens.weight, but config.json ties them "
           "(tie_word_embeddings = true): transformers would ignore it",
           head->second.file->path().string()));
-    tensors_.erase(head);
+    weights_.tensors.erase(head);
   }
 }
 
 void HfWeights::finish() {
-  if (!tensors_.empty()) {
+  if (!weights_.tensors.empty()) {
     std::vector<std::string> names;
-    for (const auto& [name, t] : tensors_) names.push_back(name);
-    const auto& first = tensors_.begin()->second;
+    for (const auto& [name, t] : weights_.tensors) names.push_back(name);
+    const auto& first = weights_.tensors.begin()->second;
     throw std::runtime_error(fmt::format(
         "{}: tensor {} is not a parameter of the model that config.json describes, and primecfg-train "
         "does not ignore weights (not used: {})",

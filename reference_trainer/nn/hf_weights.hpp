@@ -18,10 +18,26 @@
 
 namespace primecfg::train {
 
-// The safetensors files holding a folder's weights, opened: the files that
-// model.safetensors.index.json names (each tensor in the file the index names for
-// it), else model.safetensors. Errors name the file.
-std::vector<safetensors::file> open_weight_files(const std::filesystem::path& dir);
+// The safetensors files holding a folder's weights, opened, and where each tensor lies:
+// the files that model.safetensors.index.json names (each tensor in the file the index
+// names for it), else model.safetensors. Errors (no weights, a bad index, a tensor
+// twice) name the file and the tensor. Movable, not copyable: `tensors` points into
+// `files`.
+struct WeightFileSet {
+  struct Found {
+    const safetensors::file* file;
+    const safetensors::tensor_info* info;
+  };
+  std::vector<safetensors::file> files;
+  std::map<std::string, Found, std::less<>> tensors;
+
+  WeightFileSet() = default;
+  WeightFileSet(WeightFileSet&&) = default;
+  WeightFileSet& operator=(WeightFileSet&&) = default;
+  WeightFileSet(const WeightFileSet&) = delete;
+  WeightFileSet& operator=(const WeightFileSet&) = delete;
+};
+WeightFileSet open_weight_files(const std::filesystem::path& dir);
 
 class HfWeights {
  public:
@@ -39,16 +55,12 @@ class HfWeights {
   void finish();
 
  private:
-  struct Found {
-    const safetensors::file* file;
-    const safetensors::tensor_info* info;
-  };
+  using Found = WeightFileSet::Found;
   torch::Tensor as_tensor(const Found& t) const;
 
   std::filesystem::path dir_;
   ModelArgs args_;
-  std::vector<safetensors::file> files_;
-  std::map<std::string, Found, std::less<>> tensors_;  // not loaded yet
+  WeightFileSet weights_;  // its tensors: those not loaded yet
 };
 
 }  // namespace primecfg::train
