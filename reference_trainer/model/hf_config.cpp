@@ -314,6 +314,11 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
     r.fail("num_hidden_layers", "the model would have more than 2^46 parameters");
   if (a.rope_scaling.type == RopeScaling::Type::yarn && a.rope_scaling.original_max_positions <= 0)
     r.fail("rope_scaling", "yarn needs original_max_position_embeddings");
+  // The highest RoPE frequency, 1 / rope_theta^((head_dim - 2) / head_dim), must be a
+  // number: a positive rope_theta below about 1e-308 makes it infinite.
+  if (a.head_dim > 0 &&
+      !std::isfinite(1.0 / std::pow(a.rope_theta, static_cast<double>(a.head_dim - 2) / a.head_dim)))
+    r.fail("rope_theta", fmt::format("{} makes the RoPE frequencies infinite", a.rope_theta));
   return a;
 }
 

@@ -58,6 +58,8 @@ TEST_CASE("config.json: what would be ambiguous or silently different is refused
   refused(qwen3(R"(, "partial_rotary_factor": 0.5)"), "partial_rotary_factor");
   refused(qwen3(R"(, "quantization_config": {"quant_method": "gptq"})"), "\"quantization_config\"");
   refused(qwen3(R"(, "head_dim": 7)"), "odd");
+  // Positive, but 1 / theta^(254/256) overflows: infinite frequencies (the fuzzer's find).
+  refused(qwen3(R"(, "head_dim": 256, "rope_theta": 10000001e-320)"), "RoPE frequencies infinite");
   refused(R"({"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 48})",
           "not a multiple");
