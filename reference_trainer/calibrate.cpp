@@ -383,7 +383,7 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
   // The kernels the user's runs will use are the ones timed.
   if (!req.run.kernels.fused) args.push_back("--kernels.fused=false");
   if (!req.run.kernels.norm_rope) args.push_back("--kernels.norm-rope=false");
-  if (req.run.kernels.cross_entropy) args.push_back("--kernels.cross-entropy");
+  if (!req.run.kernels.cross_entropy) args.push_back("--kernels.cross-entropy=false");
   try {
     run_child(req, args, dir / "log");
   } catch (...) {

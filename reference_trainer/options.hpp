@@ -77,7 +77,7 @@ struct ProfileOptions {
 struct KernelOptions {
   bool fused = true;
   bool norm_rope = true;
-  bool cross_entropy = false;
+  bool cross_entropy = true;
 
   static constexpr auto fields() {
     using K = KernelOptions;
@@ -89,14 +89,14 @@ struct KernelOptions {
                           "ATen's rotation). Part of kernels.fused: off with it."),
                     field(&K::cross_entropy,
                           "Also compute the LM head's cross-entropy and its gradient in one kernel, in place "
-                          "of the bf16 logits (false: ATen's log_softmax in FP32, exp and a cast). Off until "
-                          "it has been run on a GPU. Part of kernels.fused."));
+                          "of the bf16 logits (false: ATen's log_softmax in FP32, exp and a cast). Part of "
+                          "kernels.fused: off with it."));
   }
 
   void validate(validation& v) {
     // Written true beside fused = false is a contradiction; the default simply follows fused.
     if (norm_rope && !fused && v.is_set(norm_rope)) v.error(norm_rope, "needs kernels.fused");
-    if (cross_entropy && !fused) v.error(cross_entropy, "needs kernels.fused");
+    if (cross_entropy && !fused && v.is_set(cross_entropy)) v.error(cross_entropy, "needs kernels.fused");
   }
 };
 

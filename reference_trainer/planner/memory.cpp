@@ -331,12 +331,17 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     // accumulates straight into the fp32 grad_w (addmm with an fp32 output, CUDA), a
     // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
     // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
+    // With the fused cross-entropy kernel (bf16 on CUDA) the chunk holds its bf16 logits
+    // alone, the gradient written over them, and an FP32 loss per token.
     const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
-    const i64 chunk = dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
-                              : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
+    const bool fused_ce = dt == 2 && w.a.cuda && w.a.fused_cross_entropy;
+    const i64 chunk = fused_ce  ? 2 * c * V + product + 2 * c * D * dt + c * 28 + N * 8
+                      : dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
+                                : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
     const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop
     b.add("ce_chunk", std::max(chunk, tail),
-          fmt::format("logits chunk of {} tokens x vocab (fp32 logits, softmax, casts)", c));
+          fmt::format("logits chunk of {} tokens x vocab ({})", c,
+                      fused_ce ? "bf16 logits, gradient in place" : "fp32 logits, softmax, casts"));
   }
   b.add("ce_backward", 2 * (N * D * dt + V * D * dt), "saved LM-head gradients and their scaled copies");
 

@@ -59,6 +59,9 @@ struct Assumptions {
   // bf16 on CUDA with the fused kernels: SwiGLU keeps gate and up for backward, not
   // silu(gate) as ATen's silu(g) * u does.
   bool fused_swiglu = kFusedKernels;
+  // bf16 on CUDA with the fused kernels: the loss's token chunk holds only its bf16
+  // logits, the gradient written over them (nn/kernels/cross_entropy.cu).
+  bool fused_cross_entropy = kFusedKernels;
   bool fp32_out_gemm = true;  // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)
   std::int64_t device_block = 512;             // CUDA caching allocator rounds every tensor up to this
   bool pinned_pow2 = true;                     // pinned host allocator rounds each tensor to a power of two

@@ -70,12 +70,20 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   auto nccl_cpu = options_of(v({"--device=cpu", "--dist.backend=nccl"}));
   CHECK_FALSE(nccl_cpu.ok());
   CHECK(format_text(nccl_cpu.diagnostics, "options").find("dist.backend") != std::string::npos);
-  // The fused kernels, QK-norm + RoPE among them: on by default; turning the kernels off turns
-  // that one off too, but asking for it without them is a contradiction.
+  // The fused kernels, QK-norm + RoPE and the cross-entropy among them: on by default;
+  // turning the kernels off turns those off too, but asking for one without them is a
+  // contradiction.
   auto plain = options_of(v({}));
   REQUIRE(plain.ok());
   CHECK(plain.value.kernels.fused);
   CHECK(plain.value.kernels.norm_rope);
+  CHECK(plain.value.kernels.cross_entropy);
+  auto no_ce = options_of(v({"--no-kernels.cross-entropy"}));
+  REQUIRE(no_ce.ok());
+  CHECK_FALSE(no_ce.value.kernels.cross_entropy);
+  auto ce_alone = options_of(v({"--kernels.cross-entropy", "--kernels.fused=false"}));
+  CHECK_FALSE(ce_alone.ok());
+  CHECK(format_text(ce_alone.diagnostics, "options").find("kernels.cross_entropy") != std::string::npos);
   auto no_rope = options_of(v({"--no-kernels.norm-rope"}));
   REQUIRE(no_rope.ok());
   CHECK_FALSE(no_rope.value.kernels.norm_rope);

@@ -176,10 +176,11 @@ void norm_rope_case(const std::vector<std::int64_t>& sizes, bool with_norm, bool
                                          << (xa.grad() - x.grad()).abs().max().item<float>());
 }
 
-// The cross-entropy kernel's switch, restored (off) at the end of a test.
+// The cross-entropy kernel's switch, restored at the end of a test.
 struct CrossEntropySwitch {
+  bool before = fused::cross_entropy_enabled();
   explicit CrossEntropySwitch(bool on) { fused::set_cross_entropy_enabled(on); }
-  ~CrossEntropySwitch() { fused::set_cross_entropy_enabled(false); }
+  ~CrossEntropySwitch() { fused::set_cross_entropy_enabled(before); }
 };
 
 // Each row's loss (FP32, against FP64 on the same bf16 logits) and the gradient written

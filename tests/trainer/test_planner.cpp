@@ -37,7 +37,8 @@ plan::Assumptions exact() {
   a.cuda_context = 0;
   a.allocator_slack = 0;
   a.host_runtime = 0;
-  a.fused_swiglu = false;  // the hand-computed figures below are ATen's SwiGLU
+  a.fused_swiglu = false;         // the hand-computed figures below are ATen's SwiGLU
+  a.fused_cross_entropy = false;  // and ATen's loss
   return a;
 }
 
@@ -130,6 +131,11 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   no_fp32_gemm.fp32_out_gemm = false;
   CHECK(plan::make_plan(cfg, s, no_fp32_gemm).mode(Offload::none).gpu.term("ce_chunk") ==
         640 + 256 + 128 + 96 + 32);
+  // The fused cross-entropy kernel: the chunk's bf16 logits alone (2 B per logit, the
+  // gradient written over them) and an FP32 loss per token (4 x 28 B with the indices).
+  auto fused_ce = exact();
+  fused_ce.fused_cross_entropy = true;
+  CHECK(plan::make_plan(cfg, s, fused_ce).mode(Offload::none).gpu.term("ce_chunk") == 128 + 128 + 112 + 32);
   CHECK(none.term("ce_backward") == 2 * (64 + 256));
   CHECK(none.term("backward_temps") == 4 * (8 + 2 * 16) * 2);  // the MLP stage
   CHECK(none.term("embed_grad") == 2 * 16 * 8 * 2);

@@ -26,7 +26,7 @@ namespace {
 
 std::atomic<bool> on{true};
 std::atomic<bool> norm_rope_on{true};
-std::atomic<bool> cross_entropy_on{false};
+std::atomic<bool> cross_entropy_on{true};
 
 // HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
