@@ -45,6 +45,11 @@ struct Tables {
   }
 };
 
+// Rows of one token taken together: their loads are all issued before the first row's
+// sum over the warp, so that a warp has several rows' reads in flight, not one.
+template <int KP>
+constexpr int kRowsAtOnce = KP >= 4 ? 1 : 4 / KP;
+
 template <int KP>
 __global__ void norm_rope_forward_kernel(const __nv_bfloat16* __restrict__ x,
                                          const __nv_bfloat16* __restrict__ w,
@@ -52,39 +57,50 @@ __global__ void norm_rope_forward_kernel(const __nv_bfloat16* __restrict__ x,
                                          const __nv_bfloat16* __restrict__ sin, __nv_bfloat16* __restrict__ y,
                                          float* __restrict__ rstd, std::int64_t tokens, int heads, int dim,
                                          float eps) {
+  constexpr int U = kRowsAtOnce<KP>;
   const std::int64_t token = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (token >= tokens) return;
   const int half = dim / 2;
   Tables<KP> tab;
   tab.load(cos, sin, w, token, dim, lane);
-  for (int h = 0; h < heads; ++h) {
-    const std::int64_t row = token * heads + h, off = row * dim;
-    float lo[KP], hi[KP];
-    float ss = 0.f;
+  for (int h0 = 0; h0 < heads; h0 += U) {
+    float lo[U][KP], hi[U][KP];
 #pragma unroll
-    for (int k = 0; k < KP; ++k) {
-      const int p = k * 32 + lane;
-      lo[k] = p < half ? f32(x[off + p]) : 0.f;
-      hi[k] = p < half ? f32(x[off + p + half]) : 0.f;
-      ss += lo[k] * lo[k] + hi[k] * hi[k];
-    }
-    if (w) {  // the same for the whole warp
-      ss = warp_sum(ss);
-      const float r = rsqrtf(ss / static_cast<float>(dim) + eps);
-      if (lane == 0) rstd[row] = r;
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t off = (token * heads + h0 + u) * dim;
 #pragma unroll
       for (int k = 0; k < KP; ++k) {
-        lo[k] = lo[k] * r * tab.w_lo[k];  // (x * rstd) * w, as at::rms_norm
-        hi[k] = hi[k] * r * tab.w_hi[k];
+        const int p = k * 32 + lane;
+        const bool in = p < half && h0 + u < heads;
+        lo[u][k] = in ? f32(x[off + p]) : 0.f;
+        hi[u][k] = in ? f32(x[off + p + half]) : 0.f;
       }
     }
 #pragma unroll
-    for (int k = 0; k < KP; ++k) {
-      const int p = k * 32 + lane;
-      if (p < half) {
-        y[off + p] = b16(lo[k] * tab.cos_lo[k] - hi[k] * tab.sin_lo[k]);
-        y[off + p + half] = b16(hi[k] * tab.cos_hi[k] + lo[k] * tab.sin_hi[k]);
+    for (int u = 0; u < U; ++u) {
+      if (h0 + u >= heads) break;  // the same for the whole warp
+      const std::int64_t row = token * heads + h0 + u, off = row * dim;
+      if (w) {  // the same for the whole warp
+        float ss = 0.f;
+#pragma unroll
+        for (int k = 0; k < KP; ++k) ss += lo[u][k] * lo[u][k] + hi[u][k] * hi[u][k];
+        ss = warp_sum(ss);
+        const float r = rsqrtf(ss / static_cast<float>(dim) + eps);
+        if (lane == 0) rstd[row] = r;
+#pragma unroll
+        for (int k = 0; k < KP; ++k) {
+          lo[u][k] = lo[u][k] * r * tab.w_lo[k];  // (x * rstd) * w, as at::rms_norm
+          hi[u][k] = hi[u][k] * r * tab.w_hi[k];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < KP; ++k) {
+        const int p = k * 32 + lane;
+        if (p < half) {
+          y[off + p] = b16(lo[u][k] * tab.cos_lo[k] - hi[u][k] * tab.sin_lo[k]);
+          y[off + p + half] = b16(hi[u][k] * tab.cos_hi[k] + lo[u][k] * tab.sin_hi[k]);
+        }
       }
     }
   }
@@ -107,51 +123,60 @@ __global__ void norm_rope_backward_kernel(const __nv_bfloat16* __restrict__ dy,
   float acc_lo[KP], acc_hi[KP];
 #pragma unroll
   for (int k = 0; k < KP; ++k) acc_lo[k] = acc_hi[k] = 0.f;
+  constexpr int U = kRowsAtOnce<KP>;
   for (std::int64_t token = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + warp; token < tokens;
        token += static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock) {
     Tables<KP> tab;
     tab.load(cos, sin, w, token, dim, lane);
-    for (int h = 0; h < heads; ++h) {
-      const std::int64_t row = token * heads + h, off = row * dim;
-      // The gradient reaching n: the rotation transposed.
-      float g_lo[KP], g_hi[KP];
+    for (int h0 = 0; h0 < heads; h0 += U) {
+      // The gradient reaching n (the rotation transposed) and x, for U rows.
+      float g_lo[U][KP], g_hi[U][KP], a_lo[U][KP], a_hi[U][KP], r[U];
 #pragma unroll
-      for (int k = 0; k < KP; ++k) {
-        const int p = k * 32 + lane;
-        const float d_lo = p < half ? f32(dy[off + p]) : 0.f;
-        const float d_hi = p < half ? f32(dy[off + p + half]) : 0.f;
-        g_lo[k] = d_lo * tab.cos_lo[k] + d_hi * tab.sin_hi[k];
-        g_hi[k] = d_hi * tab.cos_hi[k] - d_lo * tab.sin_lo[k];
-      }
-      if (w) {  // the same for the whole warp
-        const float r = rstd[row];
-        float a_lo[KP], a_hi[KP];
-        float s = 0.f;  // sum of w * dn * x over the row
+      for (int u = 0; u < U; ++u) {
+        const bool row_in = h0 + u < heads;
+        const std::int64_t row = token * heads + h0 + u, off = row * dim;
+        r[u] = w && row_in ? rstd[row] : 0.f;
 #pragma unroll
         for (int k = 0; k < KP; ++k) {
           const int p = k * 32 + lane;
-          a_lo[k] = p < half ? f32(x[off + p]) : 0.f;
-          a_hi[k] = p < half ? f32(x[off + p + half]) : 0.f;
-          acc_lo[k] += g_lo[k] * a_lo[k] * r;
-          acc_hi[k] += g_hi[k] * a_hi[k] * r;
-          g_lo[k] *= tab.w_lo[k];
-          g_hi[k] *= tab.w_hi[k];
-          s += g_lo[k] * a_lo[k] + g_hi[k] * a_hi[k];
-        }
-        s = warp_sum(s);
-        const float kk = s * r * r * r / static_cast<float>(dim);
-#pragma unroll
-        for (int k = 0; k < KP; ++k) {
-          g_lo[k] = r * g_lo[k] - kk * a_lo[k];
-          g_hi[k] = r * g_hi[k] - kk * a_hi[k];
+          const bool in = p < half && row_in;
+          const float d_lo = in ? f32(dy[off + p]) : 0.f;
+          const float d_hi = in ? f32(dy[off + p + half]) : 0.f;
+          g_lo[u][k] = d_lo * tab.cos_lo[k] + d_hi * tab.sin_hi[k];
+          g_hi[u][k] = d_hi * tab.cos_hi[k] - d_lo * tab.sin_lo[k];
+          a_lo[u][k] = in && w ? f32(x[off + p]) : 0.f;
+          a_hi[u][k] = in && w ? f32(x[off + p + half]) : 0.f;
         }
       }
 #pragma unroll
-      for (int k = 0; k < KP; ++k) {
-        const int p = k * 32 + lane;
-        if (p < half) {
-          dx[off + p] = b16(g_lo[k]);
-          dx[off + p + half] = b16(g_hi[k]);
+      for (int u = 0; u < U; ++u) {
+        if (h0 + u >= heads) break;  // the same for the whole warp
+        const std::int64_t off = (token * heads + h0 + u) * dim;
+        if (w) {          // the same for the whole warp
+          float s = 0.f;  // sum of w * dn * x over the row
+#pragma unroll
+          for (int k = 0; k < KP; ++k) {
+            acc_lo[k] += g_lo[u][k] * a_lo[u][k] * r[u];
+            acc_hi[k] += g_hi[u][k] * a_hi[u][k] * r[u];
+            g_lo[u][k] *= tab.w_lo[k];
+            g_hi[u][k] *= tab.w_hi[k];
+            s += g_lo[u][k] * a_lo[u][k] + g_hi[u][k] * a_hi[u][k];
+          }
+          s = warp_sum(s);
+          const float kk = s * r[u] * r[u] * r[u] / static_cast<float>(dim);
+#pragma unroll
+          for (int k = 0; k < KP; ++k) {
+            g_lo[u][k] = r[u] * g_lo[u][k] - kk * a_lo[u][k];
+            g_hi[u][k] = r[u] * g_hi[u][k] - kk * a_hi[u][k];
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < KP; ++k) {
+          const int p = k * 32 + lane;
+          if (p < half) {
+            dx[off + p] = b16(g_lo[u][k]);
+            dx[off + p + half] = b16(g_hi[u][k]);
+          }
         }
       }
     }
