@@ -22,6 +22,14 @@
 #              SHAPES        subset of: qwen0.6b-8k llama3b-8k qwen0.6b-32k
 #              ROWS          order of the rows (shape:ours|eager|compile|hf|liger), see below
 #              SKIP_SMOKE    set: no GPU tests and no default run
+#              KEEP          set: rows that passed in an earlier call into the same RESULTS are
+#                            kept, not run again (without it every row runs afresh)
+#
+# The whole table takes about 11 minutes of an H200 machine. Where one command may run for
+# less (the device tool: 10 minutes), run it twice on the same machine, the second call
+# right after the first while that machine is still held:
+#   BUDGET_S=540 RESULTS=/tmp/bench KEEP=1 bash bench/trainer/run_gpu.sh   # twice
+# The second call runs only the rows the first did not reach and reports them all.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -32,39 +40,24 @@ START=$(date +%s)
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 SHAPES=${SHAPES:-"qwen0.6b-8k llama3b-8k qwen0.6b-32k"}
 mkdir -p "$RES"
+[ -z "${KEEP:-}" ] && rm -f "$RES"/*.ok
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-TD=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-NV=$(dirname "$TD")/nvidia
-export LD_LIBRARY_PATH="$TD/lib:$NV/cu13/lib:$NV/nccl/lib:${LD_LIBRARY_PATH:-}"
 TIMEOUT_S=${TIMEOUT_S:-120}  # --offload.timeout-s: a stuck pipeline fails fast
 
-BIN=${PRIMECFG_BIN:-}
-if [ -z "$BIN" ] || ! "$BIN/primecfg-train" --help >/dev/null 2>&1; then
-  [ -n "$BIN" ] && { echo "prebuilt $BIN/primecfg-train does not run here:"; "$BIN/primecfg-train" --help 2>&1 | head -5; }
-  echo "== building with meson"
-  TOML=()
-  [ -d .deps/tomlpp/usr/include ] && TOML=(-Dtoml_include_dir="$ROOT/.deps/tomlpp/usr/include")
-  # nlohmann/json unpacked under .deps/ (docs/trainer.md, GPU smoke).
-  [ -d .deps/nlohmann/usr/share/pkgconfig ] &&
-    export PKG_CONFIG_PATH="$ROOT/.deps/nlohmann/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  PATH=$(dirname "$PY"):$PATH meson setup build-bench "${TOML[@]}" >"$RES/build.log" 2>&1 || { cat "$RES/build.log"; exit 1; }
-  ninja -C build-bench -j"$(nproc)" reference_trainer/primecfg-train tests/trainer/trainer_gpu_tests \
-    >>"$RES/build.log" 2>&1 || { tail -50 "$RES/build.log"; exit 1; }
-  BIN=$ROOT/build-bench
-  echo "build took $(($(date +%s) - START)) s"
-fi
-# A prebuilt folder holds both programs; a meson build folder has them where
-# meson puts them.
-TRAIN=$BIN/primecfg-train
-[ -x "$TRAIN" ] || TRAIN=$BIN/reference_trainer/primecfg-train
-GPUTESTS=$BIN/trainer_gpu_tests
-[ -x "$GPUTESTS" ] || GPUTESTS=$BIN/tests/trainer/trainer_gpu_tests
-[ -x "$GPUTESTS" ] || { echo "no trainer_gpu_tests under $BIN"; exit 1; }
+# A prebuilt PRIMECFG_BIN holds both programs; else both are built into build-bench.
+BUILD_TARGETS=tests/trainer/trainer_gpu_tests
+source bench/trainer/gpu_env.sh
+[ -x "$TRAIN" ] || { echo "no primecfg-train at $TRAIN"; exit 1; }
+[ -x "$GPUTESTS" ] || { echo "no trainer_gpu_tests at $GPUTESTS"; exit 1; }
 
 step() {  # name, seconds it may take, command...
   local name=$1 limit=$2
   shift 2
+  if [ -f "$RES/$name.ok" ]; then
+    echo "$name: passed in an earlier call (KEEP)"
+    return
+  fi
   if [ "$(left)" -lt "$limit" ]; then
     echo "SKIP $name (budget: $(left) s left, needs up to $limit)"
     return
@@ -73,6 +66,7 @@ step() {  # name, seconds it may take, command...
   timeout "$limit" "$@" >"$RES/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s"
+  [ $rc -eq 0 ] && touch "$RES/$name.ok"
   [ $rc -ne 0 ] && tail -5 "$RES/$name.log"
 }
 
@@ -80,7 +74,7 @@ echo "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format
 if [ -z "${SKIP_SMOKE:-}" ]; then
   step gpu-tests 150 "$GPUTESTS"
   grep -E "test cases|assertions|MESSAGE|vs none|SKIP|skipped" "$RES/gpu-tests.log" | tail -8
-  step default 150 "$TRAIN" --output-dir="$RES/default"
+  step default 150 "$TRAIN" --output-dir="$RES/default" --clean
   grep -E "^primecfg-train|^step (1|50|100|150|200)/|done:|exact|warning" "$RES/default.log"
 fi
 
@@ -105,7 +99,7 @@ for row in $ROWS; do
     for mode in none optimizer full; do
       step "$shape-$mode" "${LIMIT[$shape]}" "$TRAIN" @ bench/trainer/fake.toml --model.name="${MODEL[$shape]}" \
         --model.offload=$mode --data.seq-len="${SEQ[$shape]}" --max-steps="${STEPS[$shape]}" \
-        --output-dir="$RES/$shape-$mode" --offload.timeout-s="$TIMEOUT_S"
+        --output-dir="$RES/$shape-$mode" --clean --offload.timeout-s="$TIMEOUT_S"
       grep -E "^step ${STEPS[$shape]}/|warning|error" "$RES/$shape-$mode.log" | tail -2
     done
   else
