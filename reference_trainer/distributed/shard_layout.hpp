@@ -37,6 +37,9 @@ struct ShardSpan {
 struct PieceRows {
   std::int64_t dim = 1, begin = 0, end = 0;
 
+  // The rows the piece touches, whole or cut: [first_row(), end_row()).
+  std::int64_t first_row() const { return begin / dim; }
+  std::int64_t end_row() const { return (end + dim - 1) / dim; }
   std::int64_t first_whole() const { return (begin + dim - 1) / dim; }
   std::int64_t end_whole() const { return std::max(end / dim, first_whole()); }
   // Row r's elements that the piece holds, [from, to) of the flattened matrix (to <= from:

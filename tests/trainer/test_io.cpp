@@ -65,7 +65,7 @@ TEST_CASE("shard layout: a piece's whole rows and cut rows, counted element by e
       CAPTURE(rank);
       const ShardSpan s = ShardSpan::of(n, rank, world);
       const PieceRows pr{dim, s.offset, s.offset + s.length};
-      std::vector<std::int64_t> cut, whole;
+      std::vector<std::int64_t> cut, whole, touched;
       for (std::int64_t r = 0; r < rows; ++r) {
         std::int64_t held = 0;
         for (std::int64_t e = r * dim; e < (r + 1) * dim; ++e)
@@ -74,6 +74,7 @@ TEST_CASE("shard layout: a piece's whole rows and cut rows, counted element by e
         CHECK(pr.whole(r) == (held == dim));
         if (held == dim) whole.push_back(r);
         if (held > 0 && held < dim) cut.push_back(r);
+        if (held > 0) touched.push_back(r);
         if (held > 0) CHECK(pr.to(r) - pr.from(r) == held);
       }
       std::vector<std::int64_t> seen;
@@ -83,6 +84,9 @@ TEST_CASE("shard layout: a piece's whole rows and cut rows, counted element by e
       std::vector<std::int64_t> range;
       for (std::int64_t r = pr.first_whole(); r < pr.end_whole(); ++r) range.push_back(r);
       CHECK(range == whole);
+      range.clear();
+      for (std::int64_t r = pr.first_row(); r < pr.end_row(); ++r) range.push_back(r);
+      CHECK(range == touched);  // an empty piece touches no row
     }
 }
 

@@ -43,16 +43,12 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       if (states_[i].p->tensor.is_same(model.lm_head())) tied_ = i;
   if (tied_) {
     const Tensor& w = states_[*tied_].p->tensor;
-    const std::int64_t dim = w.size(1);
-    tied_elem_end_ = w.numel();
+    tied_piece_ = {w.size(1), 0, w.numel()};
     if (dp) {
       const ShardSpan& piece = dp->span(*tied_);
-      tied_elem0_ = std::min(piece.offset, w.numel());
-      tied_elem_end_ = std::min(piece.offset + piece.length, w.numel());
+      tied_piece_.begin = std::min(piece.offset, w.numel());
+      tied_piece_.end = std::min(piece.offset + piece.length, w.numel());
     }
-    tied_row0_ = tied_elem0_ / dim;
-    tied_row_end_ = (tied_elem_end_ + dim - 1) / dim;
-    tied_piece_ = {dim, tied_elem0_, tied_elem_end_};
   }
   head_hook_ = [this](std::int64_t first_row, const Tensor& rows) { submit_head_rows(first_row, rows); };
   tied_embeddings_ = model.args().tie_embeddings;
@@ -254,8 +250,8 @@ void FullOffloadPipeline::start_host_pipeline() {
   }
   if (tied_) {
     const Tensor& w = states_[*tied_].p->tensor;
-    head_buf_ =
-        torch::empty({(tied_elem_end_ - tied_elem0_) * static_cast<std::int64_t>(w.element_size())}, bytes);
+    head_buf_ = torch::empty(
+        {(tied_piece_.end - tied_piece_.begin) * static_cast<std::int64_t>(w.element_size())}, bytes);
     head_slice_rows_ = std::max<std::int64_t>(1, kHeadSliceElements / w.size(1));
     lookup_done_rows_.assign(static_cast<std::size_t>(w.size(0)), 0);
   }
@@ -409,7 +405,7 @@ std::string FullOffloadPipeline::diagnose_locked(const std::string& what) const 
   std::string head;
   if (head_.active)
     head = fmt::format("; head share of step {} at row {} of rows {} to {}", head_.ctx->step, head_.next_row,
-                       tied_row0_, tied_row_end_);
+                       tied_piece_.first_row(), tied_piece_.end_row());
   return fmt::format(
       "offload = \"full\" pipeline: {}; gradients queued {}, processed {}, waiting {}; staging ring "
       "{} of {} bytes in use in {} ranges; worker busy with {}{}",
@@ -565,7 +561,7 @@ void FullOffloadPipeline::wait_for_head_rows(std::int64_t first, std::int64_t en
       trace_.span("main",
                   fmt::format("wait for block {} (LM head rows {}-{})", block_groups_.size(), first, end),
                   h_wait, HostTrace::now(), pending_step_);
-    if (end >= tied_row_end_) pending_step_ = 0;  // the last group
+    if (end >= tied_piece_.end_row()) pending_step_ = 0;  // the last group
     stats_.defer_wait_s += seconds_since(t_wait);
   }
   uploaded.wait_on(dev::current_stream(device_));

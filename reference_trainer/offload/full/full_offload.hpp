@@ -238,10 +238,10 @@ class FullOffloadPipeline {
   // and updated last. The largest update (a quarter of Qwen3-0.6B's parameters) then
   // runs beside backward instead of after it.
   std::optional<std::size_t> tied_;  // the tied embedding's index in states_
-  // The tied embedding's elements this rank updates, of the flattened vocab x hidden:
-  // all in one process, its piece when sharded; and the rows they touch.
-  std::int64_t tied_elem0_ = 0, tied_elem_end_ = 0, tied_row0_ = 0, tied_row_end_ = 0;
-  PieceRows tied_piece_;  // the same elements, by rows (whole and cut)
+  // The tied embedding's elements this rank updates, of the flattened vocab x hidden
+  // ([begin, end)): all in one process, its piece when sharded; and the rows they touch,
+  // whole and cut.
+  PieceRows tied_piece_;
   Transformer::HeadGradHook head_hook_;
   // The head share of one step: every row outside the step's batch, updated in slices
   // of rows whenever the worker has nothing else it can run, so that it neither holds

@@ -33,13 +33,13 @@ void FullOffloadPipeline::submit_head_rows(std::int64_t first_row, const Tensor&
     {
       std::lock_guard lk(mu_);
       head_ = HeadShare{};
-      head_.next_row = head_.done_row = tied_row0_;
+      head_.next_row = head_.done_row = tied_piece_.first_row();
       head_.ctx = ctx_;
       head_.active = true;
       ++submitted_;
     }
     head_submitted_ = true;
-    if (tied_row0_ >= tied_row_end_) {
+    if (tied_piece_.first_row() >= tied_piece_.end_row()) {
       // Sharded, this rank's piece is padding only: no row of the share is its own.
       // It still takes part in the split's sums, as every rank must.
       std::lock_guard lk(mu_);
@@ -55,13 +55,13 @@ void FullOffloadPipeline::submit_head_rows(std::int64_t first_row, const Tensor&
   }
   // This rank's elements of the chunk (all of it in one process).
   const std::int64_t dim = rows.size(1), at = first_row * dim;
-  const std::int64_t e0 = std::max(at, tied_elem0_), e1 = std::min(at + rows.numel(), tied_elem_end_);
+  const std::int64_t e0 = std::max(at, tied_piece_.begin), e1 = std::min(at + rows.numel(), tied_piece_.end);
   dev::Marker ready;
   if (e1 > e0)
-    ready =
-        copy_to_host(ring_view(head_buf_, static_cast<std::size_t>((e0 - tied_elem0_) * rows.element_size()),
-                               rows.scalar_type(), {e1 - e0}),
-                     share.reshape({-1}).narrow(0, e0 - at, e1 - e0));
+    ready = copy_to_host(
+        ring_view(head_buf_, static_cast<std::size_t>((e0 - tied_piece_.begin) * rows.element_size()),
+                  rows.scalar_type(), {e1 - e0}),
+        share.reshape({-1}).narrow(0, e0 - at, e1 - e0));
   {
     std::lock_guard lk(mu_);
     head_.parts.push_back({first_row + rows.size(0), std::move(ready)});
@@ -80,8 +80,8 @@ void FullOffloadPipeline::request_lookup_rows(const std::vector<std::int64_t>& i
     const auto vocab = static_cast<std::int64_t>(c.in_batch.size());
     std::vector<char> want(c.in_batch.size(), 0);
     // Rows below next_row are done, or in the slice running now; sharded, rows past
-    // tied_row_end_ are other ranks' pieces.
-    const std::int64_t end = std::min(vocab, tied_row_end_);
+    // tied_piece_.end_row() are other ranks' pieces.
+    const std::int64_t end = std::min(vocab, tied_piece_.end_row());
     for (auto id : ids)
       if (id >= head_.next_row && id < end && !c.in_batch[static_cast<std::size_t>(id)])
         want[static_cast<std::size_t>(id)] = 1;
@@ -124,9 +124,10 @@ FullOffloadPipeline::EmbeddingSpans FullOffloadPipeline::embedding_spans(const S
 }
 
 // The head share of this rank's elements, flat: element e of the tied embedding at
-// e - tied_elem0_.
+// e - tied_piece_.begin.
 Tensor FullOffloadPipeline::head_buf_view() const {
-  return ring_view(head_buf_, 0, states_[*tied_].p->tensor.scalar_type(), {tied_elem_end_ - tied_elem0_});
+  return ring_view(head_buf_, 0, states_[*tied_].p->tensor.scalar_type(),
+                   {tied_piece_.end - tied_piece_.begin});
 }
 
 // Updates the listed rows of the tied embedding and uploads them: the batch's rows
@@ -180,8 +181,9 @@ void FullOffloadPipeline::update_head_slice(const StepContext& c, std::int64_t f
   const Tensor flat = s.weight.reshape({-1});  // the weights this rank writes: element e at e - base
   const bool bf16 = flat.scalar_type() == torch::kBFloat16;
   const bool direct = flat.is_cpu() && flat.is_contiguous();
-  const std::int64_t dim = s.p->tensor.size(1), base = tied_elem0_;
-  const std::int64_t e0 = std::max(first * dim, tied_elem0_), e1 = std::min(last * dim, tied_elem_end_);
+  const std::int64_t dim = s.p->tensor.size(1), base = tied_piece_.begin;
+  const std::int64_t e0 = std::max(first * dim, tied_piece_.begin),
+                     e1 = std::min(last * dim, tied_piece_.end);
   if (e1 <= e0) return;
   Tensor out;
   if (bf16 && !direct) out = upload_slot(flat.scalar_type(), {e1 - e0});
@@ -220,7 +222,7 @@ void FullOffloadPipeline::update_head_slice(const StepContext& c, std::int64_t f
 }
 
 // Sharded: the listed rows (sorted) of this rank's piece, from a gradient laid out as
-// the piece (PieceLayout::piece: flat, element e at e - tied_elem0_; the next lookup's
+// the piece (PieceLayout::piece: flat, element e at e - tied_piece_.begin; the next lookup's
 // rows from the head share) or as the rows' elements in the piece one after another
 // (PieceLayout::rows: the batch's rows from the piece's final gradient, as
 // piece_batch_rows() staged it). Whole rows go up through one index_copy_; the rows
@@ -231,7 +233,7 @@ void FullOffloadPipeline::update_piece_rows(const Tensor& grad, PieceLayout layo
   const Tensor flat = s.weight.reshape({-1});
   const bool bf16 = flat.scalar_type() == torch::kBFloat16;
   const bool direct = flat.is_cpu() && flat.is_contiguous();
-  const std::int64_t dim = s.p->tensor.size(1), base = tied_elem0_;
+  const std::int64_t dim = s.p->tensor.size(1), base = tied_piece_.begin;
   struct Span {
     std::int64_t row, from, to, out;  // elements [from, to) of `row`, at `out` in the upload slot
   };

@@ -111,7 +111,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
   const bool head_ready = part && part->ready.reached();
   // The lookup's rows may lie anywhere: it waits for the whole share (the copies
   // land in order, so for the last one).
-  if (runnable && head_.lookup && head_.copied_rows() >= tied_row_end_ &&
+  if (runnable && head_.lookup && head_.copied_rows() >= tied_piece_.end_row() &&
       head_.parts.back().ready.reached()) {
     w.kind = Work::Kind::head_lookup;
     w.rows = std::move(*head_.lookup);
@@ -133,7 +133,7 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
   if (head_ready) {  // a slice within the copied part
     w.kind = Work::Kind::head_slice;
     w.first = head_.next_row;
-    w.last = std::min({part->end_row, w.first + head_slice_rows_, tied_row_end_});
+    w.last = std::min({part->end_row, w.first + head_slice_rows_, tied_piece_.end_row()});
     w.head_ready = part->ready;
     head_.next_row = w.last;
     return w;
@@ -149,7 +149,8 @@ FullOffloadPipeline::Work FullOffloadPipeline::next_work_locked() {
 // forward asks for its lookup rows (then only those run) and then until the loss
 // asks for its rows, so that both of those waits matter every step.
 bool FullOffloadPipeline::head_runnable_locked() const {
-  const bool rows_left = head_.active && head_.next_row < std::min(head_.copied_rows(), tied_row_end_);
+  const bool rows_left =
+      head_.active && head_.next_row < std::min(head_.copied_rows(), tied_piece_.end_row());
   if (!rows_left || !seams_.hold_head_share || draining_) return rows_left;
   return (head_.lookup && head_.lookup_requested) || head_.rows_requested;
 }
@@ -197,7 +198,7 @@ void FullOffloadPipeline::finish_work_locked(const Work& w, std::int64_t step) {
     }
     case Work::Kind::head_slice:
       head_.done_row = w.last;  // slices are handed out and finished in row order
-      if (w.last < tied_row_end_ && !error_) return;
+      if (w.last < tied_piece_.end_row() && !error_) return;
       head_.active = false;
       tied_head_done_step_ = step;
       settle_tied_locked(step);
