@@ -5,6 +5,7 @@
 #include "base/remove_tree.hpp"
 #include "base/run_error.hpp"
 #include "model/config.hpp"
+#include "nn/kernels/fused_ops.hpp"
 #include "optim/cpu/cpu_optim.hpp"
 #include "optim/cpu/thread_pool.hpp"
 #include "primecfg_commit.h"
@@ -425,6 +426,9 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   p.provenance.commit = PRIMECFG_COMMIT;
   p.provenance.torch = TORCH_VERSION;
   p.provenance.command = req.command;
+  // The kernels apply to bf16 on a GPU only; elsewhere the runs use none.
+  p.provenance.kernels =
+      fused::kernels_built() && d.is_cuda() && bf16 ? req.run.kernels.on() : std::vector<std::string>{};
   if (req.run.peak_tflops) p.gpu.peak_tflops = *req.run.peak_tflops;
 
   // The trainer's own runs first, each in a process of its own, before this one

@@ -187,6 +187,7 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   // The fused kernels the run will use (a build without them uses none).
   a.fused_swiglu = plan::kFusedKernels && o.kernels.fused;
   a.fused_cross_entropy = plan::kFusedKernels && o.kernels.fused && o.kernels.cross_entropy;
+  a.kernels = plan::kFusedKernels ? o.kernels.on() : std::vector<std::string>{};
   if (o.plan_gpu_memory) {
     a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";

@@ -93,6 +93,16 @@ struct KernelOptions {
                           "kernels.fused: off with it."));
   }
 
+  // The kernels these options turn on, by field name ("fused": RMSNorm and SwiGLU), in a
+  // build that has them: what a machine profile records (planner/profile.hpp).
+  std::vector<std::string> on() const {
+    if (!fused) return {};
+    std::vector<std::string> names{"fused"};
+    if (norm_rope) names.emplace_back("norm_rope");
+    if (cross_entropy) names.emplace_back("cross_entropy");
+    return names;
+  }
+
   void validate(validation& v) {
     // Written true beside fused = false is a contradiction; the default simply follows fused.
     if (norm_rope && !fused && v.is_set(norm_rope)) v.error(norm_rope, "needs kernels.fused");

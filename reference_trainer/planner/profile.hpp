@@ -32,13 +32,19 @@ struct ProfileProvenance {
   std::string commit;       // primecfg's commit (or "unknown")
   std::string torch;        // LibTorch version
   std::string command;      // how it was measured
+  // The fused CUDA kernels that were on (KernelOptions::on()): the GPU times are theirs.
+  // nullopt: not recorded (profiles written before the field).
+  std::optional<std::vector<std::string>> kernels;
 
   static constexpr auto fields() {
     using P = ProfileProvenance;
     return describe(field(&P::device, "GPU name as CUDA reports it."),
                     field(&P::machine, "The host: CPU model, cores, memory."),
                     field(&P::measured_at, "When (UTC)."), field(&P::commit, "primecfg commit."),
-                    field(&P::torch, "LibTorch version."), field(&P::command, "The calibrating command."));
+                    field(&P::torch, "LibTorch version."), field(&P::command, "The calibrating command."),
+                    field(&P::kernels,
+                          "The fused CUDA kernels that were on while measuring (kernels.* option names; "
+                          "empty: none), whose times the profile holds."));
   }
 };
 

@@ -17,6 +17,7 @@
 #include "nn/activation_window.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -101,6 +102,17 @@ double attention_rate(const MachineProfile& p, std::int64_t T, std::int64_t head
 ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   ComputeTimes c;
   const ModelShape& s = w.s;
+  // The block and head times are those of the kernels the calibration ran.
+  const auto& measured = p.provenance.kernels;
+  if (w.a.kernels && measured && *w.a.kernels != *measured) {
+    auto list = [](const std::vector<std::string>& k) {
+      return k.empty() ? "none" : fmt::format("{}", fmt::join(k, ", "));
+    };
+    c.unsure.push_back(
+        fmt::format("GPU times measured with the fused kernels {} and this run uses {}: "
+                    "--calibrate on this build measures its own",
+                    list(*measured), list(*w.a.kernels)));
+  }
 
   // Outside attention, each measured block runs its matmuls (and what goes with them:
   // norms, casts, launches) at some throughput; bigger matmuls run faster.

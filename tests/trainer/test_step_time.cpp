@@ -305,6 +305,37 @@ TEST_CASE("step time: a shape or length outside the profile is said to be unsure
   CHECK(has("beyond the longest length measured"));
 }
 
+TEST_CASE("step time: a profile measured with other fused kernels than the run's is said to be unsure") {
+  std::string text = kProfile;
+  text.replace(text.find("command = \"by hand\""), 19, "command = \"by hand\"\nkernels = [\"fused\"]");
+  const auto prof = plan::read_profile_text("test", text);
+  REQUIRE(prof.provenance.kernels);
+  CHECK(*prof.provenance.kernels == std::vector<std::string>{"fused"});
+  auto unsure_with = [&](std::optional<std::vector<std::string>> run) {
+    plan::Assumptions a;
+    a.profile = &prof;
+    a.kernels = std::move(run);
+    const auto p = plan::make_plan(config(1024), hand_shape(), a);
+    return p.mode(Offload::none).time->unsure;
+  };
+  train::KernelOptions all;  // the defaults: every kernel on
+  const auto u = unsure_with(all.on());
+  REQUIRE(u.size() == 1);
+  CHECK(u[0].find("fused kernels fused and this run uses fused, norm_rope, cross_entropy") !=
+        std::string::npos);
+  CHECK(unsure_with(std::vector<std::string>{"fused"}).empty());
+  CHECK(unsure_with(std::nullopt).empty());  // the run's kernels not known
+  train::KernelOptions off;
+  off.fused = false;
+  CHECK(unsure_with(off.on()).at(0).find("this run uses none") != std::string::npos);
+  // A profile that does not record them (written before the field) says nothing.
+  const auto old = plan::read_profile_text("test", kProfile);
+  plan::Assumptions a;
+  a.profile = &old;
+  a.kernels = all.on();
+  CHECK(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none).time->unsure.empty());
+}
+
 TEST_CASE("machine profile: bad values and unknown keys are errors with file:line") {
   std::string bad = kProfile;
   bad.replace(bad.find("forward_s = 0.010"), 17, "forward_s = -1.0");
