@@ -22,8 +22,9 @@
 #              SHAPES        subset of: qwen0.6b-8k llama3b-8k qwen0.6b-32k
 #              ROWS          order of the rows (shape:ours|eager|compile|hf|liger), see below
 #              SKIP_SMOKE    set: no GPU tests and no default run
-#              KEEP          set: rows that passed in an earlier call into the same RESULTS are
-#                            kept, not run again (without it every row runs afresh)
+#              KEEP          set: rows that passed in an earlier call into the same RESULTS, with
+#                            the same programs (primecfg-train, the GPU tests, torch_peer.py,
+#                            fake.toml), are kept, not run again (without it every row runs afresh)
 #
 # The whole table takes about 11 minutes of an H200 machine. Where one command may run for
 # less (the device tool: 10 minutes), run it twice on the same machine, the second call
@@ -50,13 +51,18 @@ BUILD_TARGETS=tests/trainer/trainer_gpu_tests
 source bench/trainer/gpu_env.sh
 [ -x "$TRAIN" ] || { echo "no primecfg-train at $TRAIN"; exit 1; }
 [ -x "$GPUTESTS" ] || { echo "no trainer_gpu_tests at $GPUTESTS"; exit 1; }
+# What a kept row must have been measured with: these programs, byte for byte.
+STAMP=$(cat "$TRAIN" "$GPUTESTS" bench/trainer/torch_peer.py bench/trainer/fake.toml | md5sum | cut -c1-16)
 
 step() {  # name, seconds it may take, command...
   local name=$1 limit=$2
   shift 2
   if [ -f "$RES/$name.ok" ]; then
-    echo "$name: passed in an earlier call (KEEP)"
-    return
+    if [ "$(cat "$RES/$name.ok")" = "$STAMP" ]; then
+      echo "$name: passed in an earlier call (KEEP)"
+      return
+    fi
+    echo "$name: the earlier result came from other programs: run again"
   fi
   if [ "$(left)" -lt "$limit" ]; then
     echo "SKIP $name (budget: $(left) s left, needs up to $limit)"
@@ -66,7 +72,7 @@ step() {  # name, seconds it may take, command...
   timeout "$limit" "$@" >"$RES/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s"
-  [ $rc -eq 0 ] && touch "$RES/$name.ok"
+  [ $rc -eq 0 ] && echo "$STAMP" >"$RES/$name.ok"
   [ $rc -ne 0 ] && tail -5 "$RES/$name.log"
 }
 
