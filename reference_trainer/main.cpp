@@ -185,10 +185,12 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.compute_bytes = o.compute_dtype.value_or(train::ComputeDtype::bf16) == train::ComputeDtype::bf16 ? 2 : 4;
   a.ring_bytes = o.offload.ring_bytes();  // the trainer's staging rings and moment window
   // The fused kernels the run will use: bf16 only, and none in a build without them.
-  const bool kernels = plan::kFusedKernels && a.compute_bytes == 2;
-  a.fused_swiglu = kernels && o.kernels.fused;
-  a.fused_cross_entropy = kernels && o.kernels.fused && o.kernels.cross_entropy;
-  a.kernels = kernels ? o.kernels.on() : std::vector<std::string>{};
+  a.kernels = plan::kFusedKernels && a.compute_bytes == 2 ? o.kernels.on() : std::vector<std::string>{};
+  auto uses = [&](std::string_view k) {
+    return std::find(a.kernels->begin(), a.kernels->end(), k) != a.kernels->end();
+  };
+  a.fused_swiglu = uses("fused");
+  a.fused_cross_entropy = uses("cross_entropy");
   if (o.plan_gpu_memory) {
     a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";
