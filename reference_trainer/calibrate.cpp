@@ -385,6 +385,7 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
   if (!req.run.kernels.fused) args.push_back("--kernels.fused=false");
   if (!req.run.kernels.norm_rope) args.push_back("--kernels.norm-rope=false");
   if (!req.run.kernels.cross_entropy) args.push_back("--kernels.cross-entropy=false");
+  if (!req.run.kernels.adamw) args.push_back("--kernels.adamw=false");
   try {
     run_child(req, args, dir / "log");
   } catch (...) {

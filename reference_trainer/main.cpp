@@ -191,6 +191,7 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   };
   a.fused_swiglu = uses("fused");
   a.fused_cross_entropy = uses("cross_entropy");
+  a.fused_adamw = uses("adamw");
   if (o.plan_gpu_memory) {
     a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";

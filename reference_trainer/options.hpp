@@ -72,25 +72,31 @@ struct ProfileOptions {
   }
 };
 
-// primecfg's fused CUDA kernels (nn/kernels/), which apply to bf16 tensors on a GPU only:
+// primecfg's fused CUDA kernels (nn/kernels/, optim/kernels/), which apply to bf16 tensors on a GPU only:
 // the CPU and FP32 always run ATen's operators.
 struct KernelOptions {
   bool fused = true;
   bool norm_rope = true;
   bool cross_entropy = true;
+  bool adamw = true;
 
   static constexpr auto fields() {
     using K = KernelOptions;
-    return describe(field(&K::fused,
-                          "Run RMSNorm and SwiGLU on primecfg's fused CUDA kernels (false: ATen's operators, "
-                          "as in FP32 and on the CPU)."),
-                    field(&K::norm_rope,
-                          "Also run QK-norm and RoPE as one fused kernel (false: RMSNorm's kernel, then "
-                          "ATen's rotation). Part of kernels.fused: off with it."),
-                    field(&K::cross_entropy,
-                          "Also compute the LM head's cross-entropy and its gradient in one kernel, in place "
-                          "of the bf16 logits (false: ATen's log_softmax in FP32, exp and a cast). Part of "
-                          "kernels.fused: off with it."));
+    return describe(
+        field(&K::fused,
+              "Run RMSNorm and SwiGLU on primecfg's fused CUDA kernels (false: ATen's operators, "
+              "as in FP32 and on the CPU)."),
+        field(&K::norm_rope,
+              "Also run QK-norm and RoPE as one fused kernel (false: RMSNorm's kernel, then "
+              "ATen's rotation). Part of kernels.fused: off with it."),
+        field(&K::cross_entropy,
+              "Also compute the LM head's cross-entropy and its gradient in one kernel, in place "
+              "of the bf16 logits (false: ATen's log_softmax in FP32, exp and a cast). Part of "
+              "kernels.fused: off with it."),
+        field(&K::adamw,
+              "Also run offload = \"none\"'s AdamW update, its gradient norm and the bf16 weight "
+              "copy as one fused pass over the state (false: ATen's norm, _fused_adamw_ and copy). "
+              "Part of kernels.fused: off with it."));
   }
 
   // The kernels these options turn on, by field name ("fused": RMSNorm and SwiGLU), in a
@@ -100,6 +106,7 @@ struct KernelOptions {
     std::vector<std::string> names{"fused"};
     if (norm_rope) names.emplace_back("norm_rope");
     if (cross_entropy) names.emplace_back("cross_entropy");
+    if (adamw) names.emplace_back("adamw");
     return names;
   }
 
@@ -107,6 +114,7 @@ struct KernelOptions {
     // Written true beside fused = false is a contradiction; the default simply follows fused.
     if (norm_rope && !fused && v.is_set(norm_rope)) v.error(norm_rope, "needs kernels.fused");
     if (cross_entropy && !fused && v.is_set(cross_entropy)) v.error(cross_entropy, "needs kernels.fused");
+    if (adamw && !fused && v.is_set(adamw)) v.error(adamw, "needs kernels.fused");
   }
 };
 

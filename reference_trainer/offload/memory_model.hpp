@@ -54,6 +54,10 @@ class MemoryModel {
   virtual std::vector<std::string> device_buffers(const Workload& w, Builder& gpu) const = 0;
   virtual LossWalk loss_walk(const Workload& w) const = 0;
   virtual UpdateAt update_at(const Workload& w) const = 0;
+  // Whether the update reads autograd's compute-dtype gradients as backward made them,
+  // each held from its backward to the update, in place of FP32 accumulators (which
+  // then do not exist).
+  virtual bool hands_over_grads(const Workload& w) const = 0;
   // Adds the mode's host terms beside the process's runtime and data.
   virtual HostTerms host_terms(const Workload& w, Builder& host) const = 0;
   // Device bytes held beyond the allocated peak that the allocator's slack does not

@@ -213,7 +213,10 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
           "the largest parameter, built whole at startup before its piece is kept");
   }
   if (on_device.masters) b.add("masters", masters, "FP32 master weights");
-  if (on_device.grads) b.add("grads", grads, "FP32 gradient accumulators");
+  // offload = "none" on the fused AdamW hands autograd's bf16 gradients to the update
+  // (below): no FP32 accumulators.
+  const bool handed = mode.hands_over_grads(w);
+  if (on_device.grads && !handed) b.add("grads", grads, "FP32 gradient accumulators");
   if (on_device.moments) b.add("moments", moments, "optimizer moments (FP32)");
   // Collective buffers of a sharded run. A bucket holds whole parameters, about
   // dist.bucket_mib of full-size gradients in the reduce dtype, and at least its
@@ -359,6 +362,28 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
       "embed_grad", (s.tie_embeddings ? 2 : 1) * V * D * dt,
       s.tie_embeddings ? "tied embedding: LM-head gradient held + embedding gradient" : "embedding gradient");
   if (s.tie_embeddings) b.add("embed_grad_held", V * D * dt, "tied embedding's LM-head gradient, held");
+  if (handed) {
+    // Each parameter's bf16 gradient is held from its backward to the update: an untied
+    // LM head's from the head's backward on, the final norm's and the last block's from
+    // the last block's backward, every block's by the first block's backward, and the
+    // embedding's (a tied head's share summed in) at the update.
+    i64 head = 0, top = 0, blocks = 0, embedding = 0;
+    for (const auto& p : w.params) {
+      const i64 bytes = round_up(p.numel() * dt, blk);
+      if (p.name == "lm_head.weight") {
+        head += bytes;
+      } else if (p.name == "model.embed_tokens.weight") {
+        embedding += bytes;
+      } else {
+        blocks += bytes;
+        if (p.block < 0 || p.block == s.layers - 1) top += bytes;
+      }
+    }
+    b.add("grads_head", head, "bf16 gradient of the untied LM head, held for the update");
+    b.add("grads_top", top, "bf16 gradients of the final norm and the last block, held for the update");
+    b.add("grads_blocks", blocks, "bf16 gradients of every block and the final norm, held for the update");
+    b.add("grads_embedding", embedding, "bf16 gradient of the embedding, held for the update");
+  }
   if (sharded) {
     // A root gradient goes into its bucket once the backward that made it is done: the
     // LM head's with only its scaled copy left, the embedding's summed (tied) into one.
@@ -416,12 +441,18 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                                  "grad_buckets_root"}));
   // An update in the gradient hooks has its temporaries in backward.
   const std::string in_hooks = update_at == UpdateAt::gradient_hooks ? "step_transient" : "";
-  b.phase("backward_block",
-          with({"activations_below_top", "mask_below_top", "mask_top", "inputs", "block_recompute",
-                "backward_temps", "embed_grad_held", in_hooks, "grad_buckets", "blocks_whole"}));
-  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks}));
+  b.phase("backward_block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
+                                  "block_recompute", "backward_temps", "embed_grad_held", in_hooks,
+                                  "grad_buckets", "blocks_whole", "grads_head", "grads_top"}));
+  // Held gradients grow as the activations shrink: the first block's backward, with
+  // every block's gradient (its own counted whole) and only its own activations.
+  if (handed)
+    b.phase("backward_first_block", with({"mask_top", "inputs", "block_recompute", "backward_temps",
+                                          "embed_grad_held", "grads_head", "grads_blocks"}));
+  b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grads_head", "grads_blocks"}));
   if (sharded) b.phase("embedding_reduce", with({"inputs", "embed_grad_out", in_hooks, "grad_buckets_root"}));
-  if (update_at != UpdateAt::host) b.phase("optimizer_step", with({"step_transient"}));
+  if (update_at != UpdateAt::host)
+    b.phase("optimizer_step", with({"step_transient", "grads_head", "grads_blocks", "grads_embedding"}));
   return b.done();
 }
 

@@ -62,6 +62,9 @@ struct Assumptions {
   // bf16 on CUDA with the fused kernels: the loss's token chunk holds only its bf16
   // logits, the gradient written over them (nn/kernels/cross_entropy.cu).
   bool fused_cross_entropy = kFusedKernels;
+  // bf16 on CUDA with the fused kernels: offload = "none"'s AdamW runs on its fused
+  // kernel, which reads autograd's bf16 gradients (optim/kernels/adamw.hpp).
+  bool fused_adamw = kFusedKernels;
   // The fused kernels the run uses (KernelOptions::on(), empty in a build without them);
   // a profile measured with others says so. nullopt: not known.
   std::optional<std::vector<std::string>> kernels;

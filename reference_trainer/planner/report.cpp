@@ -97,6 +97,10 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"backward_temps", "backward temporaries (one block)"},
       {"embed_grad", "embedding gradient(s)"},
       {"embed_grad_held", "  tied LM-head gradient held"},
+      {"grads_head", "bf16 grad held: LM head"},
+      {"grads_top", "bf16 grads held: last block"},
+      {"grads_blocks", "bf16 grads held: all blocks"},
+      {"grads_embedding", "bf16 grad held: embedding"},
       {"head_grad_out", "LM-head gradient into its bucket"},
       {"embed_grad_out", "embedding gradient into its bucket"},
       {"head_share_sum", "tied head's share, summed over ranks"},
@@ -113,6 +117,7 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
       {"backward_head", "backward of the LM head"},
       {"head_reduce", "LM-head grad reduce-scatter"},
       {"backward_block", "backward of the last block"},
+      {"backward_first_block", "backward of the first block"},
       {"backward_embedding", "backward of the embedding"},
       {"embedding_reduce", "embedding grad reduce-scatter"},
       {"optimizer_step", "optimizer step"},
@@ -126,11 +131,17 @@ const std::vector<std::pair<std::string, std::string>>& phase_labels() {
 // The phase at a peak, in a column 12 characters wide (the rows above give it in full).
 std::string short_phase(const std::string& key) {
   static const std::vector<std::pair<std::string, std::string>> l = {
-      {"forward_block", "block fwd"},   {"forward", "forward"},
-      {"backward_head", "head bwd"},    {"head_reduce", "head rs"},
-      {"backward_block", "block bwd"},  {"backward_embedding", "embed bwd"},
-      {"embedding_reduce", "embed rs"}, {"optimizer_step", "optim step"},
-      {"startup", "startup"},           {"step", "step"},
+      {"forward_block", "block fwd"},
+      {"forward", "forward"},
+      {"backward_head", "head bwd"},
+      {"head_reduce", "head rs"},
+      {"backward_block", "block bwd"},
+      {"backward_first_block", "block 0 bwd"},
+      {"backward_embedding", "embed bwd"},
+      {"embedding_reduce", "embed rs"},
+      {"optimizer_step", "optim step"},
+      {"startup", "startup"},
+      {"step", "step"},
       {"checkpoint", "checkpoint"},
   };
   for (const auto& [k, v] : l)

@@ -70,7 +70,7 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   auto nccl_cpu = options_of(v({"--device=cpu", "--dist.backend=nccl"}));
   CHECK_FALSE(nccl_cpu.ok());
   CHECK(format_text(nccl_cpu.diagnostics, "options").find("dist.backend") != std::string::npos);
-  // The fused kernels, QK-norm + RoPE and the cross-entropy among them: on by default;
+  // The fused kernels, QK-norm + RoPE, the cross-entropy and AdamW among them: on by default;
   // turning the kernels off turns those off too, but asking for one without them is a
   // contradiction.
   auto plain = options_of(v({}));
@@ -78,6 +78,13 @@ TEST_CASE("command line: options are typed, ranged and checked against each othe
   CHECK(plain.value.kernels.fused);
   CHECK(plain.value.kernels.norm_rope);
   CHECK(plain.value.kernels.cross_entropy);
+  CHECK(plain.value.kernels.adamw);
+  auto no_adamw = options_of(v({"--no-kernels.adamw"}));
+  REQUIRE(no_adamw.ok());
+  CHECK_FALSE(no_adamw.value.kernels.adamw);
+  auto adamw_alone = options_of(v({"--kernels.adamw=true", "--kernels.fused=false"}));
+  CHECK_FALSE(adamw_alone.ok());
+  CHECK(format_text(adamw_alone.diagnostics, "options").find("kernels.adamw") != std::string::npos);
   auto no_ce = options_of(v({"--no-kernels.cross-entropy"}));
   REQUIRE(no_ce.ok());
   CHECK_FALSE(no_ce.value.kernels.cross_entropy);

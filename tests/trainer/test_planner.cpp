@@ -39,6 +39,7 @@ plan::Assumptions exact() {
   a.host_runtime = 0;
   a.fused_swiglu = false;         // the hand-computed figures below are ATen's SwiGLU
   a.fused_cross_entropy = false;  // and ATen's loss
+  a.fused_adamw = false;          // and ATen's update (FP32 gradient accumulators)
   return a;
 }
 
@@ -153,6 +154,35 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(none.phase("optimizer_step")->bytes == 24048);
   CHECK(none.peak == 24048 + 4112);
   CHECK(none.peak_phase == "forward");
+
+  // offload = "none" on the fused AdamW (bf16 on CUDA, unsharded, one micro-batch a step):
+  // no FP32 accumulators (persistent 24048 - 5344 = 18704); each bf16 gradient is held
+  // from its backward to the update. The shape is tied (no LM head): the embedding's
+  // 128 x 2 B, the blocks' and the final norm's (1336 - 128) x 2 = 2416 B, of them the
+  // last block's and the final norm's (600 + 8) x 2 = 1216 B.
+  auto adamw = exact();
+  adamw.fused_adamw = true;
+  const auto handed_plan = plan::make_plan(cfg, s, adamw);
+  const auto& handed = handed_plan.mode(Offload::none).gpu;
+  CHECK(handed.term("grads") == 0);
+  CHECK(handed.term("grads_head") == 0);
+  CHECK(handed.term("grads_top") == 1216);
+  CHECK(handed.term("grads_blocks") == 2416);
+  CHECK(handed.term("grads_embedding") == 256);
+  CHECK(handed.phase("forward")->bytes == 18704 + 4112);
+  CHECK(handed.phase("backward_block")->bytes == 18704 + 1168 + 160 + 1168 + 320 + 256 + 1216);
+  CHECK(handed.phase("backward_first_block")->bytes == 18704 + 160 + 1168 + 320 + 256 + 2416);
+  CHECK(handed.phase("backward_embedding")->bytes == 18704 + 160 + 512 + 2416);
+  CHECK(handed.phase("optimizer_step")->bytes == 18704 + 2416 + 256);
+  // The other modes keep theirs; two micro-batches a step sum in FP32 accumulators again.
+  CHECK(handed_plan.mode(Offload::optimizer).gpu.term("grads") == 1336 * 4);
+  auto two_micro = cfg;
+  std::get<FakeDataConfig>(two_micro.data).batch_size = 2;
+  const auto summed_plan = plan::make_plan(two_micro, s, adamw);
+  const auto& summed = summed_plan.mode(Offload::none).gpu;
+  CHECK(summed.term("grads") == 1336 * 4);
+  CHECK(summed.term("grads_blocks") == 0);
+  CHECK_FALSE(summed.phase("backward_first_block"));
 
   // Optimizer offload: moments leave, a window for them comes: room for two of the
   // largest (2 x 1024), at least 2 GiB, at most all of them (10688), + 4096.

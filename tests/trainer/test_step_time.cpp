@@ -321,7 +321,7 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   train::KernelOptions all;  // the defaults: every kernel on
   const auto u = unsure_with(all.on());
   REQUIRE(u.size() == 1);
-  CHECK(u[0].find("fused kernels fused and this run uses fused, norm_rope, cross_entropy") !=
+  CHECK(u[0].find("fused kernels fused and this run uses fused, norm_rope, cross_entropy, adamw") !=
         std::string::npos);
   CHECK(unsure_with(std::vector<std::string>{"fused"}).empty());
   CHECK(unsure_with(std::nullopt).empty());  // the run's kernels not known

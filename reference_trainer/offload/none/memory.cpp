@@ -1,6 +1,7 @@
 // NoOffload's memory model (offload/memory_model.hpp), beside its pipeline
 // (no_offload.cpp): all the FP32 state stays on the GPU and the update runs there once
-// backward is done, so the mode adds nothing to the terms every mode shares.
+// backward is done, so the mode adds no terms of its own to those every mode shares; on
+// the fused AdamW it trades the FP32 accumulators for autograd's bf16 gradients.
 #include "offload/memory_model.hpp"
 
 namespace primecfg::train::plan::detail {
@@ -16,6 +17,12 @@ class NoOffloadMemory final : public MemoryModel {
   LossWalk loss_walk(const Workload&) const override { return LossWalk::tokens; }
   // update_resident() (offload/shared/device_update.cpp) in finish_step().
   UpdateAt update_at(const Workload&) const override { return UpdateAt::optimizer_phase; }
+  // NoOffloadPipeline on the fused AdamW (ResidentUpdate::applies_to): bf16 weights on
+  // CUDA, AdamW, no sharding, and a step of one micro-batch.
+  bool hands_over_grads(const Workload& w) const override {
+    return w.a.cuda && w.dt == 2 && w.a.fused_adamw && w.opt.kind == OptKind::adamw && !w.a.sharded() &&
+           w.micro_batches == 1;
+  }
   HostTerms host_terms(const Workload&, Builder&) const override { return {}; }
   i64 reserved_gpu(const Workload&) const override { return 0; }
 };

@@ -1,5 +1,8 @@
 // offload = "none": masters, gradient accumulators and moments all on the device;
-// after backward, the norm, clipping and one multi-tensor update.
+// after backward, the norm, clipping and the update in one fused pass (or ATen's
+// multi-tensor launches: offload/shared/device_update.hpp). Where the fused AdamW takes
+// the update of an unsharded run, a step of one micro-batch hands it autograd's bf16
+// gradients as they are, and the FP32 accumulators are made only for a step of several.
 //
 // Internal to primecfg-train. The calls the training loop makes are listed in
 // offload/pipeline.hpp.
@@ -53,6 +56,10 @@ class NoOffloadPipeline {
   StepSpans spans_{trace_};
   std::vector<ParamState> states_;
   DeviceAccumulators grads_;
+  ResidentUpdate update_;
+  bool hand_over_;                     // the fused update may read autograd's gradients
+  bool handing_over_ = false;          // this step does (one micro-batch)
+  std::vector<Tensor> compute_grads_;  // this step's, from the hooks, until the update
   GradHooks hooks_;
   double lr_ = 0;
   std::int64_t step_ = 0;

@@ -55,6 +55,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
   UpdateAt update_at(const Workload& w) const override {
     return updates_in_hooks(w) ? UpdateAt::gradient_hooks : UpdateAt::optimizer_phase;
   }
+  bool hands_over_grads(const Workload&) const override { return false; }
 
   HostTerms host_terms(const Workload& w, Builder& b) const override {
     i64 moments = 0;

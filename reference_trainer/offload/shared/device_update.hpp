@@ -50,4 +50,39 @@ Tensor clip_grad_norm(std::vector<ParamState>& states, const std::optional<doubl
 // Every parameter's update, the new weights copied into the model.
 void update_resident(std::vector<ParamState>& states, const OptSettings& opt, double lr, std::int64_t step);
 
+// clip_grad_norm and update_resident in one pass over the state (two with clipping), on
+// the fused AdamW kernel (optim/kernels/adamw.hpp) where it applies: AdamW, FP32
+// masters and moments and bf16 weights, all on one CUDA device, in a build with the
+// kernels, `enabled` (kernels.fused and kernels.adamw). Elsewhere the two calls above.
+// The masters and moments come out as _fused_adamw_'s; the norm is summed per chunk
+// rather than per parameter (a different rounding of the same sum).
+class ResidentUpdate {
+ public:
+  explicit ResidentUpdate(bool enabled) : enabled_(enabled) {}
+
+  // Whether the fused kernel would take the update of `model`'s parameters under `opt`
+  // (known before the state is made). Without sharding, a step of one micro-batch can
+  // then hand it autograd's bf16 gradients as they are: no FP32 accumulator, no copy.
+  bool applies_to(Transformer& model, const OptSettings& opt) const;
+
+  // The update; `compute_grads` (one per state, the bf16 gradients autograd made) in
+  // place of the states' FP32 accumulators. Returns the global norm before clipping, on
+  // the device (FP64).
+  Tensor step(std::vector<ParamState>& states, const OptSettings& opt, double lr, std::int64_t step,
+              Sharding* dp, const std::vector<Tensor>* compute_grads = nullptr);
+  // Whether the last step ran on the fused kernel.
+  bool fused() const { return fused_; }
+
+ private:
+  bool applies(const std::vector<ParamState>& states, const OptSettings& opt,
+               const std::vector<Tensor>* compute_grads) const;
+  void upload_table(const std::vector<ParamState>& states, const std::vector<Tensor>* compute_grads);
+
+  bool enabled_;
+  bool fused_ = false;
+  std::vector<std::uint8_t> table_host_;  // the table as on the device
+  Tensor table_, chunk_sq_, total_sq_, step_t_;
+  std::int64_t chunks_ = 0;
+};
+
 }  // namespace primecfg::train
