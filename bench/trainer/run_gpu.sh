@@ -78,7 +78,7 @@ step() {  # name, seconds it may take, command...
 
 echo "== GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
 if [ -z "${SKIP_SMOKE:-}" ]; then
-  step gpu-tests 150 "$GPUTESTS"
+  step gpu-tests 300 "$GPUTESTS"
   grep -E "test cases|assertions|MESSAGE|vs none|SKIP|skipped" "$RES/gpu-tests.log" | tail -8
   step default 150 "$TRAIN" --output-dir="$RES/default" --clean
   grep -E "^primecfg-train|^step (1|50|100|150|200)/|done:|exact|warning" "$RES/default.log"

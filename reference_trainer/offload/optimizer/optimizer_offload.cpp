@@ -50,6 +50,7 @@ void OptimizerOffloadPipeline::masters_from_model() {
 
 void OptimizerOffloadPipeline::sync_host() {
   flush_tail_write_back();
+  flush_deferred();
   dev::synchronize(d2h_);
   dev::synchronize(h2d_);
   dev::synchronize(tail_h2d_);
@@ -144,6 +145,7 @@ double OptimizerOffloadPipeline::finish_updates() {
 void OptimizerOffloadPipeline::end_step() {
   spans_.step_ends(step_);
   flush_tail_write_back();
+  flush_deferred();
 }
 
 std::map<std::string, double> OptimizerOffloadPipeline::pipeline_stats() const {
@@ -294,6 +296,11 @@ void OptimizerOffloadPipeline::update_one_streamed(std::size_t i) {
     tail_write_back_ = true;  // queued by end_step()
     return;
   }
+  if (d.from == DeviceMoments::From::window && i < defer_.size() && defer_[i]) {
+    deferred_.push_back({{i}, {d}});
+    slot_[i].reset();
+    return;
+  }
   write_back({i}, {d});
   release_moments(i, d);
 }
@@ -329,6 +336,15 @@ void OptimizerOffloadPipeline::update_group_streamed(std::vector<std::size_t> me
   at::_fused_adamw_(masters, grads, a, b, {}, steps, lr_, opt_.beta1, opt_.beta2, opt_.weight_decay, opt_.eps,
                     false, false);
   at::_foreach_copy_(weights, masters);
+  bool defer = true;
+  for (std::size_t k = 0; k < n; ++k)
+    defer = defer && members[k] < defer_.size() && defer_[members[k]] &&
+            moments[k].from == DeviceMoments::From::window;
+  if (defer) {
+    for (auto i : members) slot_[i].reset();
+    deferred_.push_back({std::move(members), std::move(moments)});
+    return;
+  }
   write_back(members, moments);
   for (std::size_t k = 0; k < n; ++k) release_moments(members[k], moments[k]);
 }
@@ -357,6 +373,15 @@ void OptimizerOffloadPipeline::write_back(const std::vector<std::size_t>& params
   for (auto i : params) written_[i] = done;
 }
 
+// Queues the write-backs update_one_streamed and update_group_streamed held back (defer_),
+// and frees their window regions once those have run.
+void OptimizerOffloadPipeline::flush_deferred() {
+  for (auto& d : std::exchange(deferred_, {})) {
+    write_back(d.params, d.moments);
+    for (std::size_t k = 0; k < d.params.size(); ++k) release_moments(d.params[k], d.moments[k]);
+  }
+}
+
 void OptimizerOffloadPipeline::flush_tail_write_back() {
   if (!tail_write_back_) return;
   tail_write_back_ = false;
@@ -382,6 +407,18 @@ void OptimizerOffloadPipeline::plan_order(bool split_tail) {
     }
     if (!tail_h2d_) tail_h2d_ = dev::side_stream(device_);
     in[*tail_] = 1;
+  }
+  // Known order (split_tail): the write-backs of the last parameters in it, up to half
+  // the window, wait for end_step() (defer_).
+  defer_.assign(states_.size(), 0);
+  if (split_tail) {
+    std::size_t held = 0;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      const std::size_t b = moment_bytes(states_[*it]);
+      if (held + b > window_ring_.capacity() / 2) break;
+      held += b;
+      defer_[*it] = 1;
+    }
   }
   for (auto i : order_) in[i] = 1;
   for (std::size_t i = 0; i < states_.size(); ++i)

@@ -105,6 +105,7 @@ class OptimizerOffloadPipeline {
   void record_grad_norm(std::size_t i);
   void write_back(const std::vector<std::size_t>& params, const std::vector<DeviceMoments>& moments);
   void flush_tail_write_back();
+  void flush_deferred();
   void plan_order(bool split_tail);
   std::pair<Tensor, Tensor> tail_views();
   void fetch_tail();
@@ -151,7 +152,18 @@ class OptimizerOffloadPipeline {
   bool tail_fetched_ = false;     // its moments are queued into tail_buf_ for this step
   bool tail_write_back_ = false;  // updated; the copy back to host memory waits for end_step()
   std::future<void> prefetch_;    // the prefetch of this step, queued beside the forward
-  std::vector<char> hooked_;      // hook thread: parameter i's hook ran in the last micro-batch
+  // The write-backs of the parameters updated last in backward (up to half the window,
+  // in the order the last step saw) wait for end_step(): queued then, they run beside
+  // the next forward, when the device-to-host direction has nothing else to do, instead
+  // of after backward, when both directions are busy. Their window regions stay taken
+  // until then (the next forward's prefetch uses the other half).
+  std::vector<char> defer_;  // parameter i's write-back waits for end_step() this step
+  struct Deferred {
+    std::vector<std::size_t> params;
+    std::vector<DeviceMoments> moments;
+  };
+  std::vector<Deferred> deferred_;
+  std::vector<char> hooked_;  // hook thread: parameter i's hook ran in the last micro-batch
   std::vector<std::vector<std::size_t>> window_groups_;  // update groups (make_window_groups)
   std::vector<std::size_t> group_of_;                    // parameter -> its group
   std::vector<std::vector<std::size_t>>
