@@ -30,6 +30,7 @@ struct OffloadOptions {
   std::optional<std::int64_t> cpu_threads = std::nullopt;
   double timeout_s = 600;
   std::optional<CpuIsa> cpu_isa = std::nullopt;
+  double deferred_share = 0.5;
 
   // Bytes of each staging ring / moment window asked for (nullopt: automatic).
   std::optional<std::int64_t> ring_bytes() const {
@@ -50,7 +51,12 @@ struct OffloadOptions {
               gt(0)),
         field(&O::cpu_isa,
               "The widest instruction set the CPU optimizer kernels may use (None: the best this CPU has; "
-              "all give the same bits)."));
+              "all give the same bits)."),
+        field(&O::deferred_share,
+              "offload = \"optimizer\" without clipping: the share of the GPU moment window whose moments, "
+              "updated last in backward, go back to host memory beside the next forward instead of at once "
+              "(0: all at once).",
+              ge(0), lt(1)));
   }
 };
 

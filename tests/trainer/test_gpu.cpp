@@ -160,8 +160,12 @@ TEST_CASE("GPU: bf16 full offload with staging rings that hold one tensor learns
 // offload = "none" on the fused AdamW (kernels.adamw, the default) against ATen's update
 // (--no-kernels.adamw), bf16: with one micro-batch a step the update reads autograd's
 // bf16 gradients (no FP32 accumulator), with two it sums them in FP32 accumulators made
-// for it; with clipping the norm comes first. The same arithmetic either way: a
-// gradient handed over late, twice or not at all, or a stale weight, shows.
+// for it. Without clipping the arithmetic is the same, bit for bit (measured on the
+// H200): a gradient handed over late, twice or not at all, or a stale weight, shows.
+// With clipping the factor comes from norms summed in another order (1e-7 apart), which
+// flips some bf16 weight roundings and then, where a gradient is about 0, Adam's update
+// (up to lr): the check there is looser, the arithmetic itself is held to 1e-7 in
+// test_adamw_gpu.cpp.
 TEST_CASE(
     "GPU: offload = none on the fused AdamW trains as on ATen's update (bf16; 1 and 2 micro-batches; "
     "clipping)") {
@@ -179,8 +183,13 @@ TEST_CASE(
     auto aten = train::run_sft(config(Offload::none, "adamw-aten", a, micro), aten_opts);
     Diff d = compare(fused, aten);
     MESSAGE("fused AdamW vs ATen's: loss " << d.loss_rel << ", masters " << d.weight_abs);
-    CHECK(d.loss_rel < 1e-6);
-    CHECK(d.weight_abs < 1e-6);
+    if (a.max_norm) {
+      CHECK(d.loss_rel < 1e-4);
+      CHECK(d.weight_abs < 2.5 * a.lr);
+    } else {
+      CHECK(d.loss_rel == 0);
+      CHECK(d.weight_abs == 0);
+    }
     CHECK(fused.losses.back() < fused.losses.front());
   }
 }

@@ -16,7 +16,8 @@ OptimizerOffloadPipeline::OptimizerOffloadPipeline(Transformer& model, const Opt
       dp_(dp),
       trace_(run.profile.host_trace),
       device_(model.device()),
-      ring_bytes_(run.offload.ring_bytes()) {
+      ring_bytes_(run.offload.ring_bytes()),
+      deferred_share_(run.offload.deferred_share) {
   const bool cuda = !device_.is_cpu();
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);
@@ -408,14 +409,15 @@ void OptimizerOffloadPipeline::plan_order(bool split_tail) {
     if (!tail_h2d_) tail_h2d_ = dev::side_stream(device_);
     in[*tail_] = 1;
   }
-  // Known order (split_tail): the write-backs of the last parameters in it, up to half
-  // the window, wait for end_step() (defer_).
+  // Known order (split_tail): the write-backs of the last parameters in it, up to
+  // offload.deferred_share of the window, wait for end_step() (defer_).
   defer_.assign(states_.size(), 0);
   if (split_tail) {
     std::size_t held = 0;
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
       const std::size_t b = moment_bytes(states_[*it]);
-      if (held + b > window_ring_.capacity() / 2) break;
+      if (static_cast<double>(held + b) > deferred_share_ * static_cast<double>(window_ring_.capacity()))
+        break;
       held += b;
       defer_[*it] = 1;
     }

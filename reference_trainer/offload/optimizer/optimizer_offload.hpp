@@ -120,6 +120,7 @@ class OptimizerOffloadPipeline {
   torch::Device device_ = torch::kCPU;
   torch::TensorOptions dev_;
   std::optional<std::int64_t> ring_bytes_;  // offload.ring_mib
+  double deferred_share_;                   // offload.deferred_share
   std::vector<ParamState> states_;
   DeviceAccumulators grads_;
   GradHooks hooks_;
@@ -152,11 +153,12 @@ class OptimizerOffloadPipeline {
   bool tail_fetched_ = false;     // its moments are queued into tail_buf_ for this step
   bool tail_write_back_ = false;  // updated; the copy back to host memory waits for end_step()
   std::future<void> prefetch_;    // the prefetch of this step, queued beside the forward
-  // The write-backs of the parameters updated last in backward (up to half the window,
-  // in the order the last step saw) wait for end_step(): queued then, they run beside
+  // The write-backs of the parameters updated last in backward (up to
+  // offload.deferred_share of the window, in the order the last step saw) wait for
+  // end_step(): queued then, they run beside
   // the next forward, when the device-to-host direction has nothing else to do, instead
   // of after backward, when both directions are busy. Their window regions stay taken
-  // until then (the next forward's prefetch uses the other half).
+  // until then (the next forward's prefetch uses the rest).
   std::vector<char> defer_;  // parameter i's write-back waits for end_step() this step
   struct Deferred {
     std::vector<std::size_t> params;
