@@ -108,6 +108,10 @@ TEST_CASE(
     CAPTURE(k);
     auto none = train::run_sft(config(Offload::none, "none", o, micro), gpu(false));
     auto opt = train::run_sft(config(Offload::optimizer, "opt", o, micro), gpu(false));
+    // Half the moment window's write-backs held for the next forward (offload.deferred_share).
+    auto deferring = gpu(false);
+    deferring.offload.deferred_share = 0.5;
+    auto opt_deferred = train::run_sft(config(Offload::optimizer, "opt-deferred", o, micro), deferring);
     auto full = train::run_sft(config(Offload::full, "full", o, micro), gpu(false));
     train::RunResult full_token_walk;
     {
@@ -121,6 +125,11 @@ TEST_CASE(
                                        << d2.weight_abs << "; full (as run) vs none: loss " << d3.loss_rel);
     CHECK(d1.weight_abs < 1e-6);
     CHECK(d1.loss_rel < 1e-6);
+    const Diff dd = compare(opt_deferred, none);
+    MESSAGE("optimizer with deferred write-backs vs none: loss " << dd.loss_rel << ", weights "
+                                                                 << dd.weight_abs);
+    CHECK(dd.weight_abs < 1e-6);
+    CHECK(dd.loss_rel < 1e-6);
     CHECK(d2.weight_abs < 1e-4);
     CHECK(d2.loss_rel < 1e-4);
     CHECK(d3.loss_rel < 1e-4);
