@@ -52,6 +52,7 @@ def throughput_and_memory(rows, out):
     for r in rows:
         model, seq, run = r[0], r[1], r[2].replace("primecfg ", "").replace("`", "")
         run = re.sub(r"\s*\(.*\)$", "", run)  # "PyTorch eager (next call)": a note on the row
+        run = {"torch.compile": "PyTorch compile"}.get(run, run)  # report.py's name for it
         shape = f"{model.split('/')[-1]} @ {seq}"
         if shape not in shapes:
             shapes.append(shape)
@@ -60,23 +61,24 @@ def throughput_and_memory(rows, out):
         row = {"tps": number(r[4]), "gpu": number(r[6]), "rss": number(r[7])}
         old = data.setdefault((shape, run), {})
         old.update({k: v for k, v in row.items() if v is not None or k not in old})
-    runs = ["none", "optimizer", "full", "PyTorch eager", "PyTorch compile"]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.16
+    runs = ["none", "optimizer", "full", "PyTorch eager", "PyTorch compile", "HF transformers",
+            "HF transformers + Liger"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.12
     for k, run in enumerate(runs):
         xs, ys = [], []
         for i, shape in enumerate(shapes):
             eager = data.get((shape, "PyTorch eager"), {}).get("tps")
             v = data.get((shape, run), {}).get("tps")
             if eager and v:
-                xs.append(i + (k - 2) * width)
+                xs.append(i + (k - (len(runs) - 1) / 2) * width)
                 ys.append(v / eager)
         ax.bar(xs, ys, width, label=run)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shapes)), shapes)
     ax.set_ylabel("tokens/s relative to PyTorch eager")
     ax.set_title("primecfg-train per offload mode, NVIDIA H200 (docs/performance.md)")
-    ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()
     fig.savefig(os.path.join(out, "trainer-throughput.png"), dpi=120)
 
@@ -124,8 +126,10 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     text = open(a.doc).read()
-    # docs/performance.md, or the page bench/trainer/report.py writes for one run.
-    latest = "## Latest run" if "## Latest run" in text else "## Trainer:"
+    # The newest full run: report.py puts it first in docs/performance.md ("## Full
+    # benchmark run", older ones "## Latest run"), or its page for one run ("## Trainer:").
+    marks = [m for m in ("## Full benchmark run", "## Latest run", "## Trainer:") if m in text]
+    latest = min(marks, key=text.index)
     throughput_and_memory(table_rows(first_table(section(text, latest))), a.out)
     wrote = ["trainer-throughput.png", "trainer-memory.png"]
     if "### The largest model per mode" in text:
