@@ -48,9 +48,15 @@ double NoOffloadPipeline::finish_step() {
   const auto began = spans_.finish_begins(step_);
   Tensor norm;
   if (handing_over_) {
-    // A parameter the step did not use has a zero gradient, as with the accumulators.
-    for (std::size_t i = 0; i < states_.size(); ++i)
-      if (!compute_grads_[i].defined()) compute_grads_[i] = torch::zeros_like(states_[i].weight);
+    // A parameter the step did not use has a zero gradient, as with the accumulators; the
+    // kernel reads each gradient as one dense run of values.
+    for (std::size_t i = 0; i < states_.size(); ++i) {
+      Tensor& g = compute_grads_[i];
+      if (!g.defined())
+        g = torch::zeros_like(states_[i].weight);
+      else if (!g.is_contiguous())
+        g = g.contiguous();
+    }
     norm = update_.step(states_, opt_, lr_, step_, dp_, &compute_grads_);
     compute_grads_.clear();  // freed once the update has read them (the allocator orders it)
   } else {
