@@ -130,6 +130,8 @@ void ResidentUpdate::upload_table(const std::vector<ParamState>& states,
   }
 }
 
+#endif
+
 Tensor ResidentUpdate::step(std::vector<ParamState>& states, const OptSettings& opt, double lr,
                             std::int64_t step, Sharding* dp, const std::vector<Tensor>* compute_grads) {
   fused_ = applies(states, opt, compute_grads);
@@ -140,6 +142,7 @@ Tensor ResidentUpdate::step(std::vector<ParamState>& states, const OptSettings& 
     update_resident(states, opt, lr, step);
     return norm;
   }
+#if PRIMECFG_HAVE_FUSED_ADAMW
   torch::NoGradGuard ng;
   c10::cuda::CUDAGuard guard(states.front().master.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -168,22 +171,9 @@ Tensor ResidentUpdate::step(std::vector<ParamState>& states, const OptSettings& 
                       chunk_sq_.data_ptr<float>(), stream);
   kernels::sum_chunks(chunk_sq_.data_ptr<float>(), chunks_, total_sq_.data_ptr<double>(), stream);
   return total_sq_.sqrt();
-}
-
 #else
-
-void ResidentUpdate::upload_table(const std::vector<ParamState>&, const std::vector<Tensor>*) {}
-
-Tensor ResidentUpdate::step(std::vector<ParamState>& states, const OptSettings& opt, double lr,
-                            std::int64_t step, Sharding* dp, const std::vector<Tensor>* compute_grads) {
-  fused_ = false;
-  TORCH_CHECK(!compute_grads,
-              "ResidentUpdate: bf16 gradients handed over in a build without the fused kernel");
-  Tensor norm = clip_grad_norm(states, opt.max_norm, dp);
-  update_resident(states, opt, lr, step);
-  return norm;
-}
-
+  TORCH_CHECK(false, "ResidentUpdate: no fused kernel in this build");  // applies() said so already
 #endif
+}
 
 }  // namespace primecfg::train
