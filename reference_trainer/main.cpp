@@ -184,6 +184,8 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   plan::Assumptions a;
   a.compute_bytes = o.compute_dtype.value_or(train::ComputeDtype::bf16) == train::ComputeDtype::bf16 ? 2 : 4;
   a.ring_bytes = o.offload.ring_bytes();  // the trainer's staging rings and moment window
+  a.deferred_share = o.offload.deferred_share;
+  a.cpu_threads = o.offload.cpu_threads;
   // The fused kernels the run will use: bf16 only, and none in a build without them.
   a.kernels = plan::kFusedKernels && a.compute_bytes == 2 ? o.kernels.on() : std::vector<std::string>{};
   auto uses = [&](std::string_view k) {
@@ -212,6 +214,57 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
     a.host_capacity_source = "/proc/meminfo unreadable";
   }
   return a;
+}
+
+// The machine profile of the step-time model: --plan-profile, else the shipped one.
+// `this_device`: only a profile measured on this run's GPU (a run chooses its pipeline
+// by it; --plan may plan an H200 from anywhere). nullptr: none.
+const train::plan::MachineProfile* machine_profile(const train::TrainerOptions& o, bool this_device,
+                                                   std::string& source) {
+  namespace plan = train::plan;
+  static plan::MachineProfile profile;
+  if (o.plan_profile) {
+    profile = plan::read_profile(*o.plan_profile);
+    source = o.plan_profile->string();
+    return &profile;
+  }
+  const auto& shipped = plan::shipped_profile();
+  if (!shipped) return nullptr;
+  if (this_device && plan::cuda_device_name(device_index(o)) != shipped->provenance.device) return nullptr;
+  profile = *shipped;
+  source = "shipped with primecfg (--plan-profile or --calibrate for this machine)";
+  return &profile;
+}
+
+// offload = "optimizer" with --offload.deferred-share unset: the plan's choice for this
+// machine (plan::PipelineChoice), written into the options so the run, its memory
+// check and its dump see it. Said in one line, as every choice made for the user.
+void choose_pipeline(const primecfg::SFTConfig& cfg, train::TrainerOptions& o, bool say) {
+  namespace plan = train::plan;
+  std::string why;
+  try {
+    auto a = machine(o);
+    plan::apply_ranks(a, o, train::Launch::from_environment());
+    a.profile = machine_profile(o, true, a.profile_source);
+    const auto p = plan::make_plan(cfg, a);
+    const auto& c = p.pipeline();
+    o.offload.deferred_share = c.deferred_share;
+    if (c.ring_bytes && !o.offload.ring_mib)
+      o.offload.ring_mib = static_cast<double>(*c.ring_bytes) / static_cast<double>(1 << 20);
+    why = c.why;
+  } catch (const std::exception& e) {
+    o.offload.deferred_share = 0;
+    why = fmt::format("no plan: {}", e.what());
+  }
+  if (!say) return;
+  std::fprintf(
+      stderr,
+      "primecfg-train: note: offload.deferred_share = %g%s, chosen: %s (--offload.deferred-share sets it)\n",
+      *o.offload.deferred_share,
+      o.offload.ring_mib && *o.offload.deferred_share > 0
+          ? fmt::format(" with a {:g} MiB moment window", *o.offload.ring_mib).c_str()
+          : "",
+      why.c_str());
 }
 
 // How the run goes, from the options.
@@ -546,17 +599,7 @@ int main(int argc, char** argv) {
       auto a = machine(opts);
       train::plan::apply_ranks(a, opts, train::Launch::from_environment());
       // Step times from a machine profile: the one given, else the shipped one.
-      static train::plan::MachineProfile profile;
-      if (opts.plan_profile) {
-        profile = train::plan::read_profile(*opts.plan_profile);
-        a.profile_source = opts.plan_profile->string();
-        a.profile = &profile;
-      } else if (const auto& shipped = train::plan::shipped_profile()) {
-        profile = *shipped;
-        a.profile_source = "shipped with primecfg (--plan-profile or --calibrate for this machine)";
-        a.profile = &profile;
-      }
-      a.cpu_threads = opts.offload.cpu_threads;
+      a.profile = machine_profile(opts, false, a.profile_source);
       auto plan = train::plan::make_plan(cfg.value, a);
       const auto advice = train::plan::advise(cfg.value, plan);
       return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan, &advice)
@@ -567,9 +610,24 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A CUDA run predicted not to fit stops here, before minutes of loading.
   const bool on_cuda =
       run.device ? run.device->rfind("cuda", 0) == 0 : train::plan::cuda_device_memory(0).has_value();
+  // A deferral asked for where there is nothing to defer is an error, not ignored.
+  if (opts.offload.deferred_share.value_or(0) > 0)
+    if (const auto why = train::plan::deferral_refusal(cfg.value, on_cuda); !why.empty()) {
+      std::fprintf(
+          stderr,
+          "%s: error: offload.deferred_share = %g defers offload = \"optimizer\"'s moment write-backs, "
+          "which happen in the gradient hooks only on a GPU and without clipping: this run has %s\n",
+          options.source_of("offload.deferred_share").to_string().c_str(), *opts.offload.deferred_share,
+          why.c_str());
+      return 2;
+    }
+  if (on_cuda && !opts.offload.deferred_share && train::plan::has_pipeline_choice(cfg.value)) {
+    choose_pipeline(cfg.value, options.value, launch.rank == 0);
+    run.offload = opts.offload;
+  }
+  // A CUDA run predicted not to fit stops here, before minutes of loading.
   if (opts.memory_check && on_cuda && !run.dump_logits) {
     try {
       // The run's own ranks (WORLD_SIZE, LOCAL_WORLD_SIZE): each rank holds a shard of

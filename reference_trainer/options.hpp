@@ -30,7 +30,7 @@ struct OffloadOptions {
   std::optional<std::int64_t> cpu_threads = std::nullopt;
   double timeout_s = 600;
   std::optional<CpuIsa> cpu_isa = std::nullopt;
-  double deferred_share = 0;
+  std::optional<double> deferred_share = std::nullopt;
 
   // Bytes of each staging ring / moment window asked for (nullopt: automatic).
   std::optional<std::int64_t> ring_bytes() const {
@@ -55,9 +55,8 @@ struct OffloadOptions {
         field(&O::deferred_share,
               "offload = \"optimizer\" without clipping: the share of the GPU moment window whose moments, "
               "updated last in backward, go back to host memory beside the next forward instead of at once "
-              "(0: all at once). Pays where the moment copies bound the step (0.5 with a 4 GiB window: "
-              "-5% on Llama-3.2-3B at 8192 tokens on an H200), costs where the GPU does (+7% on "
-              "Qwen3-0.6B).",
+              "(0: all at once; None: chosen by the planner's step-time model, 0.5 with a 4 GiB window "
+              "where the moment copies bound the step, else 0; `--plan` shows the choice).",
               ge(0), lt(1)));
   }
 };

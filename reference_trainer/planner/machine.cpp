@@ -11,26 +11,51 @@ namespace primecfg::train::plan {
 
 using i64 = std::int64_t;
 
-std::optional<i64> cuda_device_memory(int index) {
-  // The driver API, so no CUDA runtime or LibTorch is needed; it honours
-  // CUDA_VISIBLE_DEVICES like the runtime does.
-  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return std::nullopt;
-  using init_fn = int (*)(unsigned);
+namespace {
+
+// The driver API, so no CUDA runtime or LibTorch is needed; it honours
+// CUDA_VISIBLE_DEVICES like the runtime does. The library stays loaded: LibTorch may
+// use it later in this process.
+void* driver_symbol(const char* name) {
+  static void* lib = [] {
+    void* l = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    using init_fn = int (*)(unsigned);
+    auto init = l ? reinterpret_cast<init_fn>(::dlsym(l, "cuInit")) : nullptr;
+    return init && init(0) == 0 ? l : nullptr;
+  }();
+  return lib ? ::dlsym(lib, name) : nullptr;
+}
+
+// CUDA device `index`'s handle, when there is one.
+std::optional<int> device_handle(int index) {
   using count_fn = int (*)(int*);
   using get_fn = int (*)(int*, int);
-  using mem_fn = int (*)(std::size_t*, int);
-  auto init = reinterpret_cast<init_fn>(::dlsym(lib, "cuInit"));
-  auto count = reinterpret_cast<count_fn>(::dlsym(lib, "cuDeviceGetCount"));
-  auto get = reinterpret_cast<get_fn>(::dlsym(lib, "cuDeviceGet"));
-  auto mem = reinterpret_cast<mem_fn>(::dlsym(lib, "cuDeviceTotalMem_v2"));
-  // The library stays loaded: LibTorch may use it later in this process.
-  if (!init || !count || !get || !mem || init(0) != 0) return std::nullopt;
+  auto count = reinterpret_cast<count_fn>(driver_symbol("cuDeviceGetCount"));
+  auto get = reinterpret_cast<get_fn>(driver_symbol("cuDeviceGet"));
   int n = 0, dev = 0;
-  std::size_t bytes = 0;
-  if (count(&n) != 0 || index < 0 || index >= n || get(&dev, index) != 0 || mem(&bytes, dev) != 0)
+  if (!count || !get || count(&n) != 0 || index < 0 || index >= n || get(&dev, index) != 0)
     return std::nullopt;
+  return dev;
+}
+
+}  // namespace
+
+std::optional<i64> cuda_device_memory(int index) {
+  using mem_fn = int (*)(std::size_t*, int);
+  auto mem = reinterpret_cast<mem_fn>(driver_symbol("cuDeviceTotalMem_v2"));
+  const auto dev = device_handle(index);
+  std::size_t bytes = 0;
+  if (!mem || !dev || mem(&bytes, *dev) != 0) return std::nullopt;
   return static_cast<i64>(bytes);
+}
+
+std::optional<std::string> cuda_device_name(int index) {
+  using name_fn = int (*)(char*, int, int);
+  auto name = reinterpret_cast<name_fn>(driver_symbol("cuDeviceGetName"));
+  const auto dev = device_handle(index);
+  char buf[256] = {};
+  if (!name || !dev || name(buf, sizeof buf - 1, *dev) != 0) return std::nullopt;
+  return std::string(buf);
 }
 
 std::optional<HostMemory> host_memory() {

@@ -76,6 +76,7 @@ struct Assumptions {
   double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
   std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
   std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
+  std::optional<double> deferred_share;        // --offload.deferred-share (nullopt: the plan chooses)
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
@@ -149,6 +150,28 @@ struct StepTime {
   std::vector<std::string> unsure;  // where the prediction rests on less than a measurement
 };
 
+// offload = "optimizer"'s copy pipeline as the run will set it (--offload.deferred-share,
+// --offload.ring-mib). Where the share is not given, the plan chooses from its step
+// time: deferred write-backs, and a window of kDeferredWindow where --offload.ring-mib
+// is not given and the GPU holds it, when the moment copies bound the step; none
+// otherwise (deferring costs where the GPU bounds it). primecfg-train runs the choice
+// of the same plan, so --plan shows the run.
+inline constexpr double kDeferredShare = 0.5;
+inline constexpr std::int64_t kDeferredWindow = std::int64_t{4} << 30;
+struct PipelineChoice {
+  double deferred_share = 0;
+  std::optional<std::int64_t> ring_bytes;  // the moment window asked for (nullopt: ring_capacity's)
+  bool chosen = false;                     // by the plan, not given
+  std::string why;                         // one line
+};
+
+// cfg's run streams the moments (offload = "optimizer"), so its pipeline is chosen as
+// planned where the options leave it open.
+bool has_pipeline_choice(const SFTConfig& cfg);
+// Why --offload.deferred-share above 0 defers nothing for cfg (another mode, clipping,
+// no GPU: `cuda` false); "" where it applies.
+std::string deferral_refusal(const SFTConfig& cfg, bool cuda);
+
 struct ModePlan {
   Offload mode = Offload::none;
   bool ac = false;  // activation checkpointing as planned here
@@ -158,6 +181,7 @@ struct ModePlan {
   std::int64_t host_node = 0;  // host.peak of every rank on one node: what the node must hold
   std::optional<bool> gpu_fits, host_fits;  // per rank's GPU; per node's host
   std::optional<StepTime> time;             // with a machine profile
+  PipelineChoice pipeline;                  // offload = "optimizer" only
   bool fits() const { return gpu_fits.value_or(true) && host_fits.value_or(true); }
 };
 
@@ -194,6 +218,8 @@ struct Plan {
   std::vector<std::string> notes;
 
   const ModePlan& mode(Offload m, bool toggled_ac = false) const;
+  // offload = "optimizer"'s pipeline with the config's model.ac: what its run sets.
+  const PipelineChoice& pipeline() const { return mode(Offload::optimizer).pipeline; }
 };
 
 // Plans cfg in all three modes. Throws plan_error when the model cannot be resolved.

@@ -228,6 +228,13 @@ void step_time_section(std::string& out, const Plan& p) {
       }
 }
 
+// offload = "optimizer"'s copy pipeline as the run will set it (PipelineChoice).
+std::string pipeline_line(const PipelineChoice& c) {
+  return fmt::format("  optimizer's pipeline: deferred write-backs {:g}{} ({}: {})\n", c.deferred_share,
+                     c.ring_bytes ? fmt::format(", moment window {} MiB", *c.ring_bytes >> 20) : "",
+                     c.chosen ? "chosen" : "given", c.why);
+}
+
 }  // namespace
 
 std::string format_text(const Plan& p, const Advice* advice) {
@@ -300,6 +307,7 @@ std::string format_text(const Plan& p, const Advice* advice) {
   out += fmt::format("  {:<34}", "fits the GPU");
   for (const auto& m : p.modes) out += fmt::format("{:>13}", yes_no(m.gpu_fits));
   out += "\n";
+  out += pipeline_line(p.mode(Offload::optimizer).pipeline);
 
   out += "\nHost memory, by term\n";
   mode_section(out, p.modes);
@@ -407,8 +415,15 @@ ordered json_modes(const std::vector<ModePlan>& modes) {
               {"collectives_s", t->collectives},
               {"ac_offload_s", t->ac_offload},
               {"unsure", t->unsure}};
+    ordered pipeline = nullptr;
+    if (m.mode == Offload::optimizer)
+      pipeline = {{"deferred_share", m.pipeline.deferred_share},
+                  {"ring_bytes", or_null(m.pipeline.ring_bytes)},
+                  {"chosen", m.pipeline.chosen},
+                  {"why", m.pipeline.why}};
     out.push_back({{"offload", mode_name(m.mode)},
                    {"ac", m.ac},
+                   {"pipeline", pipeline},
                    {"gpu", gpu},
                    {"host", host},
                    {"fits", m.fits()},

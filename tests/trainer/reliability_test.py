@@ -420,6 +420,22 @@ def _(work):
         expect(p, 2, "cannot write to standard output")
 
 
+@case("a deferral of moment write-backs where none happen is a usage error naming the option and why")
+def _(work):
+    cfg = toml(work, 2)
+    for args, needle in (
+        (["--offload.deferred-share=0.5"], "clipping (optim.max_norm"),
+        (["--offload.deferred-share=0.5", "--optim.max-norm=None", "--model.offload=full"], 'model.offload = "full"'),
+        (["--offload.deferred-share=0.5", "--optim.max-norm=None", "--model.offload=optimizer"], "no GPU"),
+    ):
+        p = train(cfg, *args)
+        expect(p, 2, needle)
+        if "command line --offload.deferred-share" not in p.stderr:
+            raise AssertionError(f"{args}: the error does not name the flag: {p.stderr}")
+    # 0 asks for nothing: the run goes.
+    expect(train(cfg, "--offload.deferred-share=0"), 0)
+
+
 @case("a launcher's variables that are malformed or inconsistent are usage errors naming them")
 def _(work):
     plan = [TRAIN, "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]

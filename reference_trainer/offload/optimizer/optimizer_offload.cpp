@@ -17,7 +17,7 @@ OptimizerOffloadPipeline::OptimizerOffloadPipeline(Transformer& model, const Opt
       trace_(run.profile.host_trace),
       device_(model.device()),
       ring_bytes_(run.offload.ring_bytes()),
-      deferred_share_(run.offload.deferred_share) {
+      deferred_share_(run.offload.deferred_share.value_or(0)) {
   const bool cuda = !device_.is_cpu();
   dev_ = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   const auto pinned = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(cuda);

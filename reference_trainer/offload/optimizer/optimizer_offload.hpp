@@ -120,7 +120,7 @@ class OptimizerOffloadPipeline {
   torch::Device device_ = torch::kCPU;
   torch::TensorOptions dev_;
   std::optional<std::int64_t> ring_bytes_;  // offload.ring_mib
-  double deferred_share_;                   // offload.deferred_share
+  double deferred_share_;  // offload.deferred_share (None: 0; primecfg-train resolves it first)
   std::vector<ParamState> states_;
   DeviceAccumulators grads_;
   GradHooks hooks_;
