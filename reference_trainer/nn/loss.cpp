@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 namespace primecfg::train {
@@ -70,7 +71,12 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                         const Transformer::HeadRowsHook* before_rows, bool by_vocab) {
     const bool want_grad = h.requires_grad() || w.requires_grad();
     torch::NoGradGuard no_grad;
-    Tensor rows = targets.ne(-100).nonzero().squeeze(1);
+    // The rows whose targets count (not -100). The fused kernel gives ignored tokens a
+    // zero loss and gradient itself, so there every token goes through it in slices:
+    // no list of rows, whose size the host would wait for mid-step (nor could a CUDA
+    // graph hold it), and no gathers of the hidden states.
+    const bool every_row = !by_vocab && want_grad && fused::cross_entropy_fused(h);
+    Tensor rows = every_row ? Tensor() : targets.ne(-100).nonzero().squeeze(1);
     Tensor loss, grad_h, grad_w;
     if (by_vocab) {
       loss = by_vocabulary(h, w, targets, rows, scale, chunk, want_grad, on_head_grad, before_rows, grad_h,
@@ -90,13 +96,27 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static Tensor by_tokens(const Tensor& h, const Tensor& w, const Tensor& targets, const Tensor& rows,
                           double scale, std::int64_t chunk, bool want_grad, Tensor& grad_h, Tensor& grad_w) {
     Tensor loss = torch::zeros({}, h.options().dtype(torch::kFloat32));
+    const bool every_row = !rows.defined();  // the fused kernel's walk: slices of all tokens
     if (want_grad) {
-      grad_h = torch::zeros_like(h);
+      grad_h = every_row ? torch::empty_like(h) : torch::zeros_like(h);
       grad_w = torch::zeros(w.sizes(), w.options().dtype(torch::kFloat32));
     }
-    const std::int64_t n = rows.size(0);
+    const std::int64_t n = every_row ? h.size(0) : rows.size(0);
     for (std::int64_t start = 0; start < n; start += chunk) {
-      Tensor idx = rows.narrow(0, start, std::min(chunk, n - start));
+      const std::int64_t len = std::min(chunk, n - start);
+      if (every_row) {
+        Tensor hc = h.narrow(0, start, len);
+        Tensor logits = torch::matmul(hc, w.t());
+        Tensor row_loss = fused::cross_entropy_grad_(logits, targets.narrow(0, start, len), scale);
+        if (!row_loss.defined())
+          throw std::logic_error("LinearCrossEntropy: the fused cross-entropy refused a chunk");
+        loss += row_loss.sum();
+        Tensor gh = grad_h.narrow(0, start, len);
+        at::mm_out(gh, logits, w);
+        add_matmul_fp32(grad_w, logits.t(), hc);
+        continue;
+      }
+      Tensor idx = rows.narrow(0, start, len);
       Tensor hc = h.index_select(0, idx);
       Tensor tc = targets.index_select(0, idx).unsqueeze(1);
       // FP32 log-probabilities in one pass over the logits where the backend can

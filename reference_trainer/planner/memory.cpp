@@ -335,10 +335,12 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     // bf16 V x D product is added into it. fp32 compute: logits and log-probabilities
     // (8 bytes per logit), the rest in place. Beside them the chunk's hidden rows, indices.
     // With the fused cross-entropy kernel (bf16 on CUDA) the chunk holds its bf16 logits
-    // alone, the gradient written over them, and an FP32 loss per token.
+    // alone, the gradient written over them, and an FP32 loss per token; its hidden rows
+    // are a slice of the hidden states and its product is written into ce_grad_h (no
+    // gathers, no indices: the kernel skips ignored tokens itself).
     const i64 product = w.a.cuda && w.a.fp32_out_gemm ? 0 : V * D * dt;
     const bool fused_ce = dt == 2 && w.a.cuda && w.a.fused_cross_entropy;
-    const i64 chunk = fused_ce  ? 2 * c * V + product + 2 * c * D * dt + c * 28 + N * 8
+    const i64 chunk = fused_ce  ? 2 * c * V + product + 4 * c
                       : dt == 2 ? 10 * c * V + product + 2 * c * D * dt + c * 24 + N * 8
                                 : 8 * c * V + 2 * c * D * dt + c * 24 + N * 8;
     const i64 tail = dt == 2 ? V * D * dt : 0;  // grad_w converted to bf16 after the loop

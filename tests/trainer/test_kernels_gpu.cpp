@@ -11,6 +11,7 @@
 // 1e-4 * max|ref|. A wrong formula (a missing rstd factor, a row or column summed
 // twice or not at all) is off by far more.
 #include "nn/kernels/fused_ops.hpp"
+#include "nn/loss.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
@@ -19,11 +20,13 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace {
 
 using torch::Tensor;
 namespace fused = primecfg::train::fused;
+using primecfg::train::linear_cross_entropy;
 
 bool have_kernels() {
   if (!torch::cuda::is_available()) {
@@ -225,6 +228,27 @@ TEST_CASE("GPU kernels: fused cross-entropy matches ATen (row losses, gradient i
   cross_entropy_case(300, 128256, false);  // Llama 3's, many rows
   cross_entropy_case(2, 5, false);         // fewer values than threads
 
+  // An ignored token (-100) adds nothing: a zero loss and a zero gradient row, the other
+  // rows as without it.
+  {
+    CrossEntropySwitch kernel(true);
+    Tensor x = torch::randn({4, 1000}, bf16()) * 4;
+    Tensor t =
+        torch::tensor({5, -100, 999, -100}, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kCUDA);
+    Tensor g = x.clone();
+    const Tensor loss = fused::cross_entropy_grad_(g, t, 0.5);
+    REQUIRE(loss.defined());
+    CHECK(loss[1].item<float>() == 0.f);
+    CHECK(loss[3].item<float>() == 0.f);
+    CHECK(g.select(0, 1).abs().max().item<float>() == 0.f);
+    CHECK(g.select(0, 3).abs().max().item<float>() == 0.f);
+    Tensor kept = x.index_select(0, torch::tensor({0, 2}).to(torch::kCUDA)).clone();
+    const Tensor loss_kept =
+        fused::cross_entropy_grad_(kept, torch::tensor({5, 999}).to(torch::kCUDA).to(torch::kInt64), 0.5);
+    CHECK(torch::equal(loss.index_select(0, torch::tensor({0, 2}).to(torch::kCUDA)), loss_kept));
+    CHECK(torch::equal(g.index_select(0, torch::tensor({0, 2}).to(torch::kCUDA)), kept));
+  }
+
   // A target outside the vocabulary is NaN, not a silent zero; the switch off, or
   // FP32 logits, leave ATen's path to the caller.
   CrossEntropySwitch kernel(true);
@@ -237,6 +261,37 @@ TEST_CASE("GPU kernels: fused cross-entropy matches ATen (row losses, gradient i
   CHECK_FALSE(fused::cross_entropy_grad_(x32, bad, 1.0).defined());
   fused::set_cross_entropy_enabled(false);
   CHECK_FALSE(fused::cross_entropy_grad_(x, bad, 1.0).defined());
+}
+
+TEST_CASE(
+    "GPU kernels: the LM head's loss on the fused kernel walks every token, ignored ones included, as "
+    "ATen's") {
+  if (!have_kernels()) return;
+  torch::manual_seed(7);
+  // 37 tokens, a third of them ignored, in chunks of 8 (a short last one); vocabulary 1000.
+  const std::int64_t n = 37, d = 64, vocab = 1000;
+  const Tensor h0 = torch::randn({n, d}, bf16());
+  const Tensor w0 = torch::randn({vocab, d}, bf16()) * 0.2;
+  Tensor targets =
+      torch::randint(vocab, {n}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt64));
+  targets.index_fill_(0, torch::arange(0, n, 3, targets.options()), -100);
+  auto run = [&](bool kernel) {
+    CrossEntropySwitch on(kernel);
+    Tensor h = h0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    Tensor loss = linear_cross_entropy(h, w, targets, 1.0 / 25, 8, nullptr, nullptr, false);
+    loss.backward();
+    return std::tuple{loss.detach().to(torch::kFloat64), h.grad().to(torch::kFloat64),
+                      w.grad().to(torch::kFloat64)};
+  };
+  const auto [loss_k, gh_k, gw_k] = run(true);
+  const auto [loss_a, gh_a, gw_a] = run(false);
+  CHECK(std::abs(loss_k.item<double>() - loss_a.item<double>()) <= 1e-3 * std::abs(loss_a.item<double>()));
+  // The ignored tokens' rows get exactly nothing; the rest agree to bf16 rounding (the
+  // kernel rounds the gradient once, ATen's path casts an FP32 softmax).
+  const Tensor ignored = torch::arange(0, n, 3, targets.options());
+  CHECK(gh_k.index_select(0, ignored).abs().max().item<double>() == 0.0);
+  CHECK((gh_k - gh_a).abs().max().item<double>() <= 2e-2 * gh_a.abs().max().item<double>());
+  CHECK((gw_k - gw_a).abs().max().item<double>() <= 2e-2 * gw_a.abs().max().item<double>());
 }
 
 TEST_CASE("GPU kernels: fused QK-norm + RoPE matches ATen (values, dx, dweight; bf16; odd sizes)") {

@@ -133,10 +133,15 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(plan::make_plan(cfg, s, no_fp32_gemm).mode(Offload::none).gpu.term("ce_chunk") ==
         640 + 256 + 128 + 96 + 32);
   // The fused cross-entropy kernel: the chunk's bf16 logits alone (2 B per logit, the
-  // gradient written over them) and an FP32 loss per token (4 x 28 B with the indices).
+  // gradient written over them) and an FP32 loss per token (4 x 4 B); the hidden rows are
+  // a slice and their product goes into ce_grad_h, no indices. That is less than the bf16
+  // copy of the head's gradient after the loop (256 B), so the term is the copy; with the
+  // bf16 product per chunk it is the chunk again.
   auto fused_ce = exact();
   fused_ce.fused_cross_entropy = true;
-  CHECK(plan::make_plan(cfg, s, fused_ce).mode(Offload::none).gpu.term("ce_chunk") == 128 + 128 + 112 + 32);
+  CHECK(plan::make_plan(cfg, s, fused_ce).mode(Offload::none).gpu.term("ce_chunk") == 256);
+  fused_ce.fp32_out_gemm = false;
+  CHECK(plan::make_plan(cfg, s, fused_ce).mode(Offload::none).gpu.term("ce_chunk") == 128 + 256 + 16);
   CHECK(none.term("ce_backward") == 2 * (64 + 256));
   CHECK(none.term("backward_temps") == 4 * (8 + 2 * 16) * 2);  // the MLP stage
   CHECK(none.term("embed_grad") == 2 * 16 * 8 * 2);

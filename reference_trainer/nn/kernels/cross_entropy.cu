@@ -72,11 +72,15 @@ __global__ void cross_entropy_grad_kernel(__nv_bfloat16* __restrict__ logits,
     if (lane == 0) {
       row_lse = m + logf(s);
       const bool valid = target >= 0 && target < vocab;
-      loss[blockIdx.x] = valid ? row_lse - __bfloat162float(row[valid ? target : 0]) : NAN;
+      loss[blockIdx.x] = valid                    ? row_lse - __bfloat162float(row[valid ? target : 0])
+                         : target == kIgnoreIndex ? 0.f
+                                                  : NAN;
     }
   }
   __syncthreads();
   const float lse = row_lse;
+  // An ignored token adds nothing: its gradient row is zero.
+  const float row_scale = target == kIgnoreIndex ? 0.f : scale;
 
   // Pass 2: the gradient over the logits (the target's logit was read above, before this
   // pass overwrites it).
@@ -85,11 +89,11 @@ __global__ void cross_entropy_grad_kernel(__nv_bfloat16* __restrict__ logits,
       float x[8];
       load8(row + j, x);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) x[k] = scale * (expf(x[k] - lse) - (j + k == target ? 1.f : 0.f));
+      for (int k = 0; k < 8; ++k) x[k] = row_scale * (expf(x[k] - lse) - (j + k == target ? 1.f : 0.f));
       store8(row + j, x);
     } else {
       const float p = expf(__bfloat162float(row[j]) - lse) - (j == target ? 1.f : 0.f);
-      row[j] = __float2bfloat16_rn(scale * p);
+      row[j] = __float2bfloat16_rn(row_scale * p);
     }
   }
 }

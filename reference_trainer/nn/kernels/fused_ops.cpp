@@ -190,6 +190,15 @@ Tensor norm_rope(const Tensor& x, const Tensor& w, const Tensor& cos, const Tens
   return rope(w.defined() ? rms_norm(x, w, eps) : x, cos, sin);
 }
 
+bool cross_entropy_fused(const Tensor& hidden) {
+#if PRIMECFG_HAVE_FUSED
+  return on && cross_entropy_on && fusable(hidden);
+#else
+  (void)hidden;
+  return false;
+#endif
+}
+
 Tensor cross_entropy_grad_(Tensor& logits, const Tensor& targets, double scale) {
 #if PRIMECFG_HAVE_FUSED
   if (on && cross_entropy_on && fusable(logits) && logits.is_contiguous() && logits.dim() == 2 &&

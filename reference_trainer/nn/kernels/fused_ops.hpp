@@ -22,13 +22,16 @@ torch::Tensor norm_rope(const torch::Tensor& x, const torch::Tensor& w, const to
                         const torch::Tensor& sin, double eps);
 
 // The cross-entropy of a chunk of the LM head's logits [n, vocab] against targets [n]
-// (int64, each in [0, vocab)), and its gradient in place: returns each row's loss (FP32
-// [n]: logsumexp - the target's logit) and overwrites the logits with the gradient of
-// scale * (the sum of the losses), in their dtype. Only on the fused kernel
-// (cross_entropy.hpp), for contiguous bf16 CUDA logits while its switch is on; anywhere
-// else it returns an undefined tensor and leaves the logits alone (the caller then takes
-// ATen's path).
+// (int64, each in [0, vocab) or -100: ignored, a zero loss and gradient row), and its
+// gradient in place: returns each row's loss (FP32 [n]: logsumexp - the target's logit)
+// and overwrites the logits with the gradient of scale * (the sum of the losses), in
+// their dtype. Only on the fused kernel (cross_entropy.hpp), for contiguous bf16 CUDA
+// logits while its switch is on; anywhere else it returns an undefined tensor and leaves
+// the logits alone (the caller then takes ATen's path).
 torch::Tensor cross_entropy_grad_(torch::Tensor& logits, const torch::Tensor& targets, double scale);
+// Whether logits computed from these hidden states (the LM head's input) take the
+// kernel above: the loss then needs no list of the tokens to keep.
+bool cross_entropy_fused(const torch::Tensor& hidden);
 
 // Whether this build has the kernels (compiled by nvcc and linked in).
 bool kernels_built();
