@@ -276,6 +276,7 @@ train::RunOptions run_options(const train::TrainerOptions& o) {
   run.offload = o.offload;
   run.profile = o.profile;
   run.kernels = o.kernels;
+  run.cuda_graph = o.cuda_graph;
   run.save = o.save;
   run.peak_tflops = o.peak_tflops;
   run.demo = true;

@@ -213,6 +213,7 @@ struct TrainerOptions {
   ProfileOptions profile = {};
   DistOptions dist = {};
   KernelOptions kernels = {};
+  std::optional<bool> cuda_graph = std::nullopt;
   SaveOptions save = {};
 
   static constexpr auto fields() {
@@ -253,6 +254,12 @@ struct TrainerOptions {
               gt(0)),
         field(&T::offload, "The offload pipelines."), field(&T::profile, "Profiling."),
         field(&T::dist, "Sharded data parallel (several ranks)."), field(&T::kernels, "Fused CUDA kernels."),
+        field(&T::cuda_graph,
+              "Replay each step's forward and backward from one CUDA graph, captured at the run's third "
+              "step (the host's launches and the GPU's idle time between them are gone; same results). "
+              "None: where it applies: offload = \"none\" on a GPU handing autograd's gradients to "
+              "the fused AdamW (bf16, one process, one micro-batch a step), no document mask, no "
+              "activation offloading; true where it does not apply is an error."),
         field(&T::save, "How checkpoints are written."));
   }
 
@@ -312,6 +319,7 @@ struct RunOptions {
   Launch launch;
   DistOptions dist;
   KernelOptions kernels;
+  std::optional<bool> cuda_graph;  // TrainerOptions::cuda_graph
   SaveOptions save;
 };
 

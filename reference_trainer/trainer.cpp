@@ -9,6 +9,7 @@
 // when the update runs, per offload strategy, in offload/ (offload/pipeline.hpp).
 #include "trainer.hpp"
 
+#include "base/device_graph.hpp"
 #include "base/device_streams.hpp"
 #include "base/safetensors.hpp"
 #include "checkpoint/dir.hpp"
@@ -394,6 +395,7 @@ class Trainer {
                    static_cast<int>(Strategy::name.size()), Strategy::name.data(),
                    static_cast<int>(opt_.name().size()), opt_.name().data(), setup_.device.str().c_str(),
                    setup_.dtype == torch::kBFloat16 ? "bf16" : "fp32", static_cast<long long>(seq_len));
+    decide_graph();
   }
 
   // --- one optimizer step ---------------------------------------------------------
@@ -422,6 +424,7 @@ class Trainer {
     const Transformer::BlockHooks block_hooks = {state.block_hook(),
                                                  sharding_ ? sharding_->block_hook() : nullptr};
     std::int64_t gathered_after_forward = 0;  // whole weights a sharded rank held then
+    bool replayed = false;                    // the step's forward and backward came from its CUDA graph
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
@@ -429,14 +432,20 @@ class Trainer {
       // copy engine in queue order, and the forward pass waits for its inputs.
       const auto [in, targets] = inputs(mb);
       if (last) state.begin_last_micro_batch(mb.input_ids, sharding_ ? every_ranks_ids : mb.input_ids);
-      Tensor loss = model.loss(model.hidden(in, ac_, ac_freq_, block_hooks, act_offload_.get()), targets,
-                               scale, ce_chunk_, state.loss_hooks(last), state.loss_chunks(targets.numel()));
-      if (last) state.before_backward();
-      if (last && sharding_) gathered_after_forward = sharding_->gathered_bytes();
-      loss.backward();
+      auto forward_backward = [&](const Transformer::Inputs& x, const Tensor& t) {
+        Tensor loss = model.loss(model.hidden(x, ac_, ac_freq_, block_hooks, act_offload_.get()), t, scale,
+                                 ce_chunk_, state.loss_hooks(last), state.loss_chunks(t.numel()));
+        if (last) state.before_backward();
+        if (last && sharding_) gathered_after_forward = sharding_->gathered_bytes();
+        loss.backward();
+        return loss;
+      };
+      replayed = use_graph(mb, batch.micro.size());
+      Tensor loss = replayed ? from_graph(in, targets, forward_backward) : forward_backward(in, targets);
       if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
     }
+    if (!replayed) ++eager_steps_;
     const double grad_norm = state.finish_step();
     if (sharding_) {
       sharding_->gather_weights();
@@ -477,6 +486,7 @@ class Trainer {
     met.host_rss = rss_bytes("VmRSS:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
+    if (graph_on_) met.pipeline["cuda_graph_replayed"] = replayed ? 1 : 0;
     if (act_offload_) {
       // Per step; the host peak is one forward pass's (a micro-batch's) block inputs.
       const ActivationOffload::Stats& a = act_offload_->stats();
@@ -531,6 +541,93 @@ class Trainer {
 
   // A micro-batch's token ids, positions and (for packed rows) document mask, and its
   // targets, on the device.
+  // --- the forward and backward as one CUDA graph (opts_.cuda_graph) ------------------
+
+  // Eager steps before the capture: the first ones make what is made once (the
+  // pipeline's state and tables, cuBLAS's workspaces), which a capture may not.
+  static constexpr std::int64_t kGraphWarmup = 2;
+
+  // Why this run's forward and backward cannot be one graph ("" where they can).
+  std::string graph_refusal() const {
+    if (!dev::DeviceGraph::supported(setup_.device)) return "it needs a CUDA device";
+    if (sharding_) return "a sharded run's collectives are driven by the host";
+    if (act_offload_) return "activation offloading waits for its copies on the host";
+    if (!state_->replayable())
+      return fmt::format(
+          "offload = \"{}\" runs host work in its gradient hooks (only \"none\" handing autograd's gradients "
+          "to the fused AdamW replays: bf16, AdamW)",
+          Strategy::name);
+    return "";
+  }
+
+  void decide_graph() {
+    if (!opts_.cuda_graph.value_or(true)) return;
+    const std::string why = graph_refusal();
+    if (why.empty()) {
+      graph_on_ = true;
+    } else if (opts_.cuda_graph) {
+      throw run_error("cuda_graph = true: the forward and backward cannot be one CUDA graph here: " + why);
+    } else if (opts_.print && setup_.device.is_cuda()) {
+      std::fprintf(stderr, "primecfg-train: note: cuda_graph: eager: %s\n", why.c_str());
+    }
+  }
+
+  // Whether this micro-batch's forward and backward replay the graph (captured first, at
+  // the step after the warm-up).
+  bool use_graph(const data::MicroBatch& mb, std::size_t micro_batches) {
+    if (!graph_on_) return false;
+    std::string why;
+    if (micro_batches != 1)
+      why = fmt::format("{} micro-batches a step (the gradients are summed across them)", micro_batches);
+    else if (!mb.one_doc_per_row)
+      why = "a document mask (packed rows)";
+    else if (graph_ &&
+             (graph_->in.input_ids.size(0) != mb.rows || graph_->in.input_ids.size(1) != mb.seq_len))
+      why = "a micro-batch of another shape than the captured one";
+    if (why.empty()) return graph_ || eager_steps_ >= kGraphWarmup;
+    if (opts_.cuda_graph)
+      throw run_error(fmt::format("cuda_graph = true: step {} has {}, which a CUDA graph does not replay",
+                                  pos_.step + 1, why));
+    if (!graph_refused_ && opts_.print)
+      std::fprintf(stderr, "primecfg-train: note: cuda_graph: eager: %s\n", why.c_str());
+    graph_refused_ = true;
+    return false;
+  }
+
+  // The forward and backward replayed from the graph: the inputs copied into the tensors
+  // the capture read, the loss read from the one it wrote. The first call captures.
+  template <class ForwardBackward>
+  Tensor from_graph(const Transformer::Inputs& in, const Tensor& targets, ForwardBackward& forward_backward) {
+    if (!graph_) {
+      StepGraph& g = graph_.emplace();
+      g.in = {in.input_ids.clone(), in.positions.clone(), std::nullopt};
+      g.targets = targets.clone();
+      try {
+        g.graph.capture(setup_.device, [&] { g.loss = forward_backward(g.in, g.targets); });
+      } catch (const std::exception& e) {
+        graph_.reset();
+        throw run_error(
+            fmt::format("step {}: capturing the forward and backward as a CUDA graph failed ({}); "
+                        "--no-cuda-graph runs them "
+                        "eagerly",
+                        pos_.step + 1, e.what()));
+      }
+      state_->captured();
+      if (opts_.print)
+        std::fprintf(stderr,
+                     "primecfg-train: the forward and backward replay one CUDA graph from step %lld\n",
+                     static_cast<long long>(pos_.step + 1));
+    } else {
+      graph_->in.input_ids.copy_(in.input_ids);
+      graph_->in.positions.copy_(in.positions);
+      graph_->targets.copy_(targets);
+      state_->before_backward();
+    }
+    graph_->graph.replay();
+    state_->replayed();
+    return graph_->loss;
+  }
+
   std::pair<Transformer::Inputs, Tensor> inputs(const data::MicroBatch& mb) const {
     const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
     Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
@@ -619,7 +716,17 @@ class Trainer {
   bool ac_ = false;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;
   std::unique_ptr<ActivationOffload> act_offload_;  // model.ac_offloading
-  ActivationOffload::Stats act_seen_;               // its counters at the last step's end
+  // The forward and backward as one CUDA graph: the tensors its capture read and wrote.
+  struct StepGraph {
+    dev::DeviceGraph graph;
+    Transformer::Inputs in;
+    Tensor targets, loss;
+  };
+  bool graph_on_ = false;       // opts_.cuda_graph, where it applies
+  bool graph_refused_ = false;  // a step it does not apply to was said
+  std::optional<StepGraph> graph_;
+  std::int64_t eager_steps_ = 0;       // in this process
+  ActivationOffload::Stats act_seen_;  // its counters at the last step's end
   // Where it stands.
   TrainPosition pos_;
   bool endless_ = false;

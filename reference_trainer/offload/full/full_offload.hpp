@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +87,10 @@ class FullOffloadPipeline {
   // After the last backward: hands over what is left; the global norm before clipping.
   double finish_step();
   void end_step() { spans_.step_ends(step_); }
+  // Its hooks run host work each step (copies, waits, the CPU worker): never replayed.
+  bool replayable() const { return false; }
+  void captured() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
+  void replayed() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
 
   // What the copy pipelines and the CPU worker did in the last step.
   std::map<std::string, double> pipeline_stats() const;

@@ -45,6 +45,11 @@ class NoOffloadPipeline {
   Transformer::LossChunks loss_chunks(std::int64_t) const { return Transformer::LossChunks::tokens; }
   double finish_step();
   void end_step() { spans_.step_ends(step_); }
+  // The hand-over's hooks only keep autograd's gradients: a replay of the capture writes
+  // the same tensors, which the update then reads.
+  bool replayable() const { return hand_over_; }
+  void captured() { graph_grads_ = compute_grads_; }
+  void replayed() { compute_grads_ = graph_grads_; }
 
   std::map<std::string, double> pipeline_stats() const { return {}; }
   std::map<std::string, double> host_bytes() const { return host_state_bytes(states_); }
@@ -60,6 +65,7 @@ class NoOffloadPipeline {
   bool hand_over_;                     // the fused update may read autograd's gradients
   bool handing_over_ = false;          // this step does (one micro-batch)
   std::vector<Tensor> compute_grads_;  // this step's, from the hooks, until the update
+  std::vector<Tensor> graph_grads_;    // those of the captured backward, which each replay rewrites
   GradHooks hooks_;
   double lr_ = 0;
   std::int64_t step_ = 0;

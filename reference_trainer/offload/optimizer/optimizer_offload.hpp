@@ -27,6 +27,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ class OptimizerOffloadPipeline {
   // device-to-host copy, and that one takes 22 ms on Qwen3-0.6B. Queued now, it runs
   // beside the next forward.
   void end_step();
+  // Its hooks run host work each step (copies, waits, the CPU worker): never replayed.
+  bool replayable() const { return false; }
+  void captured() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
+  void replayed() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
 
   // What the copy pipelines did in the last step.
   std::map<std::string, double> pipeline_stats() const;
