@@ -185,6 +185,7 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.compute_bytes = o.compute_dtype.value_or(train::ComputeDtype::bf16) == train::ComputeDtype::bf16 ? 2 : 4;
   a.ring_bytes = o.offload.ring_bytes();  // the trainer's staging rings and moment window
   a.deferred_share = o.offload.deferred_share;
+  a.cuda_graph = o.cuda_graph;
   a.cpu_threads = o.offload.cpu_threads;
   // The fused kernels the run will use: bf16 only, and none in a build without them.
   a.kernels = plan::kFusedKernels && a.compute_bytes == 2 ? o.kernels.on() : std::vector<std::string>{};

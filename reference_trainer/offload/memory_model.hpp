@@ -58,6 +58,10 @@ class MemoryModel {
   // each held from its backward to the update, in place of FP32 accumulators (which
   // then do not exist).
   virtual bool hands_over_grads(const Workload& w) const = 0;
+  // Whether the forward and backward replay a CUDA graph (--cuda-graph; trainer.cpp's
+  // graph_refusal and use_graph say when): its capture stream has a cuBLAS workspace of
+  // its own.
+  virtual bool replays_graph(const Workload& w) const = 0;
   // Adds the mode's host terms beside the process's runtime and data.
   virtual HostTerms host_terms(const Workload& w, Builder& host) const = 0;
   // Device bytes held beyond the allocated peak that the allocator's slack does not

@@ -265,9 +265,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const std::vector<std::string> buffers = mode.device_buffers(w, b);
   if (w.a.cuda)
     b.add("workspace", w.a.cublas_workspace, "cuBLAS workspace (allocated through the allocator)");
+  if (mode.replays_graph(w))
+    b.add("graph_workspace", w.a.cublas_workspace, "cuBLAS workspace of the CUDA graph's capture stream");
   std::vector<std::string> persistent = {"weights", "masters", "grads", "moments"};
   persistent.insert(persistent.end(), buffers.begin(), buffers.end());
-  persistent.insert(persistent.end(), {"workspace", "weight_shard", "gather_temp"});
+  persistent.insert(persistent.end(), {"workspace", "graph_workspace", "weight_shard", "gather_temp"});
   // Startup: each weight is drawn in fp32 on the device, then converted.
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 

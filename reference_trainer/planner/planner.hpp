@@ -77,6 +77,7 @@ struct Assumptions {
   std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
   std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
   std::optional<double> deferred_share;        // --offload.deferred-share (nullopt: the plan chooses)
+  std::optional<bool> cuda_graph;              // --cuda-graph (nullopt: where it applies)
   std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
   std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from

@@ -80,6 +80,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"gather_temp", "all-gather of a padded weight"},
       {"moment_window", "moment window (streamed)"},
       {"workspace", "cuBLAS workspace"},
+      {"graph_workspace", "cuBLAS workspace, CUDA graph"},
       {"init_draw", "startup: fp32 draw"},
       {"activations", "activations (on the device)"},
       {"activations_below_top", "  of which below the last block"},

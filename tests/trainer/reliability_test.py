@@ -436,6 +436,16 @@ def _(work):
     expect(train(cfg, "--offload.deferred-share=0"), 0)
 
 
+@case("a CUDA graph asked for where it cannot be is an error naming the option and why")
+def _(work):
+    p = train(toml(work, 2), "--cuda-graph")
+    expect(p, 1, "cuda_graph = true")
+    if "CUDA device" not in p.stderr:
+        raise AssertionError(f"the error does not say why: {p.stderr}")
+    # Off, on the CPU, is what runs anyway.
+    expect(train(toml(work, 2), "--no-cuda-graph", "--clean"), 0)
+
+
 @case("a launcher's variables that are malformed or inconsistent are usage errors naming them")
 def _(work):
     plan = [TRAIN, "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]

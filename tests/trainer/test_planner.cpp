@@ -179,6 +179,17 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(handed.phase("backward_first_block")->bytes == 18704 + 160 + 1168 + 320 + 256 + 2416);
   CHECK(handed.phase("backward_embedding")->bytes == 18704 + 160 + 512 + 2416);
   CHECK(handed.phase("optimizer_step")->bytes == 18704 + 2416 + 256);
+  // Those steps replay a CUDA graph (--cuda-graph, by default): its capture stream has a
+  // cuBLAS workspace of its own, alive like the first one. Not where it is turned off,
+  // nor in the other modes.
+  auto graphed = adamw;
+  graphed.cublas_workspace = 1000;
+  const auto graph_plan = plan::make_plan(cfg, s, graphed);
+  CHECK(graph_plan.mode(Offload::none).gpu.term("graph_workspace") == 1000);
+  CHECK(graph_plan.mode(Offload::none).gpu.phase("optimizer_step")->bytes == 18704 + 2416 + 256 + 2 * 1000);
+  CHECK(graph_plan.mode(Offload::optimizer).gpu.term("graph_workspace") == 0);
+  graphed.cuda_graph = false;
+  CHECK(plan::make_plan(cfg, s, graphed).mode(Offload::none).gpu.term("graph_workspace") == 0);
   // The other modes keep theirs; two micro-batches a step sum in FP32 accumulators again.
   CHECK(handed_plan.mode(Offload::optimizer).gpu.term("grads") == 1336 * 4);
   auto two_micro = cfg;
@@ -188,6 +199,9 @@ TEST_CASE("planner: hand-computed terms of a tiny shape") {
   CHECK(summed.term("grads") == 1336 * 4);
   CHECK(summed.term("grads_blocks") == 0);
   CHECK_FALSE(summed.phase("backward_first_block"));
+  auto summed_graph = graphed;
+  summed_graph.cuda_graph = std::nullopt;
+  CHECK(plan::make_plan(two_micro, s, summed_graph).mode(Offload::none).gpu.term("graph_workspace") == 0);
 
   // Optimizer offload: moments leave, a window for them comes: room for two of the
   // largest (2 x 1024), at least 2 GiB, at most all of them (10688), + 4096.

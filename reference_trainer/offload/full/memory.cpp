@@ -36,6 +36,7 @@ class FullOffloadMemory final : public MemoryModel {
 
   UpdateAt update_at(const Workload&) const override { return UpdateAt::host; }
   bool hands_over_grads(const Workload&) const override { return false; }
+  bool replays_graph(const Workload&) const override { return false; }
 
   HostTerms host_terms(const Workload& w, Builder& b) const override {
     const i64 dt = w.dt;

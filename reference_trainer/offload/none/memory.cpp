@@ -23,6 +23,11 @@ class NoOffloadMemory final : public MemoryModel {
     return w.a.cuda && w.dt == 2 && w.a.fused_adamw && w.opt.kind == OptKind::adamw && !w.a.sharded() &&
            w.micro_batches == 1;
   }
+  // The hand-over's hooks only keep tensors, so its steps replay; not with activation
+  // offloading (host waits) or a document mask (packed rows), nor where --no-cuda-graph.
+  bool replays_graph(const Workload& w) const override {
+    return hands_over_grads(w) && w.a.cuda_graph.value_or(true) && !w.ac_offload && !w.masked;
+  }
   HostTerms host_terms(const Workload&, Builder&) const override { return {}; }
   i64 reserved_gpu(const Workload&) const override { return 0; }
 };

@@ -56,6 +56,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
     return updates_in_hooks(w) ? UpdateAt::gradient_hooks : UpdateAt::optimizer_phase;
   }
   bool hands_over_grads(const Workload&) const override { return false; }
+  bool replays_graph(const Workload&) const override { return false; }
 
   HostTerms host_terms(const Workload& w, Builder& b) const override {
     i64 moments = 0;
