@@ -539,8 +539,6 @@ class Trainer {
     batch.micro = std::move(mine);
   }
 
-  // A micro-batch's token ids, positions and (for packed rows) document mask, and its
-  // targets, on the device.
   // --- the forward and backward as one CUDA graph (opts_.cuda_graph) ------------------
 
   // Eager steps before the capture: the first ones make what is made once (the
@@ -606,11 +604,10 @@ class Trainer {
         g.graph.capture(setup_.device, [&] { g.loss = forward_backward(g.in, g.targets); });
       } catch (const std::exception& e) {
         graph_.reset();
-        throw run_error(
-            fmt::format("step {}: capturing the forward and backward as a CUDA graph failed ({}); "
-                        "--no-cuda-graph runs them "
-                        "eagerly",
-                        pos_.step + 1, e.what()));
+        throw run_error(fmt::format(
+            "step {}: capturing the forward and backward as a CUDA graph failed ({}); --no-cuda-graph runs "
+            "them eagerly",
+            pos_.step + 1, e.what()));
       }
       state_->captured();
       if (opts_.print)
@@ -628,6 +625,8 @@ class Trainer {
     return graph_->loss;
   }
 
+  // A micro-batch's token ids, positions and (for packed rows) document mask, and its
+  // targets, on the device.
   std::pair<Transformer::Inputs, Tensor> inputs(const data::MicroBatch& mb) const {
     const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
     Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
