@@ -270,6 +270,22 @@ TEST_CASE(
   CHECK(window(fast) < (std::int64_t{1} << 20));
 }
 
+TEST_CASE("step time: a step that replays the CUDA graph says its gain is not in the prediction") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  plan::Assumptions a;
+  a.profile = &prof;
+  a.fused_adamw = true;  // the hand-over, whose steps replay
+  auto said = [](const plan::ModePlan& m) {
+    const auto& u = m.time->unsure;
+    return std::any_of(u.begin(), u.end(),
+                       [](const std::string& s) { return s.find("CUDA graph") != s.npos; });
+  };
+  CHECK(said(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none)));
+  CHECK_FALSE(said(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::optimizer)));
+  a.cuda_graph = false;
+  CHECK_FALSE(said(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none)));
+}
+
 TEST_CASE("optimizer's pipeline on the shipped H200 profile: deferred at Llama-3.2-3B, not at Qwen3-0.6B") {
   // The measured cases (docs/performance.md): deferral took Llama-3.2-3B/8192 from 1.13x
   // to 1.08x of its PCIe bound, and cost Qwen3-0.6B 7%.
