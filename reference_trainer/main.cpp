@@ -7,6 +7,7 @@
 #include "calibrate.hpp"
 #include "checkpoint/dir.hpp"
 #include "command_line.hpp"
+#include "model/config.hpp"
 #include "options.hpp"
 #include "planner/machine.hpp"
 #include "planner/planner.hpp"
@@ -102,12 +103,28 @@ embedded default (a tiny model on the built-in reverse-text task).
   --options=FILE         read primecfg-train's options (below) from a TOML file; flags win
   --help                 this text
 
-Model presets (model.name): primecfg/tiny, Qwen/Qwen3-0.6B, meta-llama/Llama-3.2-1B,
-meta-llama/Llama-3.2-3B, meta-llama/Meta-Llama-3-8B, meta-llama/Llama-3.1-8B; or a local
-HF directory (llama, qwen2, qwen3; every config.json key is used or refused by name).
+)";
+
+// The paragraph on models, its preset list taken from the registry (model/presets.cpp).
+std::string models_help() {
+  std::string text = "Model presets (model.name):";
+  std::size_t line = text.size();
+  for (const std::string& name : train::preset_names()) {
+    if (line + name.size() + 2 > 84) {
+      text += "\n ";
+      line = 1;
+    }
+    text += " " + name + ",";
+    line += name.size() + 2;
+  }
+  text.back() = '.';
+  return text + R"(
+Or a local HF directory (llama, qwen2, qwen3; every config.json key is used or refused
+by name).
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml
 and the options to <output_dir>/options.toml.
 )";
+}
 
 // What each offload mode trades (the values come from the config's own description).
 constexpr const char* kOffloadTrade =
@@ -459,7 +476,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
   for (const auto& a : argv_list) {
     if (a == "--help" || a == "-h")
-      return print_out(std::string(kUsage) + config_summary() + help_text<train::TrainerOptions>());
+      return print_out(std::string(kUsage) + models_help() + config_summary() + help_text<train::TrainerOptions>());
     if (a == "--print-default") return print_out(default_config(kDefaultWarmup));
   }
   // Several ranks (torchrun, Slurm + torchrun): the launcher's variables say where this

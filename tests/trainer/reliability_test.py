@@ -420,6 +420,26 @@ def _(work):
         expect(p, 2, "cannot write to standard output")
 
 
+@case("--help lists every model preset the trainer accepts, and each it lists is accepted")
+def _(work):
+    p = subprocess.run([TRAIN, "--help"], capture_output=True, text=True)
+    expect(p, 0)
+    para = p.stdout[p.stdout.index("Model presets (model.name):") :].split("\nOr a local HF directory")[0]
+    listed = [n.strip(" .\n") for n in para.split(":", 1)[1].split(",")]
+    # The resolver's own list, as its error for an unknown name gives it.
+    p = subprocess.run([TRAIN, "--model.name=no/such-model", "--plan"], capture_output=True, text=True)
+    expect(p, 1, "is neither a preset")
+    accepted = p.stderr.split("is neither a preset (", 1)[1].split(") nor", 1)[0].split(", ")
+    if sorted(listed) != sorted(accepted):
+        raise AssertionError(f"--help lists {listed}, the trainer accepts {accepted}")
+    for name in listed:
+        p = subprocess.run([TRAIN, f"--model.name={name}", "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"],
+                           capture_output=True, text=True)
+        expect(p, 0)
+        if name not in p.stdout:
+            raise AssertionError(f"--plan for {name} does not name it:\n{p.stdout[:500]}")
+
+
 @case("a deferral of moment write-backs where none happen is a usage error naming the option and why")
 def _(work):
     cfg = toml(work, 2)
