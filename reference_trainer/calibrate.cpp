@@ -8,6 +8,7 @@
 #include "nn/kernels/fused_ops.hpp"
 #include "optim/cpu/cpu_optim.hpp"
 #include "optim/cpu/thread_pool.hpp"
+#include "planner/planner.hpp"
 #include "primecfg_commit.h"
 #include "trainer.hpp"
 
@@ -19,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -356,10 +358,17 @@ void run_child(const CalibrateRequest& req, const std::vector<std::string>& args
       fmt::format("calibration run {}:\n  {}\nits last lines:\n{}", how, cmd, log_tail(log, 15)));
 }
 
-// The median step time of a run of `layers` blocks of `model` (steps after the third).
-// Each run is a trainer process of its own, as a user's run would be: a fresh device,
-// allocator and pools, and a crash is reported instead of taking calibration with it.
-double median_step(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
+// What one block run measured: its median step time (steps after the third) and its
+// process's resident peak (VmHWM, peak_host_mem_gib in metrics.jsonl).
+struct BlockRun {
+  double step_s = 0;
+  double host_peak_bytes = 0;
+};
+
+// A run of `layers` blocks of `model`. Each run is a trainer process of its own, as a
+// user's run would be: a fresh device, allocator and pools, and a crash is reported
+// instead of taking calibration with it.
+BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
                    const fs::path& dir) {
   remove_tree(dir);
   fs::create_directories(dir);
@@ -395,20 +404,89 @@ double median_step(const CalibrateRequest& req, const std::string& model, std::i
   }
   std::ifstream in(output / "metrics.jsonl");
   std::vector<double> times;
+  BlockRun run;
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("step_time_s")) times.push_back(j["step_time_s"].get<double>());
+    if (!j.is_object()) continue;
+    if (j.contains("step_time_s")) times.push_back(j["step_time_s"].get<double>());
+    if (j.contains("peak_host_mem_gib"))
+      run.host_peak_bytes = std::max(run.host_peak_bytes, j["peak_host_mem_gib"].get<double>() * (1 << 30));
   }
   remove_tree(dir);
   if (times.size() < 4)
     throw std::runtime_error("calibration: a run wrote fewer than 4 steps to metrics.jsonl");
   times.erase(times.begin(), times.begin() + 3);
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  run.step_s = times[times.size() / 2];
+  return run;
+}
+
+// What a trainer process holds beyond the planner's own host terms: a one-block run's
+// resident peak less the host plan of that run with no runtime (its data; the weights
+// are drawn on the device, and `none` keeps no state on the host). On a CPU "device"
+// the run's model lives in the same memory, so nothing is measured there.
+std::optional<std::int64_t> host_runtime(const CalibrateRequest& req, const std::string& model,
+                                         const BlockRun& one_block, bool cuda, bool bf16) {
+  if (!cuda || one_block.host_peak_bytes <= 0) return std::nullopt;
+  SFTConfig c = req.config;  // as block_run's command line sets it
+  c.model.name = model;
+  c.model.offload = Offload::none;
+  c.model.debug = ModelDebugConfig{.num_layers = 1, .random_init = true};
+  c.model.ac = std::nullopt;
+  c.model.ac_offloading = std::nullopt;
+  c.ckpt = std::nullopt;
+  plan::Assumptions a;
+  a.compute_bytes = bf16 ? 2 : 4;
+  a.host_runtime = 0;
+  const plan::Plan p = plan::make_plan(c, a);
+  const auto none = std::find_if(p.modes.begin(), p.modes.end(),
+                                 [](const plan::ModePlan& m) { return m.mode == Offload::none; });
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(one_block.host_peak_bytes) - none->host.peak);
 }
 
 }  // namespace
+
+std::string calibration_summary(const MachineProfile& p, const std::string& file) {
+  std::string out = fmt::format("calibrate: wrote {}, measured on {} ({}) with the fused kernels: {}\n", file,
+                                p.provenance.device, p.provenance.machine,
+                                p.provenance.kernels && !p.provenance.kernels->empty()
+                                    ? fmt::format("{}", fmt::join(*p.provenance.kernels, ", "))
+                                    : "none");
+  for (const auto& b : p.gpu.blocks)
+    out += fmt::format("  block: hidden {}, intermediate {}, {}/{} heads of {}{}, at {} tokens\n", b.hidden,
+                       b.intermediate, b.heads, b.kv_heads, b.head_dim, b.qk_norm ? ", QK-norm" : "", b.tokens);
+  std::vector<std::int64_t> dims;
+  std::int64_t shortest = 0, longest = 0;
+  for (const auto& a : p.gpu.attention) {
+    if (std::find(dims.begin(), dims.end(), a.head_dim) == dims.end()) dims.push_back(a.head_dim);
+    shortest = shortest ? std::min(shortest, a.seq_len) : a.seq_len;
+    longest = std::max(longest, a.seq_len);
+  }
+  out += fmt::format(
+      "  attention: head_dim {} from {} to {} tokens (lengths between are interpolated, beyond them the "
+      "nearest is taken)\n",
+      fmt::join(dims, " and "), shortest, longest);
+  out += fmt::format("  host: {} threads, CPU AdamW {:.2f} G parameters/s; resident runtime {}\n", p.host.threads,
+                     p.host.adamw_params_per_s / 1e9,
+                     p.host.runtime_bytes
+                         ? fmt::format("{:.2f} GiB", static_cast<double>(*p.host.runtime_bytes) / (1 << 30))
+                         : std::string("not measured (a CPU device holds the model in the same memory)"));
+  std::vector<std::string> by[4];
+  for (const std::string& name : preset_names())
+    by[static_cast<int>(plan::block_coverage(p, *preset(name)))].push_back(name);
+  const char* how[4] = {"measured", "interpolated between the measured blocks",
+                        "smaller than any measured block (the smallest one's throughput: predicted steps likely too short)",
+                        "larger than any measured block (the largest one's throughput: predicted steps likely too long)"};
+  out += "The presets' blocks in this profile:\n";
+  for (int i = 0; i < 4; ++i)
+    if (!by[i].empty()) out += fmt::format("  {}: {}\n", how[i], fmt::join(by[i], ", "));
+  out += fmt::format(
+      "Use it: primecfg-train @ run.toml --plan --plan-profile={} (step times and host memory for this "
+      "machine); --calibrate-models=[...] measures more blocks.\n",
+      file);
+  return out;
+}
 
 MachineProfile calibrate(const CalibrateRequest& req) {
   const torch::Device d(req.run.device.value_or(torch::cuda::is_available() ? "cuda" : "cpu"));
@@ -445,12 +523,19 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     auto timed = [&](std::int64_t layers, bool ac) {
       say(fmt::format("{}: timing {} block{}{}", name, layers, layers == 1 ? "" : "s",
                       ac ? ", checkpointed" : ""));
-      return median_step(req, name, layers, ac, dir);
+      return block_run(req, name, layers, ac, dir);
     };
-    Runs r{name, timed(1, false), timed(3, false), timed(3, true)};
+    const BlockRun one = timed(1, false);
+    Runs r{name, one.step_s, timed(3, false).step_s, timed(3, true).step_s};
     say(fmt::format("{}: steps of 1 / 3 / 3 checkpointed blocks {:.4f} / {:.4f} / {:.4f} s", name, r.r1, r.r3,
                     r.r3ac));
     runs.push_back(r);
+    // The largest over the models: the runtime grows with the kernels a model loads.
+    if (const auto rt = host_runtime(req, name, one, d.is_cuda(), bf16)) {
+      p.host.runtime_bytes = std::max(p.host.runtime_bytes.value_or(0), *rt);
+      say(fmt::format("{}: the process held {:.2f} GiB beyond the planner's terms (host runtime)", name,
+                      static_cast<double>(*rt) / (1 << 30)));
+    }
   }
 
   p.gpu.memory_gbs = device_memory_gbs(d, z);

@@ -33,4 +33,9 @@ struct CalibrateRequest {
 
 plan::MachineProfile calibrate(const CalibrateRequest& req);
 
+// What a user reads once the profile is written to `file`: what was measured (blocks,
+// lengths, the host), how the presets' blocks will be planned from it (measured,
+// interpolated or beyond the measured ones) and how to use it.
+std::string calibration_summary(const plan::MachineProfile& p, const std::string& file);
+
 }  // namespace primecfg::train

@@ -212,6 +212,7 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.fused_swiglu = uses("fused");
   a.fused_cross_entropy = uses("cross_entropy");
   a.fused_adamw = uses("adamw");
+  a.gpu_name = plan::cuda_device_name(device_index(o));
   if (o.plan_gpu_memory) {
     a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";
@@ -605,7 +606,7 @@ int main(int argc, char** argv) {
           "# A machine profile for primecfg-train --plan-profile (planner/profile.hpp), written "
           "by --calibrate.\n" +
               train::plan::profile_toml(profile));
-      std::fprintf(stderr, "calibrate: wrote %s\n", opts.calibrate->c_str());
+      std::fputs(train::calibration_summary(profile, opts.calibrate->string()).c_str(), stderr);
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "primecfg-train: error: --calibrate: %s\n", e.what());

@@ -71,6 +71,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, step_time = 0, tokens_per_s = 0;
   std::optional<double> mfu;
   double peak_device = 0, host_rss = 0;
+  double peak_host = 0;  // VmHWM: the process's resident peak so far (what --plan's host peak predicts)
   std::vector<double> peak_device_ranks;  // several ranks: each one's peak, in rank order
   std::map<std::string, double> host_state;
   std::map<std::string, double> pipeline;
@@ -114,6 +115,7 @@ class Reporter {
         {"step_time_s", rounded(m.step_time, "{:.4f}")},
         {"peak_device_mem_gib", rounded(m.peak_device / GiB, "{:.4f}")},
         {"host_mem_gib", host},
+        {"peak_host_mem_gib", rounded(m.peak_host / GiB, "{:.4f}")},
         {"offload", mode_},
     };
     if (!m.peak_device_ranks.empty()) {

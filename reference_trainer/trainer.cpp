@@ -484,6 +484,7 @@ class Trainer {
       met.peak_device_ranks.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
     }
     met.host_rss = rss_bytes("VmRSS:");
+    met.peak_host = rss_bytes("VmHWM:");
     met.host_state = state.host_bytes();
     met.pipeline = state.pipeline_stats();
     if (graph_on_) met.pipeline["cuda_graph_replayed"] = replayed ? 1 : 0;

@@ -4,4 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh
 bash tools/build.sh
-meson test -C build --print-errorlogs --num-processes 2
+# The tests run with a temporary folder of their own (TMPDIR), which they must leave
+# empty: a test that keeps files after it passed fills a user's /tmp run after run.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/primecfg-tests-XXXXXX")
+TMPDIR=$tmp meson test -C build --print-errorlogs --num-processes 2
+left=$(find "$tmp" -mindepth 1 -maxdepth 2 | head -20)
+if [ -n "$left" ]; then
+  echo "error: the tests passed but left files in their temporary folder $tmp:" >&2
+  echo "$left" >&2
+  exit 1
+fi
+rmdir "$tmp"

@@ -16,6 +16,10 @@
 #              RESULTS       results folder (default outputs/confirm-planner)
 #              ROWS          "model:seq:mode:ac ..." (ac = ac or noac)
 #              BUDGET_S      seconds for all rows; rows that would not fit are skipped (420)
+#              PLAN_PROFILE  a machine profile for --plan (--plan-profile; else the shipped one)
+#
+# Host memory: the plan's host peak of the row's mode against the process's resident
+# peak (VmHWM, peak_host_mem_gib in metrics.jsonl) over the whole run, startup included.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -35,8 +39,8 @@ echo "== GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $G
 
 table=$RES/table.md
 {
-  echo "| model | seq | mode | ac | planner: fits (GPU, host) | predicted peak (GiB) | measured peak (GiB) | error | host RSS (GiB) | step (s) | outcome |"
-  echo "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| model | seq | mode | ac | planner: fits (GPU, host) | predicted peak (GiB) | measured peak (GiB) | error | host: predicted peak (GiB) | host: measured VmHWM (GiB) | host error | step (s) | outcome |"
+  echo "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 } >"$table"
 
 for row in $ROWS; do
@@ -45,13 +49,15 @@ for row in $ROWS; do
   args=(@ bench/trainer/fake.toml --model.name="$model" --model.offload="$mode" --data.seq-len="$seq"
         --max-steps=5 --output-dir="$RES/$name")
   [ "$ac" = ac ] && args+=(--model.ac)
-  "$TRAIN" "${args[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
-  read -r predicted fits < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
+  "$TRAIN" "${args[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" \
+    ${PLAN_PROFILE:+--plan-profile="$PLAN_PROFILE"} >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
+  read -r predicted fits host_predicted < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 row = next(m for m in plan["modes"] if m["offload"] == sys.argv[2])
 yn = lambda b: "yes" if b else "no"
-print(f'{row["gpu"]["peak_gib"]:.2f}', f'GPU:{yn(row["gpu"]["fits"])},host:{yn(row["host"]["fits"])}')
+print(f'{float(row["gpu"]["peak_gib"]):.2f}', f'GPU:{yn(row["gpu"]["fits"])},host:{yn(row["host"]["fits"])}',
+      f'{row["host"]["peak_bytes"] / 2**30:.2f}')
 PY
   )
   if [ "$(left)" -lt 150 ]; then
@@ -62,15 +68,15 @@ PY
   timeout 240 "$TRAIN" "${args[@]}" >"$RES/$name.log" 2>&1
   rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB, planner fits: $fits"
-  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" >>"$table" <<'PY'
+  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" "$host_predicted" >>"$table" <<'PY'
 import json, os, sys
-out, rc, model, seq, mode, ac, fits, predicted, log = sys.argv[1:]
+out, rc, model, seq, mode, ac, fits, predicted, log, host_predicted = sys.argv[1:]
 rows = []
 path = os.path.join(out, "metrics.jsonl")
 if os.path.exists(path):
     rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
 measured = max((r["peak_device_mem_gib"] for r in rows), default=None)
-rss = max((r["host_mem_gib"]["rss"] for r in rows), default=None)
+hwm = max((r["peak_host_mem_gib"] for r in rows), default=None)
 step = sorted(r["step_time_s"] for r in rows[1:])[len(rows[1:]) // 2] if len(rows) > 1 else None
 text = open(log, errors="replace").read()
 if rc == "0":
@@ -80,9 +86,12 @@ elif "out of memory" in text.lower():
 else:
     outcome = f"exit {rc}"
 err = f"{100 * (float(predicted) - measured) / measured:+.1f}%" if measured else ""
+host_err = (f"{100 * (float(host_predicted) - hwm) / hwm:+.1f}% ({float(host_predicted) - hwm:+.2f} GiB)"
+            if hwm else "")
 fmt = lambda v, f: f.format(v) if v is not None else ""
 print(f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {fits} | {predicted} | "
-      f"{fmt(measured, '{:.2f}')} | {err} | {fmt(rss, '{:.2f}')} | {fmt(step, '{:.3f}')} | {outcome} |")
+      f"{fmt(measured, '{:.2f}')} | {err} | {host_predicted} | {fmt(hwm, '{:.2f}')} | {host_err} | "
+      f"{fmt(step, '{:.3f}')} | {outcome} |")
 PY
   grep -iE "out of memory|planner|predict" "$RES/$name.log" | head -4
 done

@@ -219,6 +219,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.params = shape.params();
   w.opt = optimizer_info(cfg.optim);
   w.a = a;
+  if (a.profile && a.profile->host.runtime_bytes) {
+    w.a.host_runtime = *a.profile->host.runtime_bytes;
+    w.a.host_runtime_source = fmt::format("measured by --calibrate on {} ({})", a.profile->provenance.device,
+                                          a.profile_source);
+  }
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
@@ -282,7 +287,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.reshard_after_forward = w.reshard_after_forward;
   p.replicas = cfg.model.dp_replicate;
   p.shard_world = w.shard_world;
-  p.assumptions = a;
+  p.assumptions = w.a;
 
   const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm, a.fused_swiglu);
   auto& act = p.activations;
@@ -307,6 +312,12 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
     }
   }
 
+  if (a.profile && a.gpu_name && *a.gpu_name != a.profile->provenance.device)
+    p.notes.push_back(fmt::format(
+        "the machine profile ({}) was measured on {}, and this machine's GPU is {}: its step times and host "
+        "runtime are that machine's (`primecfg-train --calibrate=FILE` here measures this one, "
+        "--plan-profile=FILE uses it)",
+        a.profile_source, a.profile->provenance.device, *a.gpu_name));
   if (w.masked)
     p.notes.push_back(
         "packed rows need a document mask: SDPA then cannot use the flash kernel; the plan assumes a fused "

@@ -74,7 +74,11 @@ struct Assumptions {
   std::int64_t cublas_workspace = 32ll << 20;  // one stream's cuBLAS workspace (sm90), in the allocator
   std::int64_t cuda_context = 768ll << 20;     // CUDA context + loaded kernels, outside the allocator
   double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
-  std::int64_t host_runtime = 2ll << 30;       // resident LibTorch + CUDA runtime of the process
+  // Resident bytes of the process beyond the planner's host terms (LibTorch, the CUDA
+  // runtime's host side): the machine profile's host.runtime_bytes where it has one
+  // (make_plan takes it; measured by --calibrate), else this.
+  std::int64_t host_runtime = 2ll << 30;
+  std::string host_runtime_source = "assumed: the machine profile does not measure it (--calibrate does)";
   std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
   std::optional<double> deferred_share;        // --offload.deferred-share (nullopt: the plan chooses)
   std::optional<bool> cuda_graph;              // --cuda-graph (nullopt: where it applies)
@@ -98,6 +102,7 @@ struct Assumptions {
   // rank (--offload.cpu-threads; nullopt: the cores per rank less one, as the trainer).
   const MachineProfile* profile = nullptr;
   std::string profile_source;
+  std::optional<std::string> gpu_name;  // this machine's CUDA device, as CUDA names it (nullopt: none)
   std::optional<std::int64_t> cpu_threads;
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };
@@ -134,6 +139,12 @@ struct MemoryPlan {
   std::int64_t term(std::string_view name) const;  // 0 when absent
   const Phase* phase(std::string_view name) const;
 };
+
+// How a machine profile knows a model's block: its shape was measured, or its matmul
+// throughput is interpolated between the measured blocks' by FLOPs per token, or the
+// block is smaller (larger) than any measured one and takes the nearest one's.
+enum class Coverage { measured, interpolated, smaller, larger };
+Coverage block_coverage(const MachineProfile& p, const ModelShape& s);
 
 // One rank's predicted step in one mode (step_time.cpp; docs/memory-planner.md,
 // "Step time"), from a machine profile. Seconds per optimizer step, all micro-batches.

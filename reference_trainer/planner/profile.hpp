@@ -166,6 +166,10 @@ struct HostProfile {
   double adamw_busy_params_per_s = 0;  // while pinned copies run both ways
   double sign_sgd_params_per_s = 0;
   double sign_sgd_busy_params_per_s = 0;
+  // Resident bytes of a trainer process beyond what the planner counts term by term
+  // (LibTorch, the CUDA runtime's host side, loaded kernels, allocator pools): the
+  // planner's host term `runtime`. nullopt: not measured (profiles written before it).
+  std::optional<std::int64_t> runtime_bytes;
 
   static constexpr auto fields() {
     using H = HostProfile;
@@ -178,7 +182,11 @@ struct HostProfile {
               gt(0)),
         field(&H::sign_sgd_params_per_s, "CPU SignSGD, parameters per second, alone.", gt(0)),
         field(&H::sign_sgd_busy_params_per_s,
-              "CPU SignSGD, parameters per second, while copies run both ways.", gt(0)));
+              "CPU SignSGD, parameters per second, while copies run both ways.", gt(0)),
+        field(&H::runtime_bytes,
+              "Resident bytes of a trainer process beyond the planner's own host terms (its `runtime`): "
+              "the largest VmHWM of --calibrate's one-block runs less their data.",
+              gt(0)));
   }
 };
 
@@ -208,7 +216,7 @@ struct MachineProfile {
     using M = MachineProfile;
     return describe(field(&M::provenance, "Where and how this profile was measured."),
                     field(&M::gpu, "The device."), field(&M::link, "Host <-> device copies."),
-                    field(&M::host, "The host's CPU update."),
+                    field(&M::host, "The host: its CPU update and the process's resident runtime."),
                     field(&M::collectives, "Collectives between ranks (stated)."));
   }
 

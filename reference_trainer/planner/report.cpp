@@ -365,9 +365,10 @@ std::string format_text(const Plan& p, const Advice* advice) {
     out += "No offload mode fits this machine with this config.\n";
   for (const auto& n : p.notes) out += "note: " + n + "\n";
   out += fmt::format(
-      "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {}, pinned buffers rounded to "
-      "powers of two: {} (docs/memory-planner.md)\n",
-      a.allocator_slack * 100, human(a.cuda_context), human(a.host_runtime), a.pinned_pow2 ? "yes" : "no");
+      "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {} ({}), pinned buffers rounded "
+      "to powers of two: {} (docs/memory-planner.md)\n",
+      a.allocator_slack * 100, human(a.cuda_context), human(a.host_runtime), a.host_runtime_source,
+      a.pinned_pow2 ? "yes" : "no");
   return out;
 }
 
@@ -487,7 +488,8 @@ std::string format_json(const Plan& p, const Advice* advice) {
         {"cublas_workspace", a.cublas_workspace},
         {"cuda_context", a.cuda_context},
         {"allocator_slack", a.allocator_slack},
-        {"host_runtime", a.host_runtime}}},
+        {"host_runtime", a.host_runtime},
+        {"host_runtime_source", a.host_runtime_source}}},
       {"activations",
        {{"tokens", act.tokens},
         {"per_block_full", act.per_block_full},

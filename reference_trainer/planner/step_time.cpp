@@ -124,6 +124,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
                  b.backward_s - 2.5 * attn / attention_rate(p, b.tokens, b.head_dim, true))};
   };
   const double flops = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim);
+  const Coverage coverage = block_coverage(p, s);
   double rest_f = 0, rest_b = 0;  // seconds per token outside attention
   const BlockTiming* blk = nullptr;
   for (const auto& b : p.gpu.blocks)
@@ -142,10 +143,10 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
     }
     rest_f = flops / interpolate_log_x(fwd_rate, flops);
     rest_b = flops / interpolate_log_x(bwd_rate, flops);
-    const auto [lo, hi] = std::minmax_element(fwd_rate.begin(), fwd_rate.end());
-    const char* how = flops < lo->first ? "smaller than any measured block: run at the smallest one's matmul "
-                                          "throughput (small blocks run slower, so the step is likely longer)"
-                      : flops > hi->first
+    const char* how = coverage == Coverage::smaller
+                          ? "smaller than any measured block: run at the smallest one's matmul "
+                            "throughput (small blocks run slower, so the step is likely longer)"
+                      : coverage == Coverage::larger
                           ? "larger than any measured block: run at the largest one's matmul "
                             "throughput (large blocks run faster, so the step is likely shorter)"
                           : "its matmul throughput interpolated between the measured blocks' by "
@@ -368,3 +369,21 @@ double cpu_update_under_copies(double alone_s, double busy_s, double copy_bytes,
 }
 
 }  // namespace primecfg::train::plan::detail
+
+namespace primecfg::train::plan {
+
+Coverage block_coverage(const MachineProfile& p, const ModelShape& s) {
+  using detail::block_matmul_flops;
+  for (const auto& b : p.gpu.blocks)
+    if (detail::same_block(b, s)) return Coverage::measured;
+  const double flops = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim);
+  bool below = false, above = false;
+  for (const auto& b : p.gpu.blocks) {
+    const double x = block_matmul_flops(b.hidden, b.intermediate, b.heads, b.kv_heads, b.head_dim);
+    below = below || x <= flops;
+    above = above || x >= flops;
+  }
+  return below && above ? Coverage::interpolated : below ? Coverage::larger : Coverage::smaller;
+}
+
+}  // namespace primecfg::train::plan

@@ -12,6 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 using primecfg::error_kind;
 using sample::Sample;
@@ -23,10 +27,20 @@ namespace {
 
 const std::string required_token = "token = \"t\"\n";
 
+// One folder of this process's files, removed when the tests end.
+struct TempFolder {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("primecfg-load-test-" + std::to_string(::getpid()));
+  TempFolder() { std::filesystem::create_directories(path); }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  auto dir = std::filesystem::temp_directory_path() / "primecfg-load-test";
-  std::filesystem::create_directories(dir);
-  auto path = dir / name;
+  static const TempFolder dir;
+  auto path = dir.path / name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }
