@@ -439,10 +439,8 @@ std::optional<std::int64_t> host_runtime(const CalibrateRequest& req, const std:
   plan::Assumptions a;
   a.compute_bytes = bf16 ? 2 : 4;
   a.host_runtime = 0;
-  const plan::Plan p = plan::make_plan(c, a);
-  const auto none = std::find_if(p.modes.begin(), p.modes.end(),
-                                 [](const plan::ModePlan& m) { return m.mode == Offload::none; });
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(one_block.host_peak_bytes) - none->host.peak);
+  const std::int64_t planned = plan::make_plan(c, a).mode(c.model.offload).host.peak;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(one_block.host_peak_bytes) - planned);
 }
 
 }  // namespace
@@ -454,8 +452,9 @@ std::string calibration_summary(const MachineProfile& p, const std::string& file
                                     ? fmt::format("{}", fmt::join(*p.provenance.kernels, ", "))
                                     : "none");
   for (const auto& b : p.gpu.blocks)
-    out += fmt::format("  block: hidden {}, intermediate {}, {}/{} heads of {}{}, at {} tokens\n", b.hidden,
-                       b.intermediate, b.heads, b.kv_heads, b.head_dim, b.qk_norm ? ", QK-norm" : "", b.tokens);
+    out +=
+        fmt::format("  block: hidden {}, intermediate {}, {}/{} heads of {}{}, at {} tokens\n", b.hidden,
+                    b.intermediate, b.heads, b.kv_heads, b.head_dim, b.qk_norm ? ", QK-norm" : "", b.tokens);
   std::vector<std::int64_t> dims;
   std::int64_t shortest = 0, longest = 0;
   for (const auto& a : p.gpu.attention) {
@@ -467,17 +466,18 @@ std::string calibration_summary(const MachineProfile& p, const std::string& file
       "  attention: head_dim {} from {} to {} tokens (lengths between are interpolated, beyond them the "
       "nearest is taken)\n",
       fmt::join(dims, " and "), shortest, longest);
-  out += fmt::format("  host: {} threads, CPU AdamW {:.2f} G parameters/s; resident runtime {}\n", p.host.threads,
-                     p.host.adamw_params_per_s / 1e9,
+  out += fmt::format("  host: {} threads, CPU AdamW {:.2f} G parameters/s; resident runtime {}\n",
+                     p.host.threads, p.host.adamw_params_per_s / 1e9,
                      p.host.runtime_bytes
                          ? fmt::format("{:.2f} GiB", static_cast<double>(*p.host.runtime_bytes) / (1 << 30))
                          : std::string("not measured (a CPU device holds the model in the same memory)"));
   std::vector<std::string> by[4];
   for (const std::string& name : preset_names())
     by[static_cast<int>(plan::block_coverage(p, *preset(name)))].push_back(name);
-  const char* how[4] = {"measured", "interpolated between the measured blocks",
-                        "smaller than any measured block (the smallest one's throughput: predicted steps likely too short)",
-                        "larger than any measured block (the largest one's throughput: predicted steps likely too long)"};
+  const char* how[4] = {
+      "measured", "interpolated between the measured blocks",
+      "smaller than any measured block (the smallest one's throughput: predicted steps likely too short)",
+      "larger than any measured block (the largest one's throughput: predicted steps likely too long)"};
   out += "The presets' blocks in this profile:\n";
   for (int i = 0; i < 4; ++i)
     if (!by[i].empty()) out += fmt::format("  {}: {}\n", how[i], fmt::join(by[i], ", "));

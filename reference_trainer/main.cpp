@@ -477,7 +477,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
   for (const auto& a : argv_list) {
     if (a == "--help" || a == "-h")
-      return print_out(std::string(kUsage) + models_help() + config_summary() + help_text<train::TrainerOptions>());
+      return print_out(std::string(kUsage) + models_help() + config_summary() +
+                       help_text<train::TrainerOptions>());
     if (a == "--print-default") return print_out(default_config(kDefaultWarmup));
   }
   // Several ranks (torchrun, Slurm + torchrun): the launcher's variables say where this

@@ -221,8 +221,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.a = a;
   if (a.profile && a.profile->host.runtime_bytes) {
     w.a.host_runtime = *a.profile->host.runtime_bytes;
-    w.a.host_runtime_source = fmt::format("measured by --calibrate on {} ({})", a.profile->provenance.device,
-                                          a.profile_source);
+    w.a.host_runtime_source =
+        fmt::format("measured by --calibrate on {} ({})", a.profile->provenance.device, a.profile_source);
   }
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;

@@ -79,11 +79,11 @@ struct Assumptions {
   // (make_plan takes it; measured by --calibrate), else this.
   std::int64_t host_runtime = 2ll << 30;
   std::string host_runtime_source = "assumed: the machine profile does not measure it (--calibrate does)";
-  std::optional<std::int64_t> ring_bytes;      // --offload.ring-mib (staging rings, moment window)
-  std::optional<double> deferred_share;        // --offload.deferred-share (nullopt: the plan chooses)
-  std::optional<bool> cuda_graph;              // --cuda-graph (nullopt: where it applies)
-  std::optional<std::int64_t> gpu_capacity;    // total device memory; nullopt: unknown
-  std::optional<std::int64_t> host_capacity;   // host memory available to the run; nullopt: unknown
+  std::optional<std::int64_t> ring_bytes;     // --offload.ring-mib (staging rings, moment window)
+  std::optional<double> deferred_share;       // --offload.deferred-share (nullopt: the plan chooses)
+  std::optional<bool> cuda_graph;             // --cuda-graph (nullopt: where it applies)
+  std::optional<std::int64_t> gpu_capacity;   // total device memory; nullopt: unknown
+  std::optional<std::int64_t> host_capacity;  // host memory available to the run; nullopt: unknown
   std::string gpu_capacity_source, host_capacity_source;  // where the capacities came from
   // Sharded runs (FSDP, distributed/shard_layout.hpp): the ranks the weights and the
   // FP32 state are split over, the ranks that share one node's host memory (nullopt:

@@ -365,7 +365,8 @@ std::string format_text(const Plan& p, const Advice* advice) {
     out += "No offload mode fits this machine with this config.\n";
   for (const auto& n : p.notes) out += "note: " + n + "\n";
   out += fmt::format(
-      "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {} ({}), pinned buffers rounded "
+      "assumptions: allocator slack {:.0f}%, CUDA context {}, runtime on host {} ({}), pinned buffers "
+      "rounded "
       "to powers of two: {} (docs/memory-planner.md)\n",
       a.allocator_slack * 100, human(a.cuda_context), human(a.host_runtime), a.host_runtime_source,
       a.pinned_pow2 ? "yes" : "no");

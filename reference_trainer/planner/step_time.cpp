@@ -143,14 +143,13 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
     }
     rest_f = flops / interpolate_log_x(fwd_rate, flops);
     rest_b = flops / interpolate_log_x(bwd_rate, flops);
-    const char* how = coverage == Coverage::smaller
-                          ? "smaller than any measured block: run at the smallest one's matmul "
-                            "throughput (small blocks run slower, so the step is likely longer)"
-                      : coverage == Coverage::larger
-                          ? "larger than any measured block: run at the largest one's matmul "
-                            "throughput (large blocks run faster, so the step is likely shorter)"
-                          : "its matmul throughput interpolated between the measured blocks' by "
-                            "FLOPs per token";
+    const char* how =
+        coverage == Coverage::smaller  ? "smaller than any measured block: run at the smallest one's matmul "
+                                         "throughput (small blocks run slower, so the step is likely longer)"
+        : coverage == Coverage::larger ? "larger than any measured block: run at the largest one's matmul "
+                                         "throughput (large blocks run faster, so the step is likely shorter)"
+                                       : "its matmul throughput interpolated between the measured blocks' by "
+                                         "FLOPs per token";
     c.unsure.push_back(
         fmt::format("block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}",
                     s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, how));

@@ -17,7 +17,12 @@ compares it with one process on the same global batch:
   its first attempt was refused.
 
 The tolerance (TOL) is what one reassociation of the gradient sums costs: the
-largest difference measured over all cases was about 1e-6 (docs/trainer.md).
+largest difference measured over all cases was about 1e-6 (docs/trainer.md). It
+holds the losses, gradient norms and moments, which nothing magnifies. The weights
+and masters of the cases that keep a checkpoint every step are compared through Adam
+instead (close_adam): Adam's update lr * m / (sqrt(v) + eps) magnifies a rounding
+difference d of a gradient near 0 by up to lr / eps, so a bound on the weights alone
+would depend on which CPU summed them.
 
 usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
   WORDS: run only the cases whose name has them; FLAGs go to every primecfg-train
@@ -143,6 +148,60 @@ def close(a, b, what):
             raise AssertionError(f"{what}: {k} differs by {d:.3g} (tolerance {TOL})")
 
 
+# AdamW as the trainer runs it (optim/math.hpp; prime-rl's defaults; this config's
+# weight decay is AdamWConfig's 0.01), and FP32's unit roundoff.
+BETA1, BETA2, EPS, WEIGHT_DECAY = 0.9, 0.999, 1e-8, 0.01
+U32 = 2.0**-24
+EVERY_STEP = ["--ckpt.interval=1"]  # what close_adam reads
+
+
+def close_adam(ref_work, got_work, what, steps=4):
+    """The weights and masters of two runs, through Adam, from checkpoints of every step.
+
+    Each run applies w_t = w_{t-1} (1 - lr wd) - lr u_t with u_t = m^_t / (sqrt(v^_t) + eps)
+    to its own moments m_t, v_t (bias-corrected), so their difference follows from the
+    moments': D_t = D_{t-1} (1 - lr wd) - lr (u_t - u'_t), D_0 = 0 (the same init). The
+    moments are held to TOL, which nothing magnifies; the weights must then differ by
+    D_t up to what FP32 leaves: each step rounds the decay, the product and the
+    difference (3 U |w|) and evaluates u in about five operations (5 U |u|, times lr), in
+    each run: 8 U |w| + 16 U lr (|u| + 1) a step, summed. That bound is the same on
+    every CPU; an update skipped, repeated or applied to the wrong piece is off by about
+    lr |u|, some 10^5 times more."""
+    global worst
+    lrs = {m["step"]: m["lr"] for m in metrics(ref_work)}
+    ref = [state(ref_work, t) for t in range(1, steps + 1)]
+    got = [state(got_work, t) for t in range(1, steps + 1)]
+    moments = lambda s: {k: v for k, v in s.items() if k.startswith(("m1.", "m2."))}
+    for t in range(steps):
+        close(moments(ref[t]), moments(got[t]), f"{what}, moments after step {t + 1}")
+    if ref[-1].keys() != got[-1].keys():
+        raise AssertionError(f"{what}: tensors differ: {sorted(ref[-1].keys() ^ got[-1].keys())[:5]}")
+    for name in (k for k in ref[-1] if k.startswith(("model.", "master."))):
+        base = name.split(".", 1)[1]
+        delta = bound = 0.0
+        for t in range(1, steps + 1):
+            lr, r, g = lrs[t], ref[t - 1], got[t - 1]
+            n = r[name].numel()
+            wr, wg = r[name].reshape(-1).double(), g[name].reshape(-1)[:n].double()
+            if g[name].reshape(-1)[n:].count_nonzero():
+                raise AssertionError(f"{what}: {name}: the padding is not zero")
+
+            def update(s):
+                m, v = s["m1." + base].reshape(-1)[:n].double(), s["m2." + base].reshape(-1)[:n].double()
+                return (m / (1 - BETA1**t)) / ((v / (1 - BETA2**t)).sqrt() + EPS)
+
+            ur, ug = update(r), update(g)
+            delta = delta * (1 - lr * WEIGHT_DECAY) - lr * (ur - ug)
+            bound = bound + 8 * U32 * wr.abs() + 16 * U32 * lr * (ur.abs() + 1)
+            off = ((wr - wg) - delta).abs()
+            worst = max(worst, off.max().item())
+            if (off > bound).any():
+                i = int((off - bound).argmax())
+                raise AssertionError(
+                    f"{what}: {name}[{i}] after step {t}: the runs differ by {(wr - wg)[i].item():.3g} where "
+                    f"their moments say {delta[i].item():.3g} (FP32 allows {bound[i].item():.2g})")
+
+
 def same_steps(ref, got, what, first=1):
     ref = {m["step"]: m for m in ref}
     got = {m["step"]: m for m in got}
@@ -186,12 +245,21 @@ _references = {}
 
 
 def reference(offload, clip=True):
-    """One process, 4 steps, checkpoints at 2 and 4."""
+    """One process, 4 steps, a checkpoint every step (close_adam reads them all)."""
     if (offload, clip) not in _references:
         work = tempfile.mkdtemp(dir=ROOT)
-        ok(one(config(work, offload=offload, clip=clip)), f"one process, {offload}")
+        ok(one(config(work, offload=offload, clip=clip), *EVERY_STEP), f"one process, {offload}")
         _references[offload, clip] = (metrics(work), state(work, 2), state(work, 4))
+        _reference_dirs[offload, clip] = work
     return _references[offload, clip]
+
+
+_reference_dirs = {}
+
+
+def reference_dir(offload, clip=True):
+    reference(offload, clip)
+    return _reference_dirs[offload, clip]
 
 
 _resumed_references = {}
@@ -225,7 +293,7 @@ for offload in ("none", "optimizer", "full"):
             # Several ranks: buckets of a few parameters, so that several reduce-scatters
             # run while backward goes on; one rank: the default, one bucket.
             buckets = ["--dist.bucket-mib=0.01"] if world > 1 else []
-            p = torchrun(world, config(work, offload=offload), *buckets)
+            p = torchrun(world, config(work, offload=offload), *buckets, *EVERY_STEP)
             ok(p, "torchrun")
             got = metrics(work)
             # One rank has nothing to sum: its gradients go to the pipeline as they come,
@@ -237,7 +305,7 @@ for offload in ("none", "optimizer", "full"):
                     raise AssertionError(f"step {m['step']}: {launched} reduce-scatters, {overlapped} overlapped "
                                          f"with backward, want {'some' if world > 1 else 'none (one rank)'}")
             same_steps(ref_metrics, got, f"{world} ranks")
-            close(ref_final, state(work, 4), f"{world} ranks, step 4")
+            close_adam(reference_dir(offload), work, f"{world} ranks")
             pieces = [f for f in os.listdir(os.path.join(work, "out", "checkpoints", "step_4")) if f.startswith("optimizer")]
             if len(pieces) != world:
                 raise AssertionError(f"{len(pieces)} optimizer files, want one per rank: {pieces}")
@@ -275,8 +343,8 @@ def reference_ac(offload):
     """One process with activation checkpointing (same numbers as without, by design)."""
     if offload not in _ac_references:
         work = tempfile.mkdtemp(dir=ROOT)
-        ok(one(config(work, offload=offload), "--model.ac"), f"one process, {offload}, model.ac")
-        _ac_references[offload] = (metrics(work), state(work, 2), state(work, 4))
+        ok(one(config(work, offload=offload), "--model.ac", *EVERY_STEP), f"one process, {offload}, model.ac")
+        _ac_references[offload] = (metrics(work), state(work, 2), state(work, 4), work)
     return _ac_references[offload]
 
 
@@ -297,11 +365,11 @@ for offload in ("none", "optimizer", "full"):
         @case(f"2 ranks, offload = {offload}, {label}: one process's numbers, only the blocks in use whole")
         def _(work, offload=offload, reshard=reshard, ac=ac):
             flags = ([] if reshard else ["--no-model.reshard-after-forward"]) + AC_FLAGS[ac]
-            ref_metrics, _, ref_final = reference(offload) if not ac else reference_ac(offload)
-            ok(torchrun(2, config(work, offload=offload), *flags), "torchrun")
+            ref_metrics = (reference(offload) if not ac else reference_ac(offload))[0]
+            ok(torchrun(2, config(work, offload=offload), *flags, *EVERY_STEP), "torchrun")
             got = metrics(work)
             same_steps(ref_metrics, got, "2 ranks")
-            close(ref_final, state(work, 4), "2 ranks, step 4")
+            close_adam(reference_dir(offload) if not ac else reference_ac(offload)[3], work, "2 ranks")
             total, root = whole_bytes(work)
             want = root if reshard else total
             moved = [m["pipeline"].get("ac_offload_to_host_gib", 0) for m in got]
@@ -447,11 +515,11 @@ for offload in ("none", "optimizer", "full"):
         @case(f"HSDP 2 x 2, offload = {offload}, {label}: one process's numbers, two pieces saved")
         def _(work, offload=offload, reshard=reshard):
             flags = ["--model.dp-replicate=2"] + ([] if reshard else ["--no-model.reshard-after-forward"])
-            ref_metrics, _, ref_final = reference(offload)
-            ok(torchrun(4, config(work, offload=offload), *flags), "torchrun")
+            ref_metrics = reference(offload)[0]
+            ok(torchrun(4, config(work, offload=offload), *flags, *EVERY_STEP), "torchrun")
             got = metrics(work)
             same_steps(ref_metrics, got, "HSDP 2 x 2")
-            close(ref_final, state(work, 4), "HSDP 2 x 2, step 4")
+            close_adam(reference_dir(offload), work, "HSDP 2 x 2")
             pieces = sorted(f for f in os.listdir(os.path.join(work, "out", "checkpoints", "step_4")) if f.startswith("optimizer"))
             if pieces != ["optimizer-00000-of-00002.safetensors", "optimizer-00001-of-00002.safetensors"]:
                 raise AssertionError(f"optimizer files {pieces}, want the two pieces of one shard group")

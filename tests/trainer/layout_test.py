@@ -5,7 +5,8 @@ the shared vocabulary at the bottom never includes what is built on it; no folde
 includes the program and its loop (the top-level files); outside distributed/ nothing
 names a parallelism's implementation (distributed/sharding.hpp picks it); outside the
 offload folders and the planner nothing tests the offload mode; nothing calls
-std::filesystem::remove_all (base/remove_tree.hpp says why).
+std::filesystem::remove_all (base/remove_tree.hpp says why), neither the trainer nor
+its tests (tests/trainer/, linked with LibTorch as well).
 
 Usage: layout_test.py SOURCE_ROOT
 """
@@ -35,6 +36,13 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 MODE_TEST = re.compile(r"[!=]=\s*Offload::|Offload::\w+\s*[!=]=")
 
 
+def remove_all_calls(rel, text):
+    if re.search(r"\bremove_all\s*\(", text):
+        return [f"{rel}: calls std::filesystem::remove_all, which LibTorch's CUDA wheels interpose with a copy "
+                "that crashes; use remove_tree (base/remove_tree.hpp)"]
+    return []
+
+
 def main() -> int:
     root = pathlib.Path(sys.argv[1]) / "reference_trainer"
     problems = []
@@ -60,11 +68,13 @@ def main() -> int:
                                 f"{', '.join(sorted(ALLOWED[folder])) or 'itself'}")
         if folder != "distributed" and re.search(r"\b(Zero2|Fsdp)\b", text):
             problems.append(f"{rel}: names a parallelism's class; outside distributed/ the parallelism is `Sharding` (distributed/sharding.hpp)")
-        if rel.as_posix() != "base/remove_tree.hpp" and re.search(r"\bremove_all\s*\(", text):
-            problems.append(f"{rel}: calls std::filesystem::remove_all, which LibTorch's CUDA wheels interpose with a copy "
-                            "that crashes; use remove_tree (base/remove_tree.hpp)")
+        if rel.as_posix() != "base/remove_tree.hpp":
+            problems += remove_all_calls(rel, text)
         if folder not in {"offload", "planner"} and MODE_TEST.search(text):
             problems.append(f"{rel}: tests the offload mode; a mode's behaviour lives in offload/<mode>/ (and its memory model beside it)")
+    tests = pathlib.Path(sys.argv[1]) / "tests" / "trainer"
+    for path in sorted(tests.glob("*.cpp")):
+        problems += remove_all_calls(path.relative_to(tests.parent.parent), path.read_text())
     for p in sorted(problems):
         print(p)
     if problems:

@@ -2,6 +2,7 @@
 // shape, the ordering of the modes, activation checkpointing, allocator rounding,
 // the model shapes against the trainer's real model, the JSON output, the
 // out-of-memory advice, and sharded runs (the FP32 state per rank, host per node).
+#include "base/remove_tree.hpp"
 #include "base/strict_json.hpp"
 #include "distributed/launch.hpp"
 #include "hand_shape.hpp"
@@ -64,7 +65,7 @@ std::int64_t peak_of(const plan::Plan& p, Offload m) { return p.mode(m).gpu.peak
 
 fs::path temp_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("primecfg-planner-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  primecfg::train::remove_tree(d);
   fs::create_directories(d);
   return d;
 }

@@ -1,6 +1,7 @@
 // The planner's step-time model (planner/step_time.cpp) on a fixed machine profile:
 // its arithmetic by hand, each mode's overlaps, the profile's reader, and
 // --calibrate on the CPU writing a profile that --plan reads back.
+#include "base/remove_tree.hpp"
 #include "hand_shape.hpp"
 #include "options.hpp"
 #include "planner/planner.hpp"
@@ -429,6 +430,64 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   CHECK(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none).time->unsure.empty());
 }
 
+TEST_CASE("host memory: the runtime is the profile's measured one, and the plan says where it came from") {
+  const auto cfg = config(1024);
+  plan::Assumptions a;
+  const auto without = plan::make_plan(cfg, hand_shape(), a);  // no profile: the fixed guess, said as such
+  CHECK(without.assumptions.host_runtime == (std::int64_t{2} << 30));
+  CHECK(without.assumptions.host_runtime_source.find("assumed") == 0);
+  const auto old = plan::read_profile_text("test", kProfile);  // a profile that does not measure it
+  a.profile = &old;
+  CHECK(plan::make_plan(cfg, hand_shape(), a).assumptions.host_runtime == (std::int64_t{2} << 30));
+
+  std::string text = kProfile;
+  text.replace(text.find("[collectives]"), 13, "runtime_bytes = 700000000\n\n[collectives]");
+  const auto measured = plan::read_profile_text("test", text);
+  REQUIRE(measured.host.runtime_bytes == 700000000);
+  a.profile = &measured;
+  a.profile_source = "my.toml";
+  const auto p = plan::make_plan(cfg, hand_shape(), a);
+  CHECK(p.assumptions.host_runtime == 700000000);
+  CHECK(p.assumptions.host_runtime_source == "measured by --calibrate on test GPU (my.toml)");
+  // Every mode's host plan counts it, in place of the guess, and nothing else moves.
+  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+    CAPTURE(static_cast<int>(m));
+    CHECK(p.mode(m).host.peak - without.mode(m).host.peak == 700000000 - (std::int64_t{2} << 30));
+  }
+  CHECK(plan::format_text(p).find(
+            "runtime on host 667.6 MiB (measured by --calibrate on test GPU (my.toml))") !=
+        std::string::npos);
+}
+
+TEST_CASE("a profile measured on another GPU than this machine's is named as such by the plan") {
+  const auto prof = plan::read_profile_text("test", kProfile);
+  auto notes = [&](std::optional<std::string> gpu) {
+    plan::Assumptions a;
+    a.profile = &prof;
+    a.profile_source = "my.toml";
+    a.gpu_name = std::move(gpu);
+    const auto n = plan::make_plan(config(1024), hand_shape(), a).notes;
+    return std::count_if(n.begin(), n.end(), [](const std::string& s) {
+      return s.find("was measured on test GPU, and this machine's GPU is NVIDIA A100") != std::string::npos;
+    });
+  };
+  CHECK(notes("NVIDIA A100") == 1);
+  CHECK(notes("test GPU") == 0);
+  CHECK(notes(std::nullopt) == 0);  // planning from a machine without a GPU: nothing to compare
+}
+
+TEST_CASE("block coverage: measured, interpolated, or beyond the measured blocks on either side") {
+  const auto& prof = plan::shipped_profile();
+  REQUIRE(prof);
+  auto of = [&](const char* name) { return plan::block_coverage(*prof, *plan::preset_shape(name)); };
+  // The shipped profile measured Qwen3-0.6B, Llama-3.2-3B and Meta-Llama-3-8B.
+  CHECK(of("Qwen/Qwen3-0.6B") == plan::Coverage::measured);
+  CHECK(of("meta-llama/Meta-Llama-3-8B") == plan::Coverage::measured);
+  CHECK(of("Qwen/Qwen3-4B") == plan::Coverage::interpolated);
+  CHECK(of("primecfg/tiny") == plan::Coverage::smaller);
+  CHECK(of("meta-llama/Llama-3.1-70B") == plan::Coverage::larger);
+}
+
 TEST_CASE("machine profile: bad values and unknown keys are errors with file:line") {
   std::string bad = kProfile;
   bad.replace(bad.find("forward_s = 0.010"), 17, "forward_s = -1.0");
@@ -493,6 +552,20 @@ TEST_CASE("--calibrate on the CPU writes a profile that --plan reads back") {
   CHECK(prof.gpu.blocks[0].forward_s > 0);
   CHECK(prof.host.adamw_params_per_s > 0);
   CHECK(prof.provenance.command.find("--calibrate=") != std::string::npos);
+  CHECK(!prof.host.runtime_bytes);  // a CPU "device" holds the model in the same memory
+  {
+    // It ends by saying what it measured, how the presets will be planned, and how to use it.
+    std::ifstream in(dir / "log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(log.find("calibrate: wrote " + out.string()) != std::string::npos);
+    CHECK(log.find("block: hidden 128, intermediate 384, 4/2 heads of 32, QK-norm, at 64 tokens") !=
+          std::string::npos);
+    CHECK(log.find("  measured: primecfg/tiny\n") != std::string::npos);
+    CHECK(
+        log.find("  larger than any measured block (the largest one's throughput: predicted steps likely too "
+                 "long): Qwen/Qwen3-0.6B,") != std::string::npos);
+    CHECK(log.find("--plan --plan-profile=" + out.string()) != std::string::npos);
+  }
   REQUIRE(
       std::system((bin + " --plan --plan-profile=" + out.string() + common + " > " + (dir / "plan").string())
                       .c_str()) == 0);
@@ -504,7 +577,7 @@ TEST_CASE("--calibrate on the CPU writes a profile that --plan reads back") {
 
 TEST_CASE("--calibrate: a block run that fails is reported with its output, and no profile is written") {
   const fs::path dir = fs::temp_directory_path() / "calibrate-fails";
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
   fs::create_directories(dir);
   const fs::path out = dir / "cpu.toml";
   const std::string bin = PRIMECFG_TRAIN_BIN;

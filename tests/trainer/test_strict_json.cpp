@@ -2,6 +2,7 @@
 // Each refusal is checked with its place (line, column), and again through the
 // readers that use it (config.json, JSONL, safetensors headers, manifest.json),
 // which must name the file and, where there is one, the key.
+#include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
 #include "base/strict_json.hpp"
 #include "checkpoint/dir.hpp"
@@ -26,7 +27,7 @@ namespace {
 
 fs::path temp_dir(const char* name) {
   auto d = fs::temp_directory_path() / ("primecfg-strict-json-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  primecfg::train::remove_tree(d);
   fs::create_directories(d);
   return d;
 }
@@ -245,7 +246,7 @@ TEST_CASE("strict_json in the readers: the file, the place and the key are named
                                         << manifest.substr(manifest.find("\"step\": 3") + 9);
   CHECK_THROWS_WITH_AS(train::verify_checkpoint(ckpt, 3), doctest::Contains("\"step\" must be an integer"),
                        train::checkpoint_error);
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 TEST_CASE(
@@ -293,7 +294,7 @@ TEST_CASE(
     std::ofstream(ckpt / f) << "bytes of " << f;
     CHECK(train::verify_checkpoint(ckpt, 5).files.size() == names.size());
   }
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }
 
 TEST_CASE("the files the trainer writes: one JSON writer, keys in a fixed order") {
@@ -329,5 +330,5 @@ TEST_CASE("the files the trainer writes: one JSON writer, keys in a fixed order"
   CHECK(cfg.find("\"rope_theta\": 500000.0,") != std::string::npos);
   CHECK(cfg.find("\"rope_type\": \"llama3\"") < cfg.find("\"factor\": 32.0"));
   CHECK(cfg.ends_with(",\n  \"torch_dtype\": \"bfloat16\"\n}\n"));
-  fs::remove_all(dir);
+  primecfg::train::remove_tree(dir);
 }

@@ -1,6 +1,7 @@
 // Training runs on the CPU: the three offload strategies agree, resume is exact,
 // checkpoints cross modes, model-only resume keeps weights bit-identical, and
 // an HF-style directory loads.
+#include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
@@ -25,7 +26,7 @@ namespace {
 
 fs::path temp_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("primecfg-trainer-test-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  primecfg::train::remove_tree(d);
   fs::create_directories(d);
   return d;
 }
