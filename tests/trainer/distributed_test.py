@@ -168,7 +168,7 @@ def close_adam(ref_work, got_work, what, steps=4):
     every CPU; an update skipped, repeated or applied to the wrong piece is off by about
     lr |u|, some 10^5 times more."""
     global worst
-    lrs = {m["step"]: m["lr"] for m in metrics(ref_work)}
+    lrs = {m["step"]: m["lr"] for m in metrics(got_work) + metrics(ref_work)}
     ref = [state(ref_work, t) for t in range(1, steps + 1)]
     got = [state(got_work, t) for t in range(1, steps + 1)]
     moments = lambda s: {k: v for k, v in s.items() if k.startswith(("m1.", "m2."))}
@@ -278,10 +278,18 @@ def resumed_reference(mode_from, mode_to, clip):
         return ref_metrics, ref_final
     if (mode_from, mode_to) not in _resumed_references:
         work = tempfile.mkdtemp(dir=ROOT)
-        ok(one(config(work, steps=2, offload=mode_from, clip=clip)), f"one process, {mode_from}, 2 steps")
-        ok(one(config(work, steps=4, offload=mode_to, resume=2, clip=clip)), f"one process, resumed in {mode_to}")
-        _resumed_references[mode_from, mode_to] = (metrics(work), state(work, 4))
-    return _resumed_references[mode_from, mode_to]
+        ok(one(config(work, steps=2, offload=mode_from, clip=clip), *EVERY_STEP), f"one process, {mode_from}, 2 steps")
+        ok(one(config(work, steps=4, offload=mode_to, resume=2, clip=clip), *EVERY_STEP),
+           f"one process, resumed in {mode_to}")
+        _resumed_references[mode_from, mode_to] = (metrics(work), state(work, 4), work)
+    return _resumed_references[mode_from, mode_to][:2]
+
+
+def resumed_reference_dir(mode_from, mode_to, clip):
+    resumed_reference(mode_from, mode_to, clip)
+    if mode_from == mode_to:
+        return reference_dir(mode_to, clip)
+    return _resumed_references[mode_from, mode_to][2]
 
 
 for offload in ("none", "optimizer", "full"):
@@ -487,11 +495,11 @@ for data in ("random ids", "increasing ids"):
         flags = ["--data.batch-size=6", "--data.type=fake", f"--data.input-ids={ids}"]
         ref = os.path.join(work, "ref")
         os.makedirs(ref)
-        ok(one(config(ref, offload="full", clip=False), *flags), "one process")
-        ok(torchrun(3, config(work, offload="full", clip=False), *flags), "torchrun")
+        ok(one(config(ref, offload="full", clip=False), *flags, *EVERY_STEP), "one process")
+        ok(torchrun(3, config(work, offload="full", clip=False), *flags, *EVERY_STEP), "torchrun")
         got = metrics(work)
         same_steps(metrics(ref), got, "3 ranks, split")
-        close(state(ref, 4), state(work, 4), "3 ranks, split, step 4")
+        close_adam(ref, work, "3 ranks, split")
         rows = [m["pipeline"].get("tied_batch_rows") for m in got]
         if not all(r and r > 0 for r in rows):
             raise AssertionError(f"tied_batch_rows {rows}: the ranks did not split the tied embedding")
@@ -555,15 +563,16 @@ def _(work):
 @case("HSDP: saved by 2 x 2 ranks, resumed on 1 process and on 2 x 1: continues as one process does")
 def _(work):
     ref_metrics, _, ref_final = reference("optimizer")
-    ok(torchrun(4, config(work, steps=2), "--model.dp-replicate=2"), "first part, HSDP 2 x 2")
+    ok(torchrun(4, config(work, steps=2), "--model.dp-replicate=2", *EVERY_STEP), "first part, HSDP 2 x 2")
     base = os.path.join(work, "out")
     again = config(work, steps=4, resume=2)
-    for name, run in (("one process", lambda: one(again)),
-                      ("HSDP 2 x 1", lambda: torchrun(2, again, "--model.dp-replicate=2"))):
-        shutil.rmtree(os.path.join(base, "checkpoints", "step_4"), ignore_errors=True)
+    for name, run in (("one process", lambda: one(again, *EVERY_STEP)),
+                      ("HSDP 2 x 1", lambda: torchrun(2, again, "--model.dp-replicate=2", *EVERY_STEP))):
+        for step in (3, 4):
+            shutil.rmtree(os.path.join(base, "checkpoints", f"step_{step}"), ignore_errors=True)
         ok(run(), f"resume on {name}")
         same_steps(ref_metrics, metrics(work), f"resumed on {name}", first=3)
-        close(ref_final, state(work, 4), f"resumed on {name}, step 4")
+        close_adam(reference_dir("optimizer"), work, f"resumed on {name}")
 
 
 @case("HSDP: a dp_replicate that does not divide the world size is an error naming both")
@@ -591,25 +600,25 @@ for saved, resumed, mode_from, mode_to in (
     def _(work, saved=saved, resumed=resumed, mode_from=mode_from, mode_to=mode_to):
         clip = mode_from == mode_to
         ref_metrics, ref_final = resumed_reference(mode_from, mode_to, clip)
-        run = (lambda w, c: one(c)) if saved == 1 else (lambda w, c: torchrun(w, c))
+        run = (lambda w, c: one(c, *EVERY_STEP)) if saved == 1 else (lambda w, c: torchrun(w, c, *EVERY_STEP))
         ok(run(saved, config(work, steps=2, offload=mode_from, clip=clip)), f"first part on {saved}")
         again = config(work, steps=4, offload=mode_to, resume=2, clip=clip)
-        ok(one(again) if resumed == 1 else torchrun(resumed, again), f"resume on {resumed}")
+        ok(one(again, *EVERY_STEP) if resumed == 1 else torchrun(resumed, again, *EVERY_STEP), f"resume on {resumed}")
         same_steps(ref_metrics, metrics(work), "resumed", first=3)
-        close(ref_final, state(work, 4), "resumed, step 4")
+        close_adam(resumed_reference_dir(mode_from, mode_to, clip), work, "resumed")
 
 
 @case("saved by 2 ranks (full) in weight files of 100 kB, resumed on 1 process: continues as one process does")
 def _(work):
     ref_metrics, ref_final = resumed_reference("full", "full", False)
-    ok(torchrun(2, config(work, steps=2, offload="full", clip=False), "--save.max-shard-bytes=100000"),
+    ok(torchrun(2, config(work, steps=2, offload="full", clip=False), "--save.max-shard-bytes=100000", *EVERY_STEP),
        "first part on 2")
     saved = os.listdir(os.path.join(work, "out", "checkpoints", "step_2"))
     if "model.safetensors" in saved or "model.safetensors.index.json" not in saved:
         raise AssertionError(f"expected weight files and their index, the folder holds {sorted(saved)}")
-    ok(one(config(work, steps=4, offload="full", resume=2, clip=False)), "resume on 1")
+    ok(one(config(work, steps=4, offload="full", resume=2, clip=False), *EVERY_STEP), "resume on 1")
     same_steps(ref_metrics, metrics(work), "resumed", first=3)
-    close(ref_final, state(work, 4), "resumed, step 4")
+    close_adam(resumed_reference_dir("full", "full", False), work, "resumed")
 
 
 @case("model.reduce_dtype = bfloat16 is used: close to one process, not the FP32 reduction's numbers")
@@ -657,13 +666,13 @@ def _(work):
     ref_metrics, _, ref_final = reference("optimizer")
     cfg = config(work)
     port = free_port()
-    nodes = [torchrun(2, cfg, nnodes=2, node_rank=r, port=port, wait=False) for r in (0, 1)]
+    nodes = [torchrun(2, cfg, *EVERY_STEP, nnodes=2, node_rank=r, port=port, wait=False) for r in (0, 1)]
     for n in nodes:
         _, err = n.communicate(timeout=300)
         if n.returncode != 0:
             raise AssertionError(f"a node exited {n.returncode}\n{err[-3000:]}")
     same_steps(ref_metrics, metrics(work), "2 nodes")
-    close(ref_final, state(work, 4), "2 nodes, step 4")
+    close_adam(reference_dir("optimizer"), work, "2 nodes")
 
 
 def direct(world, cfg, port, extra_per_rank=None, steps_flag=(), file_limit=None):
