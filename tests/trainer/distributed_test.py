@@ -48,6 +48,9 @@ _args = _args[: _args.index("--")] if "--" in _args else _args
 TRAIN = _args[0]
 ONLY = _args[1] if len(_args) > 1 else ""
 ROOT = tempfile.mkdtemp(prefix="distributed-")
+# torchrun keeps a log folder (torchelastic_*) in its temporary directory: under ROOT,
+# it goes when ROOT does.
+os.environ["TMPDIR"] = ROOT
 TOL = 2e-5  # absolute, on losses, norms, weights and optimizer state (values are O(1))
 passed, failed = 0, []
 worst = 0.0
