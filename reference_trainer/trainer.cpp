@@ -377,8 +377,7 @@ class Trainer {
         write_file(cfg_.output_dir / "options.toml", opts_.resolved_options);
       reporter_ = std::make_unique<Reporter>(cfg_.output_dir, opts_.print, Strategy::name);
     }
-    flops_per_token_ = 6.0 * static_cast<double>(args.matmul_params()) +
-                       12.0 * args.layers * args.heads * args.head_dim * static_cast<double>(seq_len);
+    flops_per_token_ = args.flops_per_token(seq_len);
     peak_ = peak_flops(setup_.device, opts_.peak_tflops);
     if (opts_.print && pg_)
       std::fprintf(

@@ -76,6 +76,11 @@ std::vector<ParamShape> ModelArgs::params() const {
   return out;
 }
 
+double ModelArgs::flops_per_token(i64 seq_len) const {
+  return 6.0 * static_cast<double>(matmul_params()) +
+         12.0 * static_cast<double>(layers * heads * head_dim) * static_cast<double>(seq_len);
+}
+
 i64 ModelArgs::matmul_params() const {
   i64 n = 0;
   for (const auto& p : params())

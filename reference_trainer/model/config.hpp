@@ -84,6 +84,10 @@ struct ModelArgs {
   // biases and the input embedding (counted when tied, since it is the LM head).
   std::int64_t matmul_params() const;
   std::int64_t total_params() const;
+  // Training FLOPs per token at `seq_len` tokens, as prime-rl's MFU counts them:
+  // 6 x matmul parameters + 12 x layers x heads x head_dim x seq_len (attention).
+  // The one formula for the trainer's MFU and the planner's.
+  double flops_per_token(std::int64_t seq_len) const;
 
   // RoPE as transformers computes it: the inverse frequencies (head_dim / 2 of them)
   // and the factor that scales cos and sin (1 except for yarn).

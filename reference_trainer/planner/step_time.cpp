@@ -350,10 +350,7 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
   t.bound = bound;
   const double tokens = M * static_cast<double>(w.N);
   t.tokens_per_s = tokens / t.step;
-  const double flops_per_token =
-      6.0 * static_cast<double>(s.matmul_params()) +
-      12.0 * static_cast<double>(s.layers * s.heads * s.head_dim) * static_cast<double>(w.T);
-  t.mfu = t.tokens_per_s * flops_per_token / (p.gpu.peak_tflops * 1e12);
+  t.mfu = t.tokens_per_s * s.flops_per_token(w.T) / (p.gpu.peak_tflops * 1e12);
   return t;
 }
 

@@ -47,6 +47,11 @@ def main() -> int:
     root = pathlib.Path(sys.argv[1]) / "reference_trainer"
     problems = []
     sources = [p for p in root.rglob("*") if p.suffix in {".hpp", ".cpp", ".cuh", ".cu"}]
+    # The parallelisms' classes: what distributed/sharding.hpp picks as `Sharding`.
+    picked = re.findall(r"\busing\s+Sharding\s*=\s*(\w+)\s*;", (root / "distributed" / "sharding.hpp").read_text())
+    if not picked:
+        problems.append("distributed/sharding.hpp: no `using Sharding = ...;` to read the parallelism from")
+    parallelisms = re.compile(r"\b(" + "|".join(picked or ["(?!)"]) + r")\b")
     for path in sources:
         rel = path.relative_to(root)
         text = path.read_text()
@@ -66,7 +71,7 @@ def main() -> int:
             elif head != folder and head not in ALLOWED.get(folder, set()):
                 problems.append(f"{rel}: includes {inc}; {folder}/ may include only "
                                 f"{', '.join(sorted(ALLOWED[folder])) or 'itself'}")
-        if folder != "distributed" and re.search(r"\b(Zero2|Fsdp)\b", text):
+        if folder != "distributed" and parallelisms.search(text):
             problems.append(f"{rel}: names a parallelism's class; outside distributed/ the parallelism is `Sharding` (distributed/sharding.hpp)")
         if rel.as_posix() != "base/remove_tree.hpp":
             problems += remove_all_calls(rel, text)
