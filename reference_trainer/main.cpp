@@ -194,8 +194,13 @@ std::int64_t gib_bytes(double gib) {
   return static_cast<std::int64_t>(gib * static_cast<double>(std::int64_t{1} << 30));
 }
 
+const train::plan::MachineProfile* machine_profile(const train::TrainerOptions& o, bool this_device,
+                                                   std::string& source);
+
 // What the planner assumes about this machine: the GPU's memory from the CUDA
-// driver (or the option, or the H200's 139 GiB), host memory from /proc/meminfo.
+// driver (or the option, or the H200's 139 GiB), host memory from /proc/meminfo, the
+// process's resident runtime from a profile measured on this GPU (a plan given a
+// profile takes that profile's: make_plan).
 train::plan::Assumptions machine(const train::TrainerOptions& o) {
   namespace plan = train::plan;
   plan::Assumptions a;
@@ -213,6 +218,8 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.fused_cross_entropy = uses("cross_entropy");
   a.fused_adamw = uses("adamw");
   a.gpu_name = plan::cuda_device_name(device_index(o));
+  std::string source;
+  if (const auto* here = machine_profile(o, true, source)) plan::take_host_runtime(a, *here, source);
   if (o.plan_gpu_memory) {
     a.gpu_capacity = gib_bytes(*o.plan_gpu_memory);
     a.gpu_capacity_source = "--plan-gpu-memory";

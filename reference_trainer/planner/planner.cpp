@@ -208,6 +208,12 @@ std::string deferral_refusal(const SFTConfig& cfg, bool cuda) {
   return "";
 }
 
+void take_host_runtime(Assumptions& a, const MachineProfile& p, const std::string& source) {
+  if (!p.host.runtime_bytes) return;
+  a.host_runtime = *p.host.runtime_bytes;
+  a.host_runtime_source = fmt::format("measured by --calibrate on {} ({})", p.provenance.device, source);
+}
+
 Plan make_plan(const SFTConfig& cfg, const Assumptions& a) {
   return make_plan(cfg, resolve_model(cfg.model), a);
 }
@@ -219,11 +225,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.params = shape.params();
   w.opt = optimizer_info(cfg.optim);
   w.a = a;
-  if (a.profile && a.profile->host.runtime_bytes) {
-    w.a.host_runtime = *a.profile->host.runtime_bytes;
-    w.a.host_runtime_source =
-        fmt::format("measured by --calibrate on {} ({})", a.profile->provenance.device, a.profile_source);
-  }
+  if (a.profile) take_host_runtime(w.a, *a.profile, a.profile_source);
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;

@@ -107,6 +107,11 @@ struct Assumptions {
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };
 
+// The process's resident runtime measured in `p` (host.runtime_bytes), where it is,
+// in place of the assumed one, with where it came from (`source`, the profile's file).
+// make_plan does this with a.profile.
+void take_host_runtime(Assumptions& a, const MachineProfile& p, const std::string& source);
+
 // Fills the ranks of `a` as --plan and the check before a run see them: the world
 // size from --plan-world-size, else the launcher's WORLD_SIZE (`env`), else 1; ranks
 // per node from --plan-ranks-per-node, else LOCAL_WORLD_SIZE, else the world size;
