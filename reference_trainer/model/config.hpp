@@ -101,6 +101,9 @@ struct ModelArgs {
 // (shapes and RoPE of the published config.json files).
 std::optional<ModelArgs> preset(std::string_view name);
 std::vector<std::string> preset_names();
+// The local HF directory that model.name names: not a preset, and a folder holding
+// config.json; nullopt otherwise. The one place that tells the two apart.
+std::optional<std::filesystem::path> hf_directory(std::string_view name);
 
 // The model that model.name names, decided here for the trainer, the planner and the
 // config check alike: a preset, else a local directory with config.json (nothing is

@@ -266,8 +266,9 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.micro_batches = std::max<i64>(1, w.batch / std::max<i64>(1, w.B) / a.world);
   w.ckpt = cfg.ckpt.has_value();
   w.ckpt_optimizer = cfg.ckpt && !cfg.ckpt->skip_optimizer;
-  if (!preset_shape(cfg.model.name) && !(cfg.model.debug && cfg.model.debug->random_init))
-    w.hf_weight_bytes = dir_safetensors_bytes(cfg.model.name);
+  if (const auto dir = hf_directory(cfg.model.name);
+      dir && !(cfg.model.debug && cfg.model.debug->random_init))
+    w.hf_weight_bytes = dir_safetensors_bytes(*dir);
 
   Plan p;
   p.model_name = cfg.model.name;

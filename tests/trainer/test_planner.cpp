@@ -1124,3 +1124,24 @@ TEST_CASE("planner: a sharded plan's text and JSON") {
   CHECK(plan::format_text(plan::make_plan(every2, a)).find("activation checkpointing on (every 2 blocks)") !=
         std::string::npos);
 }
+
+TEST_CASE(
+    "host memory: an HF directory's safetensors are mapped at startup; a preset or random init maps none") {
+  const fs::path dir = temp_dir("hf-init");
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "vocab_size": 260, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384, "rope_theta": 10000.0,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    "attention_bias": false, "torch_dtype": "float32"})";
+  std::ofstream(dir / "model-00001-of-00002.safetensors") << std::string(1000, 'x');
+  std::ofstream(dir / "model-00002-of-00002.safetensors") << std::string(234, 'x');
+  std::ofstream(dir / "README.md") << std::string(5000, 'x');  // not a weight file
+  auto init = [](const SFTConfig& c) {
+    return plan::make_plan(c, exact()).mode(Offload::full).host.term("init");
+  };
+  SFTConfig c = fake_config(dir.string(), 64);
+  CHECK(init(c) == 1234);
+  c.model.debug = ModelDebugConfig{.random_init = true};
+  CHECK(init(c) == 0);
+  CHECK(init(fake_config("primecfg/tiny", 64)) == 0);
+}
