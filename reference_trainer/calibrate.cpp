@@ -512,7 +512,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
 
   // The trainer's own runs first, each in a process of its own, before this one
   // touches the device.
-  const std::int64_t tokens = std::visit([](const auto& data) { return data.seq_len; }, req.config.data);
+  const std::int64_t tokens = req.config.seq_len();
   const fs::path dir = fs::temp_directory_path() / fmt::format("primecfg-calibrate-{}", ::getpid());
   struct Runs {
     std::string model;

@@ -300,7 +300,7 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   if (m.compile && c.explicitly_set("model.compile"))
     c.refuse("model.compile", "torch.compile does not exist in LibTorch; set compile = \"None\"");
   if (m.seq_len) {
-    auto data_len = std::visit([](const auto& d) { return d.seq_len; }, cfg.data);
+    const std::int64_t data_len = cfg.seq_len();
     if (*m.seq_len != data_len)
       c.refuse(
           "model.seq_len",

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 
 namespace primecfg {
 
@@ -74,6 +75,11 @@ struct SFTConfig {
   std::optional<opaque_table> inference = std::nullopt;
   std::optional<opaque_table> deployment = std::nullopt;
   std::optional<opaque_table> slurm = std::nullopt;
+
+  // The packed length of a sample, whichever data source [data] holds.
+  std::int64_t seq_len() const {
+    return std::visit([](const auto& d) -> std::int64_t { return d.seq_len; }, data);
+  }
 
   static constexpr auto fields() {
     using S = SFTConfig;

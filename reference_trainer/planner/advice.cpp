@@ -75,9 +75,6 @@ std::string cost_of(Offload mode, const Plan& p) {
   return "";
 }
 
-i64 seq_len_of(const SFTConfig& c) {
-  return std::visit([](const auto& d) -> i64 { return d.seq_len; }, c.data);
-}
 i64 micro_of(const SFTConfig& c) {
   return std::visit([](const auto& d) -> i64 { return d.micro_batch_size; }, c.data);
 }
@@ -190,7 +187,7 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
   }
   // A shorter sequence, a smaller micro-batch: with the config's model.ac, and (when it
   // is off) with it on, which allows longer ones.
-  const i64 T = seq_len_of(cfg);
+  const i64 T = cfg.seq_len();
   const bool ac_alone = !ac && fastest_fit(p.modes_other);  // then nothing needs it with model.ac
   for (const SFTConfig* c : {&cfg, ac || ac_alone ? static_cast<const SFTConfig*>(nullptr) : &with_ac}) {
     if (!c) continue;
