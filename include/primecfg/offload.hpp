@@ -54,9 +54,21 @@ struct FullOffload {
   static constexpr bool supports_grad_clipping = false;
 };
 
+// The strategies, listed once: the concept and the list of modes follow from it.
+template <class... S>
+struct strategy_list {
+  static constexpr Offload modes[] = {S::mode...};
+  template <class T>
+  static constexpr bool contains = (std::is_same_v<T, S> || ...);
+};
+using offload_strategies = strategy_list<NoOffload, OptimizerOffload, FullOffload>;
+
+// Every mode, one per strategy, from the one that keeps the most on the GPU to the one
+// that keeps the least: what a planner compares and a test runs through.
+inline constexpr const auto& offload_modes = offload_strategies::modes;
+
 template <class T>
-concept offload_strategy =
-    std::is_same_v<T, NoOffload> || std::is_same_v<T, OptimizerOffload> || std::is_same_v<T, FullOffload>;
+concept offload_strategy = offload_strategies::contains<T>;
 
 // Calls f(NoOffload{}), f(OptimizerOffload{}) or f(FullOffload{}) according
 // to the runtime value. All three calls must return the same type. A value of

@@ -17,10 +17,11 @@ using i64 = std::int64_t;
 std::string gib(i64 bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
 // The modes from the fastest to the slowest. With a machine profile the step-time
-// model orders them; without one, the order the measurements give (docs/performance.md:
-// none, then optimizer, which streams the moments over PCIe, then full, whose CPU
-// update sets the step time).
-constexpr Offload kBySpeed[] = {Offload::none, Offload::optimizer, Offload::full};
+// model orders them; without one, the strategies' own order (the most kept on the GPU
+// first), which is the order the measurements give (docs/performance.md: none, then
+// optimizer, which streams the moments over PCIe, then full, whose CPU update sets the
+// step time).
+constexpr const auto& kBySpeed = offload_modes;
 
 std::vector<const ModePlan*> by_speed(const std::vector<ModePlan>& modes) {
   std::vector<const ModePlan*> out;

@@ -302,7 +302,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   act.saved_with_ac = n_ckpt * act.per_block_checkpointed + (shape.layers - n_ckpt) * act.per_block_full;
   act.ce_chunk_tokens = w.ce_chunk;
 
-  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload m : offload_modes) {
     for (bool ac : {w.ac, !w.ac}) {
       ModePlan mp = plan_mode(w, m, ac);
       if (a.profile) mp.time = step_time(w, m, ac, *a.profile);

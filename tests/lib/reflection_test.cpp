@@ -11,6 +11,9 @@
 #include <doctest/doctest.h>
 
 #include <string_view>
+#include <vector>
+
+#include <string_view>
 
 using namespace std::string_view_literals;
 
@@ -101,4 +104,17 @@ TEST_CASE("visit_offload instantiates the strategy named by the runtime value") 
   static_assert(primecfg::FullOffload::masters_on_host && !primecfg::FullOffload::supports_grad_clipping);
   static_assert(primecfg::OptimizerOffload::moments_on_host && !primecfg::OptimizerOffload::masters_on_host);
   static_assert(!primecfg::NoOffload::moments_on_host);
+}
+
+TEST_CASE("offload_modes lists every mode once, each visiting the strategy of that mode") {
+  // Every value the config accepts (the enum's described names), and no other.
+  std::vector<std::string_view> listed;
+  for (primecfg::Offload m : primecfg::offload_modes) {
+    listed.push_back(primecfg::visit_offload(m, []<class Strategy>(Strategy) { return Strategy::name; }));
+    CHECK(primecfg::visit_offload(m, []<class Strategy>(Strategy) { return Strategy::mode; }) == m);
+  }
+  std::vector<std::string_view> accepted;
+  for (const auto& e : primecfg::detail::enum_entries<primecfg::Offload>) accepted.push_back(e.name);
+  CHECK(listed == accepted);
+  static_assert(primecfg::offload_strategy<primecfg::FullOffload> && !primecfg::offload_strategy<int>);
 }
