@@ -4,7 +4,7 @@
 // (no_offload, optimizer_offload, full_offload), and Pipeline<Strategy> names it.
 //
 // Rule: a strategy's behaviour lives in its own files, and so does its memory model
-// for the planner (memory.cpp beside the pipeline; offload/memory_model.hpp). A test
+// for the planner (memory.cpp beside the pipeline; planner/memory_model.hpp). A test
 // of the offload mode (`mode ==`, `if constexpr (Strategy::...)`) outside offload/
 // is a bug.
 //

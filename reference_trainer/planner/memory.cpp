@@ -1,13 +1,13 @@
 // The memory model of the planner (memory.hpp; docs/memory-planner.md): the GPU and
 // host terms every offload mode shares, and the phases of a step that add them up.
 // Wherever the modes differ it asks the mode's memory model, beside the mode's
-// pipeline (offload/memory_model.hpp); no code here tests the mode.
+// pipeline (planner/memory_model.hpp); no code here tests the mode.
 #include "planner/memory.hpp"
 
 #include "distributed/shard_layout.hpp"
 #include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
-#include "offload/memory_model.hpp"
+#include "planner/memory_model.hpp"
 
 #include <fmt/format.h>
 

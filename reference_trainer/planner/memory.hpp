@@ -2,8 +2,8 @@
 // one plan knows of the config and the model before a mode is chosen (Workload), how
 // terms add up to phases (Builder), and the terms and phases of one mode (plan_mode).
 // planner/memory.cpp holds the terms every mode shares; what differs between modes
-// is each mode's memory model beside its pipeline (offload/memory_model.hpp), which
-// includes this header. docs/memory-planner.md derives every term.
+// is each mode's memory model beside its pipeline, behind the interface of
+// planner/memory_model.hpp, which includes this header. docs/memory-planner.md derives every term.
 #pragma once
 
 #include "optim/state.hpp"

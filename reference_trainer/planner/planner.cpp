@@ -1,12 +1,12 @@
 // The memory planner (planner.hpp): the model resolved as the trainer does, and a
 // config planned in all three offload modes. The memory model is memory.cpp (with
-// each mode's part beside its pipeline: offload/memory_model.hpp), the reports
+// each mode's part beside its pipeline: planner/memory_model.hpp), the reports
 // report.cpp, the recommendation advice.cpp, the machine's capacities machine.cpp.
 #include "planner/planner.hpp"
 
 #include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
-#include "offload/memory_model.hpp"
+#include "planner/memory_model.hpp"
 #include "planner/memory.hpp"
 #include "planner/step_time.hpp"
 

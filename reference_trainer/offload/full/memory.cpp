@@ -1,9 +1,9 @@
-// FullOffload's memory model (offload/memory_model.hpp), beside its pipeline
+// FullOffload's memory model (the interface of planner/memory_model.hpp), beside its pipeline
 // (full_offload.cpp, worker.cpp, tied.cpp): masters, moments and gradient
 // accumulators live in host memory and the CPU worker runs the update, so the GPU
 // keeps only the compute weights; gradients go down through a pinned staging ring and
 // new bf16 weights come up through another.
-#include "offload/memory_model.hpp"
+#include "planner/memory_model.hpp"
 #include "offload/shared/ring_size.hpp"
 
 #include "nn/loss_chunking.hpp"

@@ -1,8 +1,8 @@
-// NoOffload's memory model (offload/memory_model.hpp), beside its pipeline
+// NoOffload's memory model (the interface of planner/memory_model.hpp), beside its pipeline
 // (no_offload.cpp): all the FP32 state stays on the GPU and the update runs there once
 // backward is done, so the mode adds no terms of its own to those every mode shares; on
 // the fused AdamW it trades the FP32 accumulators for autograd's bf16 gradients.
-#include "offload/memory_model.hpp"
+#include "planner/memory_model.hpp"
 
 namespace primecfg::train::plan::detail {
 

@@ -1,8 +1,8 @@
-// OptimizerOffload's memory model (offload/memory_model.hpp), beside its pipeline
+// OptimizerOffload's memory model (the interface of planner/memory_model.hpp), beside its pipeline
 // (optimizer_offload.cpp): masters and gradient accumulators stay on the GPU, the
 // moments live in host memory (pinned on CUDA) and stream through a device window
 // for the update.
-#include "offload/memory_model.hpp"
+#include "planner/memory_model.hpp"
 #include "offload/shared/ring_size.hpp"
 
 #include <algorithm>

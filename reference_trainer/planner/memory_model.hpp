@@ -1,5 +1,7 @@
 // What an offload mode tells the memory planner: the interface of a mode's memory
 // model, and the one mapping from a strategy of <primecfg/offload.hpp> to its model.
+// The planner owns the interface and never includes offload/: each mode implements it
+// beside its pipeline, so the dependency runs one way (offload/ -> planner/).
 //
 // Each mode's model sits beside its pipeline (offload/none/memory.cpp,
 // offload/optimizer/memory.cpp, offload/full/memory.cpp) and counts what that
