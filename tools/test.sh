@@ -7,6 +7,8 @@ bash tools/build.sh
 # The tests run with a temporary folder of their own (TMPDIR), which they must leave
 # empty: a test that keeps files after it passed fills a user's /tmp run after run.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/primecfg-tests-XXXXXX")
+# torch's compiled-kernel cache is meant to outlive a run: it goes under build/, not there.
+export TORCHINDUCTOR_CACHE_DIR="$PWD/build/torchinductor-cache"
 TMPDIR=$tmp meson test -C build --print-errorlogs --num-processes 2
 left=$(find "$tmp" -mindepth 1 -maxdepth 2 | head -20)
 if [ -n "$left" ]; then
