@@ -1,5 +1,6 @@
 #include "support.hpp"
 
+#include "distributed/mesh.hpp"
 #include "model/config.hpp"
 
 #include <fmt/format.h>
@@ -250,11 +251,15 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   // ep = "auto" picks the degree from the experts there are: none here, so 1.
   if (m.ep.is_number() && m.ep.number() > 1)
     c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
-  if (world % m.dp_replicate != 0)
-    c.error("model.dp_replicate",
-            fmt::format("dp_replicate = {} does not divide the world size {}{}: HSDP splits the ranks into "
-                        "dp_replicate shard groups of equal size",
-                        m.dp_replicate, world, world == 1 ? " (one process, no launcher)" : ""));
+  // The mesh's rules (distributed/mesh.cpp); the degrees refused above are not checked twice.
+  // No model this trainer reads has routed experts (model/hf_config.cpp refuses their
+  // keys), so ep = "auto" is 1, as the comment on model.ep above says.
+  std::vector<MeshProblem> mesh;
+  resolve_mesh(MeshRequest::of(m, world, /*has_experts=*/false), mesh);
+  for (const auto& p : mesh)
+    if (!(p.field == "model.cp" && m.cp > 1) &&
+        !(p.field == "model.ep" && m.ep.is_number() && m.ep.number() > 1))
+      c.error(p.field, p.message);
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
   if (m.vlm)

@@ -193,9 +193,13 @@ class Trainer {
           "optim.type = \"muon\" with {} ranks: Muon orthogonalizes whole matrices, and each rank holds a "
           "piece of every parameter; use adamw, sgd or sign_sgd, or run one process",
           opts_.launch.world));
-    pg_ = std::make_unique<ProcessGroup>(
-        opts_.launch, setup_.device, std::chrono::seconds(cfg_.dist_timeout_seconds),
-        static_cast<int>(cfg_.model.dp_replicate), opts_.dist.backend == DistBackend::gloo);
+    // The config check has refused what the mesh cannot be (support.cpp); no model read
+    // here has routed experts, so ep = "auto" is 1.
+    const MeshDims mesh =
+        resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, /*has_experts=*/false));
+    pg_ = std::make_unique<ProcessGroup>(opts_.launch, mesh, setup_.device,
+                                         std::chrono::seconds(cfg_.dist_timeout_seconds),
+                                         opts_.dist.backend == DistBackend::gloo);
     std::uint64_t h = 1469598103934665603ull;  // FNV-1a of what the run was started with
     for (const std::string* s : {&opts_.resolved_config, &opts_.resolved_options})
       for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
@@ -314,9 +318,10 @@ class Trainer {
     // Sharded: each parameter is built (and loaded) whole, its piece kept, the whole
     // freed before the next, so no rank holds the whole model at any time.
     const auto reduce = cfg_.model.reduce_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
-    sharding_ = std::make_unique<Sharding>(*pg_, model.args,
-                                           torch::TensorOptions().dtype(setup_.dtype).device(setup_.device),
-                                           reduce, opts_.dist.bucket_mib, cfg_.model.reshard_after_forward);
+    sharding_ = std::make_unique<Sharding>(
+        *pg_, model.args,
+        ShardingOptions{torch::TensorOptions().dtype(setup_.dtype).device(setup_.device), reduce,
+                        opts_.dist.bucket_mib, cfg_.model.reshard_after_forward});
     std::optional<HfWeights> hf;
     if (from_hf) hf.emplace(*model.hf_dir, model.args);
     model_ =
@@ -422,8 +427,7 @@ class Trainer {
     // parallelism's (gather a sharded block's weights) around each block's forward.
     const Transformer::BlockHooks block_hooks = {state.block_hook(),
                                                  sharding_ ? sharding_->block_hook() : nullptr};
-    std::int64_t gathered_after_forward = 0;  // whole weights a sharded rank held then
-    bool replayed = false;                    // the step's forward and backward came from its CUDA graph
+    bool replayed = false;  // the step's forward and backward came from its CUDA graph
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
@@ -435,7 +439,7 @@ class Trainer {
         Tensor loss = model.loss(model.hidden(x, ac_, ac_freq_, block_hooks, act_offload_.get()), t, scale,
                                  ce_chunk_, state.loss_hooks(last), state.loss_chunks(t.numel()));
         if (last) state.before_backward();
-        if (last && sharding_) gathered_after_forward = sharding_->gathered_bytes();
+        if (last && sharding_) sharding_->note_forward_end();
         loss.backward();
         return loss;
       };
@@ -498,22 +502,8 @@ class Trainer {
       met.pipeline["ac_offload_host_gib"] = static_cast<double>(a.host_bytes) / GiB;
       act_seen_ = a;
     }
-    if (sharding_) {
-      // What the sharding left whole: after the last forward (the root, plus every
-      // block without reshard_after_forward) and between steps (nothing).
-      met.pipeline["fsdp_whole_after_forward_gib"] = static_cast<double>(gathered_after_forward) / (1 << 30);
-      met.pipeline["fsdp_whole_at_rest_gib"] = static_cast<double>(sharding_->gathered_bytes()) / (1 << 30);
-      // The most held at once in the step (gathers in flight included): the planner's
-      // `weights` term; the gathers that were prefetched; the gradient buckets summed
-      // while backward went on; the embedding rows the lookup gathered by rows (0: it
-      // gathered the whole embedding).
-      const auto c = sharding_->take_collective_stats();
-      met.pipeline["fsdp_whole_peak_gib"] = static_cast<double>(c.peak_bytes) / (1 << 30);
-      met.pipeline["fsdp_gathers_ahead"] = static_cast<double>(c.ahead);
-      met.pipeline["fsdp_reduce_scatters"] = static_cast<double>(c.reduces);
-      met.pipeline["fsdp_reduces_overlapped"] = static_cast<double>(c.overlapped_reduces);
-      met.pipeline["fsdp_lookup_rows"] = static_cast<double>(c.lookup_rows);
-    }
+    if (sharding_)
+      for (auto& [name, value] : sharding_->take_metrics()) met.pipeline[name] = value;
     return met;
   }
 

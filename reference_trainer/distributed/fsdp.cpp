@@ -27,12 +27,13 @@ void alloc_bytes(const Tensor& t) {
 
 }  // namespace
 
-Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
-           torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward)
+Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
     : group_(group),
       tied_(args.tie_embeddings),
-      reduce_dtype_(reduce_dtype),
-      reshard_after_forward_(reshard_after_forward) {
+      reduce_dtype_(o.reduce_dtype),
+      reshard_after_forward_(o.reshard_after_forward) {
+  const torch::TensorOptions weights = o.weights;
+  const double bucket_mib = o.bucket_mib;
   const std::vector<ParamShape> shapes = args.params();  // the model's params(), in order
   std::int64_t total = 0;
   for (const auto& p : shapes) {
@@ -92,7 +93,7 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weig
   // Buckets of about bucket_mib of full-size gradients in the reduce dtype, the last
   // parameters first (backward's order).
   const double limit = bucket_mib * 1024 * 1024;
-  const double elem = static_cast<double>(c10::elementSize(reduce_dtype));
+  const double elem = static_cast<double>(c10::elementSize(reduce_dtype_));
   bucket_of_.assign(shapes.size(), 0);
   double bytes = 0;
   for (std::size_t k = shapes.size(); k-- > 0;) {
@@ -225,8 +226,7 @@ void Fsdp::gather_lookup_rows() {
         .narrow(0, pr.from(r) - r * dim, pr.held(r))
         .copy_(piece.narrow(0, pr.from(r) - pr.begin, pr.held(r)));
   });
-  group_.all_reduce_sum(table, "the embedding rows of the lookup (tied, gathered by rows)",
-                        ProcessGroup::Among::shard_group);
+  group_.all_reduce_sum(table, "the embedding rows of the lookup (tied, gathered by rows)", MeshDim::fsdp);
   data.index_copy_(0, rows, table);
 }
 
@@ -279,13 +279,22 @@ void Fsdp::prefetch_if_room() {
   start(u);
 }
 
-Fsdp::CollectiveStats Fsdp::take_collective_stats() {
-  const CollectiveStats s{whole_peak_, ahead_, reduces_, overlapped_, lookup_rows_gathered_};
+std::vector<std::pair<std::string, double>> Fsdp::take_metrics() {
+  constexpr double GiB = 1 << 30;
+  std::vector<std::pair<std::string, double>> m{
+      {"fsdp_whole_after_forward_gib", static_cast<double>(whole_after_forward_) / GiB},
+      {"fsdp_whole_at_rest_gib", static_cast<double>(gathered_bytes()) / GiB},
+      {"fsdp_whole_peak_gib", static_cast<double>(whole_peak_) / GiB},
+      {"fsdp_gathers_ahead", static_cast<double>(ahead_)},
+      {"fsdp_reduce_scatters", static_cast<double>(reduces_)},
+      {"fsdp_reduces_overlapped", static_cast<double>(overlapped_)},
+      {"fsdp_lookup_rows", static_cast<double>(lookup_rows_gathered_)},
+  };
   whole_peak_ = whole_now_;
   ahead_ = 0;
   overlapped_ = 0;
   reduces_ = 0;
-  return s;
+  return m;
 }
 
 void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
@@ -355,7 +364,7 @@ void Fsdp::finish_reduce() {
   r.pending.wait();
   const Bucket& bucket = buckets_[r.bucket];
   group_.all_reduce_sum(r.flat, "the all-reduce across replicas of " + bucket_name(r.bucket),
-                        ProcessGroup::Among::replicas);
+                        MeshDim::replicate);
   for (std::size_t k = 0; k < bucket.params.size(); ++k) sink_(bucket.params[k], r.outs[k]);
 }
 

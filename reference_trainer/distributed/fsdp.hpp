@@ -31,6 +31,7 @@
 // Internal to primecfg-train.
 #pragma once
 
+#include "distributed/placement.hpp"
 #include "distributed/process_group.hpp"
 #include "distributed/shard_layout.hpp"
 #include "nn/transformer.hpp"
@@ -43,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace primecfg::train {
@@ -51,10 +53,9 @@ using torch::Tensor;
 
 class Fsdp {
  public:
-  // For a model of `args` whose weights have `weights`' dtype and device. The model
+  // For a model of `args` whose weights have `o.weights`' dtype and device. The model
   // is built after: adopt() each parameter as it is built, then attach() the model.
-  Fsdp(ProcessGroup& group, const ModelArgs& args, torch::TensorOptions weights,
-       torch::ScalarType reduce_dtype, double bucket_mib, bool reshard_after_forward);
+  Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o);
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
 
@@ -67,8 +68,10 @@ class Fsdp {
   int shard_rank() const { return group_.shard_rank(); }
   int shard_world() const { return group_.shard_world(); }
   int replica() const { return group_.replica(); }
-  // Parameter i (model.params() order) as this rank holds it.
+  // Parameter i (model.params() order) as this rank holds it: every one is split over
+  // dp_shard_cp and copied over dp_replicate.
   const ShardSpan& span(std::size_t i) const { return spans_[i]; }
+  MeshPlacement placement(std::size_t) const { return {{MeshDim::fsdp}, MeshDim::replicate}; }
   // This rank's piece of parameter i's weights (the model's dtype, on its device): the
   // weights at rest, and where the offload pipeline writes the updated ones.
   Tensor weight_shard(std::size_t i) const;
@@ -122,27 +125,22 @@ class Fsdp {
   // Bytes of whole weights this rank holds now (the pieces are apart): what the
   // sharding leaves resident, for the metrics and the tests.
   std::int64_t gathered_bytes() const;
-  // Since the last call: the most whole weights (gathered or being gathered) held at
-  // once, which the planner's `weights` term predicts; how many gathers were started
-  // ahead of their use (prefetched); and how many reduce-scatters ran while backward
-  // went on (waited for only when the next bucket went out).
-  struct CollectiveStats {
-    std::int64_t peak_bytes = 0;
-    std::int64_t ahead = 0;
-    std::int64_t reduces = 0;  // gradient buckets reduce-scattered (none with one rank)
-    std::int64_t overlapped_reduces = 0;
-    std::int64_t lookup_rows = 0;  // embedding rows the last lookup gathered by rows (0: whole)
-  };
-  CollectiveStats take_collective_stats();
+  // The loop's last forward of the step has been queued: what is whole then is reported.
+  void note_forward_end() { whole_after_forward_ = gathered_bytes(); }
+  // Its figures of the step, for metrics.jsonl's "pipeline" (docs/trainer.md), since the
+  // last call: the whole weights after the last forward and at rest; the most held at
+  // once (gathered or being gathered), which the planner's `weights` term predicts; how
+  // many gathers were started ahead of their use; how many reduce-scatters ran, and
+  // how many while backward went on; the embedding rows the last lookup gathered by
+  // rows (0: it gathered the whole embedding).
+  std::vector<std::pair<std::string, double>> take_metrics();
 
   // Sums over all ranks (what each rank computed on its data: the loss).
   void sum(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what); }
   double sum(double v, std::string_view what);
   // Sums over the pieces of the state, each counted once (the gradient norm): over the
   // shard group, since the replicas hold the same pieces.
-  void sum_pieces(Tensor& t, std::string_view what) {
-    group_.all_reduce_sum(t, what, ProcessGroup::Among::shard_group);
-  }
+  void sum_pieces(Tensor& t, std::string_view what) { group_.all_reduce_sum(t, what, MeshDim::fsdp); }
   double sum_pieces(double v, std::string_view what);
 
  private:
@@ -204,7 +202,7 @@ class Fsdp {
     std::vector<Tensor> ins, outs;
   };
   std::optional<Reduce> reducing_;
-  std::int64_t reduces_ = 0, overlapped_ = 0, lookup_rows_gathered_ = 0;
+  std::int64_t reduces_ = 0, overlapped_ = 0, lookup_rows_gathered_ = 0, whole_after_forward_ = 0;
   Sink sink_;
   Transformer::BlockHook hook_;
 };

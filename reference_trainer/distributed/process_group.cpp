@@ -131,14 +131,18 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroup::make_backend(const std::string& 
       c10::make_intrusive<c10d::PrefixStore>(prefix + "gloo", store_), rank, size, opts);
 }
 
-ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout,
-                           int replicas, bool gloo)
-    : launch_(launch), device_(device), gloo_(gloo || !device.is_cuda()), timeout_(timeout) {
-  if (replicas < 1 || launch.world % replicas != 0)
-    throw run_error(fmt::format(
-        "model.dp_replicate = {} does not divide the world size {} (WORLD_SIZE): HSDP needs world size = "
-        "dp_replicate x the ranks of one shard group",
-        replicas, launch.world));
+ProcessGroup::ProcessGroup(const Launch& launch, const MeshDims& mesh, torch::Device device,
+                           std::chrono::seconds timeout, bool gloo)
+    : launch_(launch), device_(device), gloo_(gloo || !device.is_cuda()), timeout_(timeout), mesh_(mesh) {
+  if (mesh.world() != launch.world)
+    throw run_error(
+        fmt::format("the device mesh (dp_replicate {} x dp_shard {} x cp {}) has {} ranks, and the launch {} "
+                    "(WORLD_SIZE)",
+                    mesh.dp_replicate, mesh.dp_shard, mesh.cp, mesh.world(), launch.world));
+  for (MeshDim d : kMeshDims) {
+    groups_[index(d)] = mesh_group(mesh, d, launch.rank);
+    place_[index(d)] = mesh_index(mesh, d, launch.rank);
+  }
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(launch.master_port);
@@ -161,17 +165,22 @@ ProcessGroup::ProcessGroup(const Launch& launch, torch::Device device, std::chro
                                 first_line(e.what())));
   }
   try {
-    backend_ = make_backend("", launch.rank, launch.world);
-    if (replicas > 1) {
-      // prime-rl's mesh (dp_replicate, dp_shard), row-major: rank = replica * S + piece.
-      // A shard group is S consecutive ranks (one node, where S fits one); a replica
-      // group, the ranks holding the same piece.
-      const int s = launch.world / replicas;
-      replicas_ = replicas;
-      shard_backend_ = make_backend(fmt::format("shard{}/", launch.rank / s), launch.rank % s, s);
-      replica_backend_ = make_backend(fmt::format("replica{}/", launch.rank % s), launch.rank / s, replicas);
-    } else {
-      shard_backend_ = backend_;
+    // Every rank walks the dimensions in the same order, so that the members of a group
+    // connect it together; a group of the same ranks as an earlier one shares its
+    // backend, and each group's keys in the store are its own (prefix: the dimension
+    // and the group's number).
+    for (MeshDim d : kMeshDims) {
+      const auto& g = groups_[index(d)];
+      if (g.size() < 2) continue;
+      for (MeshDim e : kMeshDims) {
+        if (e == d) break;
+        if (groups_[index(e)] == g) backends_[index(d)] = backends_[index(e)];
+      }
+      if (backends_[index(d)]) continue;
+      const std::string prefix =
+          d == MeshDim::world ? std::string()
+                              : fmt::format("{}.{}/", mesh_dim_name(d), mesh_group_id(mesh, d, launch.rank));
+      backends_[index(d)] = make_backend(prefix, place_[index(d)], static_cast<int>(g.size()));
     }
   } catch (const run_error&) {
     throw;
@@ -206,20 +215,21 @@ ProcessGroup::~ProcessGroup() {
   // As destroy_process_group(): NCCL's communicators and watchdog end here, not at exit
   // (a second process group in the same process needs that). After a failure the
   // peers may be gone: abort instead of waiting for them.
-  // Without HSDP the shard group is backend_ itself and there is no replica group.
-  for (auto* b : {&replica_backend_, &shard_backend_, &backend_}) {
-    if (!*b || (b != &backend_ && *b == backend_)) continue;
+  // Shared backends are shut down once, the world's last.
+  for (std::size_t i = kDims; i-- > 0;) {
+    auto& b = backends_[i];
+    bool shared = false;
+    for (std::size_t j = 0; j < i; ++j) shared = shared || backends_[j] == b;
+    if (!b || shared) continue;
     try {
       if (failed_)
-        (*b)->abort();
+        b->abort();
       else
-        (*b)->shutdown();
+        b->shutdown();
     } catch (const std::exception&) {
     }
   }
-  replica_backend_.reset();
-  shard_backend_.reset();
-  backend_.reset();
+  for (auto& b : backends_) b.reset();
 }
 
 std::string_view ProcessGroup::backend_name() const {
@@ -283,19 +293,11 @@ void ProcessGroup::fail(std::string_view what, const std::exception& e) {
   throw run_error(msg);
 }
 
-void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among among) {
-  // A sum over one process is its own.
-  if (among == Among::replicas      ? replicas_ == 1
-      : among == Among::shard_group ? shard_world() == 1
-                                    : world() == 1)
-    return;
+void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, MeshDim among) {
+  if (size(among) == 1) return;  // a sum over one process is its own
   try {
     std::vector<torch::Tensor> ts{t};
-    (among == Among::all           ? backend_
-     : among == Among::shard_group ? shard_backend_
-                                   : replica_backend_)
-        ->allreduce(ts)
-        ->wait();
+    backend(among)->allreduce(ts)->wait();
   } catch (const run_error&) {
     throw;
   } catch (const std::exception& e) {
@@ -304,11 +306,44 @@ void ProcessGroup::all_reduce_sum(torch::Tensor& t, std::string_view what, Among
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root, std::string_view what) {
+  if (world() == 1) return;
   try {
     std::vector<torch::Tensor> ts{t};
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    backend_->broadcast(ts, o)->wait();
+    backend(MeshDim::world)->broadcast(ts, o)->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+}
+
+void ProcessGroup::all_to_all(torch::Tensor& output, const torch::Tensor& input,
+                              const std::vector<std::int64_t>& output_rows,
+                              const std::vector<std::int64_t>& input_rows, std::string_view what,
+                              MeshDim among) {
+  const auto n = static_cast<std::size_t>(size(among));
+  std::int64_t out_total = 0, in_total = 0;
+  for (auto r : output_rows) out_total += r;
+  for (auto r : input_rows) in_total += r;
+  if (output_rows.size() != n || input_rows.size() != n || out_total != output.size(0) ||
+      in_total != input.size(0) || output.sizes().slice(1) != input.sizes().slice(1))
+    throw std::invalid_argument(fmt::format(
+        "{}: all-to-all over {} ranks ({}) with {} output counts summing to {} for {} rows and {} input "
+        "counts summing to {} for {} rows",
+        what, n, mesh_dim_name(among), output_rows.size(), out_total, output.size(0), input_rows.size(),
+        in_total, input.size(0)));
+  if (n == 1) {
+    output.copy_(input);
+    return;
+  }
+  try {
+    // c10d's split sizes are first-dimension rows, as ours; an empty piece is allowed.
+    std::vector<std::int64_t> out_split(output_rows), in_split(input_rows);
+    at::Tensor in = input.contiguous();
+    const bool direct = output.is_contiguous();
+    at::Tensor out = direct ? output : torch::empty_like(output, at::MemoryFormat::Contiguous);
+    backend(among)->alltoall_base(out, in, out_split, in_split)->wait();
+    if (!direct) output.copy_(out);
   } catch (const std::exception& e) {
     fail(what, e);
   }
@@ -323,7 +358,7 @@ ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tens
     return p;
   }
   try {
-    p.works_.push_back(shard_backend_->reduce_scatter_tensor_coalesced(outputs, inputs));
+    p.works_.push_back(backend(MeshDim::fsdp)->reduce_scatter_tensor_coalesced(outputs, inputs));
   } catch (const std::exception& e) {
     fail(what, e);
   }
@@ -344,9 +379,9 @@ ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>&
       // Gloo's coalesced all-gather has no CUDA path (it would hand device pointers to
       // its transport); its single-tensor one stages through pinned host memory.
       for (std::size_t i = 0; i < inputs.size(); ++i)
-        p.works_.push_back(shard_backend_->_allgather_base(outputs[i], inputs[i]));
+        p.works_.push_back(backend(MeshDim::fsdp)->_allgather_base(outputs[i], inputs[i]));
     } else {
-      p.works_.push_back(shard_backend_->allgather_into_tensor_coalesced(outputs, inputs));
+      p.works_.push_back(backend(MeshDim::fsdp)->allgather_into_tensor_coalesced(outputs, inputs));
     }
   } catch (const std::exception& e) {
     fail(what, e);

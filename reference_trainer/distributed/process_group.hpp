@@ -12,9 +12,11 @@
 #pragma once
 
 #include "distributed/launch.hpp"
+#include "distributed/mesh.hpp"
 
 #include <torch/torch.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -39,12 +41,12 @@ class RoundName;  // process_group.cpp
 class ProcessGroup {
  public:
   // Connects to the other ranks (rank 0 hosts the store, or torchrun's agent does when
-  // TORCHELASTIC_USE_AGENT_STORE is set) and creates the backend for `device`'s
-  // tensors. `timeout` bounds every collective and every wait on the store.
-  // `replicas` (model.dp_replicate, HSDP) splits the world into that many shard groups
-  // of world / replicas consecutive ranks; it must divide the world size. `gloo`: Gloo
-  // even for CUDA tensors (through host memory; ranks may then share a GPU).
-  ProcessGroup(const Launch& launch, torch::Device device, std::chrono::seconds timeout, int replicas = 1,
+  // TORCHELASTIC_USE_AGENT_STORE is set) and creates a backend for `device`'s tensors
+  // along each dimension of `mesh` (distributed/mesh.hpp) that has more than one rank.
+  // `timeout` bounds every collective and every wait on the store. `gloo`: Gloo even
+  // for CUDA tensors (through host memory; ranks may then share a GPU). The mesh's
+  // world must be the launch's.
+  ProcessGroup(const Launch& launch, const MeshDims& mesh, torch::Device device, std::chrono::seconds timeout,
                bool gloo = false);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -55,22 +57,34 @@ class ProcessGroup {
   int restart() const { return restart_; }
   int rank() const { return launch_.rank; }
   int world() const { return launch_.world; }
-  // HSDP's mesh: this rank's shard group (replica) and its place in it. Without
-  // replication the one shard group is the world.
-  int replicas() const { return replicas_; }
-  int replica() const { return rank() / shard_world(); }
-  int shard_world() const { return world() / replicas_; }
-  int shard_rank() const { return rank() % shard_world(); }
+  const MeshDims& mesh() const { return mesh_; }
+  // This rank's group along a dimension of the mesh: its size and this rank's place in it.
+  int size(MeshDim d) const { return static_cast<int>(groups_[index(d)].size()); }
+  int index_in(MeshDim d) const { return place_[index(d)]; }
+  // HSDP's view of the mesh: the ranks that split the dense weights (a shard group) and
+  // the replicas of it. Without replication the one shard group is the world.
+  int replicas() const { return mesh_.dp_replicate; }
+  int replica() const { return index_in(MeshDim::replicate); }
+  int shard_world() const { return size(MeshDim::fsdp); }
+  int shard_rank() const { return index_in(MeshDim::fsdp); }
   const Launch& launch() const { return launch_; }
   torch::Device device() const { return device_; }
   std::string_view backend_name() const;
 
   // --- collectives over tensors on device() (blocking on the host for Gloo, also on
   // CUDA tensors; for NCCL the current stream waits for them) -----------------------
-  // Which ranks a sum runs over: all, this rank's shard group, or the ranks of the other
-  // shard groups holding the same piece (one per replica).
-  enum class Among { all, shard_group, replicas };
-  void all_reduce_sum(torch::Tensor& t, std::string_view what, Among among = Among::all);
+  // A sum over this rank's group along `among` (every rank, its shard group, the ranks
+  // of the other shard groups holding the same piece, ...).
+  void all_reduce_sum(torch::Tensor& t, std::string_view what, MeshDim among = MeshDim::world);
+  // All-to-all with per-rank counts over this rank's group along `among` (expert
+  // parallelism's token exchange): input's first-dimension rows, in member order,
+  // input_rows[j] of them to member j; output gets output_rows[j] rows from member j, in
+  // member order. The counts are rows of the first dimension (the other dimensions are
+  // the same everywhere); every member's output_rows[j] must be member j's
+  // input_rows[this member]. Blocking as the other collectives are.
+  void all_to_all(torch::Tensor& output, const torch::Tensor& input,
+                  const std::vector<std::int64_t>& output_rows, const std::vector<std::int64_t>& input_rows,
+                  std::string_view what, MeshDim among);
   void broadcast(torch::Tensor& t, int root, std::string_view what);
   // A collective in flight. wait() before its outputs are read: for Gloo the host
   // waits, for NCCL the current stream does (the host goes on).
@@ -132,10 +146,16 @@ class ProcessGroup {
   std::unique_ptr<RoundName> round_;  // torchrun's agent store: this round's key space
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& prefix, int rank, int size);
-  c10::intrusive_ptr<c10d::Backend> backend_;          // all ranks
-  c10::intrusive_ptr<c10d::Backend> shard_backend_;    // this rank's shard group (backend_ without HSDP)
-  c10::intrusive_ptr<c10d::Backend> replica_backend_;  // the same piece in every shard group (HSDP only)
-  int replicas_ = 1;
+  static std::size_t index(MeshDim d) { return static_cast<std::size_t>(d); }
+  // A dimension's backend; null where the group is this rank alone.
+  c10d::Backend* backend(MeshDim d) const { return backends_[index(d)].get(); }
+  static constexpr std::size_t kDims = std::size(kMeshDims);
+  MeshDims mesh_;
+  std::array<std::vector<int>, kDims> groups_;  // this rank's group along each dimension
+  std::array<int, kDims> place_{};              // this rank's place in it
+  // Groups with the same ranks share one backend (the shard group is the world without
+  // HSDP): each distinct group is connected once.
+  std::array<c10::intrusive_ptr<c10d::Backend>, kDims> backends_;
   int restart_ = 0;
   std::int64_t step_ = 0;
   std::thread heartbeat_;

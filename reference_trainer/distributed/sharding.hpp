@@ -11,6 +11,8 @@
 #pragma once
 
 #include "distributed/fsdp.hpp"
+#include "distributed/placement.hpp"
+#include "distributed/process_group.hpp"
 #include "distributed/shard_layout.hpp"
 #include "nn/transformer.hpp"
 
@@ -19,14 +21,23 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace primecfg::train {
 
 template <class S>
-concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tensor& grad, torch::Tensor& t,
-                            double v, typename S::Sink sink) {
+concept sharding = std::constructible_from<S, ProcessGroup&, const ModelArgs&, const ShardingOptions&> &&
+    requires(S& s, const S& cs, std::size_t i, const torch::Tensor& grad, torch::Tensor& t, double v,
+             typename S::Sink sink, NamedParam& p, Transformer& model) {
+  // Built before the model (from the process group's mesh, the model's parameter list
+  // and the options), then given each parameter as it is built (adopt: keep this
+  // rank's piece, free the whole), then the model (attach: hook its forward). The loop
+  // calls nothing else of a parallelism's own.
+  s.adopt(i, p);
+  s.attach(model);
   // Where this process stands: among all ranks (its share of the data), and among
   // those that split the state (its piece; replicas hold the same pieces).
   { cs.rank() } -> std::same_as<int>;
@@ -38,6 +49,7 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   // accumulator and moments, wherever the offload pipeline puts them; the checkpoint
   // writes and reads these pieces), and where the update writes its new weights.
   { cs.span(i) } -> std::same_as<const ShardSpan&>;
+  { cs.placement(i) } -> std::same_as<MeshPlacement>;  // which mesh dimensions split it, which copy it
   { cs.weight_shard(i) } -> std::same_as<torch::Tensor>;
   // Hook the gradients: each gradient, as backward produces it, goes in (add_grad);
   // the sink gets this rank's piece of it, summed over the ranks; flush() after each
@@ -58,8 +70,10 @@ concept sharding = requires(S& s, const S& cs, std::size_t i, const torch::Tenso
   s.gather_all();      // the whole weights, for what reads them outside a forward (the demo)
   { s.whole_weight(i) } -> std::same_as<torch::Tensor>;   // one whole weight (a checkpoint)
   { cs.gathered_bytes() } -> std::same_as<std::int64_t>;  // whole weights held now
-  // Peak whole, gathers prefetched, reduce-scatters overlapped with backward.
-  { s.take_collective_stats() } -> std::same_as<typename S::CollectiveStats>;
+  // Its own figures of the step, named as metrics.jsonl's "pipeline" reports them; the
+  // loop says when the step's last forward is queued.
+  s.note_forward_end();
+  { s.take_metrics() } -> std::same_as<std::vector<std::pair<std::string, double>>>;
   // Sums over the ranks (the loss), and over the pieces (the gradient norm).
   s.sum(t, std::string_view{});
   { s.sum(v, std::string_view{}) } -> std::same_as<double>;

@@ -4,10 +4,11 @@
 // report.cpp, the recommendation advice.cpp, the machine's capacities machine.cpp.
 #include "planner/planner.hpp"
 
+#include "distributed/mesh.hpp"
 #include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
-#include "planner/memory_model.hpp"
 #include "planner/memory.hpp"
+#include "planner/memory_model.hpp"
 #include "planner/step_time.hpp"
 
 #include <fmt/format.h>
@@ -229,12 +230,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
-  if (a.world % cfg.model.dp_replicate != 0)
-    throw plan_error(
-        fmt::format("model.dp_replicate = {} does not divide {} = {}: HSDP splits the ranks into "
-                    "dp_replicate shard groups of equal size",
-                    cfg.model.dp_replicate, a.world_source, a.world));
-  w.shard_world = a.world / cfg.model.dp_replicate;
+  std::vector<MeshProblem> problems;
+  const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg.model, a.world, /*has_experts=*/false), problems);
+  for (const auto& pr : problems)
+    throw plan_error(fmt::format("{}: {} (the world size is {})", pr.field, pr.message, a.world_source));
+  w.shard_world = mesh.fsdp();
   std::visit(
       [&](const auto& d) {
         using C = std::decay_t<decltype(d)>;

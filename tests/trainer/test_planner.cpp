@@ -843,7 +843,9 @@ TEST_CASE("planner: HSDP shards within a group and replicates across groups") {
     plan::make_plan(cfg, s, a);
     FAIL("dp_replicate = 3 over 8 ranks was planned");
   } catch (const plan::plan_error& e) {
-    CHECK(std::string(e.what()).find("model.dp_replicate = 3 does not divide") != std::string::npos);
+    const std::string what = e.what();
+    CHECK(what.find("model.dp_replicate: dp_replicate = 3 does not divide the world size 8") !=
+          std::string::npos);
   }
 }
 
