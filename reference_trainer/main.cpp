@@ -585,7 +585,11 @@ int main(int argc, char** argv) {
       if (d.level == severity::error && d.kind == error_kind::file_error) return 2;
     return 1;
   }
-  auto support = train::check_support(cfg.value, cfg.provenance, launch.world);
+  // --plan --plan-world-size plans that many ranks: the config is checked for them
+  // (dp_replicate must divide that world, not this process's).
+  const int checked_world =
+      opts.plan && opts.plan_world_size ? static_cast<int>(*opts.plan_world_size) : launch.world;
+  auto support = train::check_support(cfg.value, cfg.provenance, checked_world);
   cfg.diagnostics.insert(cfg.diagnostics.end(), support.begin(), support.end());
   in_file_order(cfg.diagnostics, args, !has_file);
   if (!cfg.diagnostics.empty()) std::fputs(format_text(cfg.diagnostics, root).c_str(), stderr);

@@ -2,6 +2,8 @@
 // one fit, each found by planning the changed config (never guessed).
 #include "planner/planner.hpp"
 
+#include "planner/step_model.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -57,23 +59,7 @@ std::string step_of(const ModePlan& m) {
 }
 
 std::string cost_of(Offload mode, const Plan& p) {
-  const double gb = static_cast<double>(p.params) / 1e9;
-  switch (mode) {
-    case Offload::none:
-      return "every tensor stays on the GPU: no transfers, no CPU work";
-    case Offload::optimizer:
-      return fmt::format(
-          "it streams the optimizer moments over PCIe each step (about {:.0f} GB both ways for {:.2f} B "
-          "parameters)",
-          16 * gb, gb);
-    case Offload::full:
-      return fmt::format(
-          "its CPU threads update {:.2f} B parameters each step (masters, moments and gradients in host "
-          "memory), "
-          "which sets the step time when the GPU finishes first",
-          gb);
-  }
-  return "";
+  return detail::step_model_of(mode).cost(static_cast<double>(p.params) / 1e9);
 }
 
 i64 micro_of(const SFTConfig& c) {

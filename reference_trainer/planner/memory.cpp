@@ -523,9 +523,7 @@ ModePlan plan_mode(const Workload& w, Offload mode, bool ac) {
   // The one mapping from a mode to its memory model: visit_offload picks the strategy
   // (as it picks the pipeline), and memory_model<Strategy> fails to compile for a
   // strategy without a model.
-  const MemoryModel& model = visit_offload(
-      mode, []<class Strategy>(Strategy) -> const MemoryModel& { return memory_model<Strategy>(); });
-  return plan_with(w, mode, model, ac);
+  return plan_with(w, mode, memory_model_of(mode), ac);
 }
 
 }  // namespace primecfg::train::plan::detail

@@ -83,4 +83,11 @@ const MemoryModel& memory_model<OptimizerOffload>();  // offload/optimizer/memor
 template <>
 const MemoryModel& memory_model<FullOffload>();  // offload/full/memory.cpp
 
+// The one mapping from a mode to its model: visit_offload picks the strategy (as it
+// picks the pipeline).
+inline const MemoryModel& memory_model_of(Offload mode) {
+  return visit_offload(
+      mode, []<class Strategy>(Strategy) -> const MemoryModel& { return memory_model<Strategy>(); });
+}
+
 }  // namespace primecfg::train::plan::detail

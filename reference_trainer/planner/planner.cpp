@@ -306,10 +306,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
     for (bool ac : {w.ac, !w.ac}) {
       ModePlan mp = plan_mode(w, m, ac);
       if (a.profile) mp.time = step_time(w, m, ac, *a.profile);
-      if (mp.time && m == Offload::none && detail::memory_model<NoOffload>().replays_graph(w))
+      if (mp.time && detail::memory_model_of(m).replays_graph(w))
         mp.time->unsure.push_back(
-            "none: the CUDA graph's gain is not in the step time (measured on the H200: -51% at "
-            "Qwen3-0.6B/1024, -1.3% at 8192; the profile's blocks ran eagerly)");
+            fmt::format("{}: the CUDA graph's gain is not in the step time (measured on the H200: -51% at "
+                        "Qwen3-0.6B/1024, -1.3% at 8192; the profile's blocks ran eagerly)",
+                        mode_name(m)));
       if (m == Offload::optimizer) mp = with_pipeline(w, std::move(mp));
       (ac == w.ac ? p.modes : p.modes_other).push_back(std::move(mp));
     }

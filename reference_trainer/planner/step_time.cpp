@@ -3,16 +3,13 @@
 // GPU compute comes from the profile's measured blocks and heads, rescaled to the
 // workload: the attention's share by SDPA's measured throughput at the new length,
 // the rest linearly in tokens. Each mode then adds what it moves and computes
-// elsewhere, and the overlaps its pipeline has (docs/trainer.md, "The three modes"):
-//   none       forward + recompute + backward + the GPU update;
-//   optimizer  the moments stream beside the backward (and the embedding's beside
-//              the forward); with clipping the updates wait for the end of backward;
-//   full       the CPU update runs from the first gradient of a step into the next
-//              step's forward (deferred updates), so it overlaps the whole GPU step
-//              but for the loss and the head's backward, which it waits for.
-// Sharded runs add the gathers beside the forward and the reduce-scatters beside the
-// backward; activation offloading its copies beside both.
+// elsewhere, and the overlaps its pipeline has, in its step model beside its pipeline
+// (planner/step_model.hpp; offload/<mode>/step_time.cpp). Sharded runs add the gathers beside the forward and
+// the reduce-scatters beside the backward; activation offloading its copies beside both.
 #include "planner/step_time.hpp"
+
+#include "planner/memory_model.hpp"
+#include "planner/step_model.hpp"
 
 #include "nn/activation_window.hpp"
 
@@ -25,8 +22,6 @@
 namespace primecfg::train::plan::detail {
 
 namespace {
-
-constexpr double kGB = 1e9;
 
 // Matmul FLOPs of one block per token (forward): q, k, v, o and the MLP's three.
 double block_matmul_flops(std::int64_t D, std::int64_t I, std::int64_t H, std::int64_t K, std::int64_t dh) {
@@ -187,166 +182,76 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   return c;
 }
 
+double StepContext::bwd_wall(double extra) const {
+  const double h2d_off = off_bytes / (p.link.h2d_gbs * kGB * pin);
+  return std::max({recompute + bwd + extra, gather_b + reduce, h2d_off});
+}
+
 StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfile& p) {
   StepTime t;
   const ComputeTimes c = compute_times(w, p);
   t.unsure = c.unsure;
   const ModelShape& s = w.s;
+  StepContext x{w, p, c};
   const double M = static_cast<double>(w.micro_batches);
   const double L = static_cast<double>(s.layers);
-  const double shard = static_cast<double>(w.shard_world);
+  x.shard = static_cast<double>(w.shard_world);
   const double params = static_cast<double>(s.total_params());
-  const double rank_params = params / shard;  // this rank's share of the state
+  x.rank_params = params / x.shard;  // this rank's share of the state
 
   // Per micro-batch.
-  const double fwd = L * c.block_forward + c.head_forward;
-  const double recompute =
-      static_cast<double>(checkpointed_blocks(s.layers, ac, w.ac_freq)) * c.block_forward;
-  const double bwd = L * c.block_backward + c.head_backward;
-  t.forward = M * fwd;
-  t.recompute = M * recompute;
-  t.backward = M * bwd;
-  if (w.opt.kind != OptKind::adamw && mode != Offload::full)
+  x.fwd = L * c.block_forward + c.head_forward;
+  x.recompute = static_cast<double>(checkpointed_blocks(s.layers, ac, w.ac_freq)) * c.block_forward;
+  x.bwd = L * c.block_backward + c.head_backward;
+  t.forward = M * x.fwd;
+  t.recompute = M * x.recompute;
+  t.backward = M * x.bwd;
+  if (w.opt.kind != OptKind::adamw && memory_model_of(mode).update_at(w) != UpdateAt::host)
     t.unsure.push_back(fmt::format("{}: the GPU update is timed at fused AdamW's rate", w.opt.name));
   if (w.opt.kind == OptKind::muon)
     t.unsure.push_back("muon: the Newton-Schulz iterations are not in the model");
 
   // Copies beside the passes (per micro-batch): activation offloading's block inputs
   // go out during the forward and come back during the backward.
-  double off_bytes = 0;
   if (ac && w.ac_offload) {
     const std::int64_t blocks = checkpointed_blocks(s.layers, true, w.ac_freq);
-    off_bytes = static_cast<double>(block_inputs_offloaded(blocks, w.ac_inflight) * w.N * s.hidden * w.dt);
+    x.off_bytes = static_cast<double>(block_inputs_offloaded(blocks, w.ac_inflight) * w.N * s.hidden * w.dt);
   }
-  const double pin = w.ac_pinned ? 1.0 : p.link.pageable_factor;
+  x.pin = w.ac_pinned ? 1.0 : p.link.pageable_factor;
 
   // Sharded runs: each gather moves the other ranks' pieces of the bf16 weights, each
   // reduce-scatter theirs of the gradients; HSDP all-reduces the pieces across replicas.
-  double gather_f = 0, gather_b = 0, reduce = 0;
+  double gather_f = 0;
   if (w.a.sharded() && (w.a.world > 1)) {
     const bool one_node = w.a.world <= w.a.per_node();
     const double bw = (one_node ? p.collectives.intra_node_gbs : p.collectives.inter_node_gbs) * kGB;
-    const double others = (shard - 1) / shard;
+    const double others = (x.shard - 1) / x.shard;
     const double weights = params * static_cast<double>(w.dt);
     gather_f = weights * others / bw;
-    gather_b = w.reshard_after_forward ? gather_f : 0;
-    reduce = params * static_cast<double>(w.reduce_bytes) * others / bw;
-    const double replicas = static_cast<double>(w.a.world) / shard;
+    x.gather_b = w.reshard_after_forward ? gather_f : 0;
+    x.reduce = params * static_cast<double>(w.reduce_bytes) * others / bw;
+    const double replicas = static_cast<double>(w.a.world) / x.shard;
     if (replicas > 1)
-      reduce += 2 * rank_params * static_cast<double>(w.reduce_bytes) * (replicas - 1) / replicas /
-                (p.collectives.inter_node_gbs * kGB);
-    t.collectives = M * (gather_f + gather_b + reduce);
+      x.reduce += 2 * x.rank_params * static_cast<double>(w.reduce_bytes) * (replicas - 1) / replicas /
+                  (p.collectives.inter_node_gbs * kGB);
+    t.collectives = M * (gather_f + x.gather_b + x.reduce);
     t.unsure.push_back(
         fmt::format("collectives at a stated bandwidth ({}), not measured", p.collectives.source));
   }
 
-  // One micro-batch's forward and backward with what runs beside them. `bwd_link` is
-  // what else shares the link during the backward (the mode's own copies).
-  const double d2h_off = off_bytes / (p.link.d2h_gbs * kGB * pin);
-  const double fwd_wall = std::max({fwd, gather_f, d2h_off});
-  auto bwd_wall = [&](double extra) {
-    const double h2d_off = off_bytes / (p.link.h2d_gbs * kGB * pin);
-    return std::max({recompute + bwd + extra, gather_b + reduce, h2d_off});
-  };
-  t.ac_offload = M * (off_bytes / (p.link.d2h_gbs * kGB * pin) + off_bytes / (p.link.h2d_gbs * kGB * pin));
+  // One micro-batch's forward and backward with what runs beside them.
+  const double d2h_off = x.off_bytes / (p.link.d2h_gbs * kGB * x.pin);
+  x.fwd_wall = std::max({x.fwd, gather_f, d2h_off});
+  t.ac_offload =
+      M * (x.off_bytes / (p.link.d2h_gbs * kGB * x.pin) + x.off_bytes / (p.link.h2d_gbs * kGB * x.pin));
 
-  const double compute_wall = fwd_wall + bwd_wall(0);  // one micro-batch, no update
-  const double earlier = (M - 1) * compute_wall;       // micro-batches before the last
+  x.compute_wall = x.fwd_wall + x.bwd_wall(0);  // one micro-batch, no update
+  x.earlier = (M - 1) * x.compute_wall;
   std::string bound = "GPU compute";
-  if (gather_f > fwd || gather_b + reduce > recompute + bwd) bound = "collectives";
+  if (gather_f > x.fwd || x.gather_b + x.reduce > x.recompute + x.bwd) bound = "collectives";
 
-  switch (mode) {
-    case Offload::none: {
-      t.gpu_update = rank_params / p.gpu.adamw_params_per_s;
-      t.step = earlier + compute_wall + t.gpu_update;
-      break;
-    }
-    case Offload::optimizer: {
-      t.gpu_update = rank_params / p.gpu.adamw_params_per_s;
-      // Every FP32 moment comes up and goes back: 4 bytes each per moment and direction.
-      double moment_params = 0, emb_params = 0;
-      for (const auto& ps : w.params) {
-        const double n = static_cast<double>(ps.numel()) / shard * moment_count(w.opt, ps);
-        moment_params += n;
-        if (ps.name == "model.embed_tokens.weight") emb_params += n;
-      }
-      const double up_both = p.link.h2d_both_gbs * kGB, down_both = p.link.d2h_both_gbs * kGB;
-      // The embedding's moments come up beside the forward (a stream of their own) and
-      // go back after the step's loss is read, beside the next forward.
-      const double emb_up = 4 * emb_params / (p.link.h2d_both_gbs * kGB);
-      const double emb_down = 4 * emb_params / (p.link.d2h_both_gbs * kGB);
-      const double rest_up = 4 * (moment_params - emb_params) + off_bytes;
-      const double down = 4 * (moment_params - emb_params);
-      t.link = std::max(emb_up, emb_down) + std::max(rest_up / up_both, down / down_both);
-      const double last_fwd = std::max({fwd_wall, emb_up, emb_down});
-      double last;
-      if (w.opt.clip) {
-        // Clipping needs the whole gradient's norm: the updates follow the backward.
-        last = last_fwd + bwd_wall(0) + std::max(t.gpu_update, std::max(rest_up / up_both, down / down_both));
-        t.unsure.push_back("optimizer with clipping: the moments are assumed to stream only after backward");
-      } else {
-        // Each block's update in the hook of its last gradient, its moments fetched ahead.
-        const double stream = std::max(rest_up / up_both, down / down_both);
-        last = last_fwd + std::max(bwd_wall(t.gpu_update), stream);
-        if (stream > recompute + bwd + t.gpu_update && bound == "GPU compute") bound = "PCIe";
-      }
-      t.step = earlier + last;
-      break;
-    }
-    case Offload::full: {
-      // Gradients come down in bf16 (one process) or in model.reduce_dtype (the
-      // reduce-scattered pieces of a sharded run; on one rank a piece is the bf16
-      // gradient widened, narrowed back before the copy); bf16 weights go back up.
-      const double reduce_bytes = static_cast<double>(w.reduce_bytes);
-      const double grad_bytes = !w.a.sharded()  ? 2.0
-                                : w.a.world > 1 ? reduce_bytes
-                                                : std::min(2.0, reduce_bytes);
-      const double down = rank_params * grad_bytes, up = rank_params * 2 + off_bytes;
-      t.link = std::max(down / (p.link.d2h_both_gbs * kGB), up / (p.link.h2d_both_gbs * kGB));
-      // The CPU threads: --offload.cpu-threads, else the cores each rank gets less one.
-      const double per_rank = static_cast<double>(p.host.cores) / static_cast<double>(w.a.per_node());
-      const double threads =
-          w.a.cpu_threads ? static_cast<double>(*w.a.cpu_threads) : std::max(1.0, per_rank - 1);
-      const bool sign = w.opt.kind == OptKind::sign_sgd;
-      double alone = sign ? p.host.sign_sgd_params_per_s : p.host.adamw_params_per_s;
-      double busy = sign ? p.host.sign_sgd_busy_params_per_s : p.host.adamw_busy_params_per_s;
-      const double used = std::min(threads, per_rank);
-      if (used != static_cast<double>(p.host.threads)) {
-        const double share = std::min(1.0, used / static_cast<double>(p.host.threads));
-        alone *= share, busy *= share;
-        t.unsure.push_back(fmt::format("full: {} CPU threads a rank, calibrated with {} (scaled linearly)",
-                                       used, p.host.threads));
-      }
-      t.cpu_update = detail::cpu_update_under_copies(rank_params / alone, rank_params / busy, down + up,
-                                                     (p.link.h2d_both_gbs + p.link.d2h_both_gbs) * kGB);
-      // The update runs from the first gradient to the next forward's need of the
-      // last block: it overlaps everything but the loss and the head's backward.
-      const double gpu = compute_wall;
-      const double cpu = t.cpu_update + c.head_forward + c.head_backward;
-      double last = std::max({gpu, cpu, t.link});
-      if (w.micro_batches > 1) {
-        // A step of several micro-batches first waits for every update of the last
-        // one: no deferral into its forward, the update follows the head's backward.
-        last = std::max({fwd_wall + std::max(bwd_wall(0), c.head_backward + t.cpu_update), t.link});
-        t.unsure.push_back(
-            "full with several micro-batches: the earlier micro-batches' gradients staged into the host "
-            "accumulators are not in the model");
-      }
-      if (cpu >= gpu && cpu >= t.link)
-        bound = "CPU update";
-      else if (t.link > gpu)
-        bound = "PCIe";
-      t.step = earlier + last;
-      if (bound == "CPU update")
-        t.unsure.push_back(
-            "full: the host's CPU update rate moved by 7% between two calibrations of one machine, and "
-            "full's step times have varied by up to 1.75x between runs (docs/performance.md)");
-      else
-        t.unsure.push_back(
-            "full: step times of one binary have varied by up to 1.75x between runs (docs/performance.md)");
-      break;
-    }
-  }
+  // The last micro-batch and the update: the mode's own (offload/<mode>/step_time.cpp).
+  t.step = step_model_of(mode).step(x, t, bound);
   t.bound = bound;
   const double tokens = M * static_cast<double>(w.N);
   t.tokens_per_s = tokens / t.step;

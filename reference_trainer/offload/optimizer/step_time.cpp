@@ -1,0 +1,64 @@
+// OptimizerOffload's step model (planner/step_model.hpp): every FP32 moment comes up
+// and goes back over PCIe each step, beside the backward (each block's update in the
+// hook of its last gradient, its moments fetched ahead) and, for the embedding, beside
+// the forward; with clipping the updates wait for the end of backward.
+#include "planner/step_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace primecfg::train::plan::detail {
+
+namespace {
+
+class OptimizerOffloadStep final : public StepModel {
+ public:
+  double step(const StepContext& x, StepTime& t, std::string& bound) const override {
+    const Workload& w = x.w;
+    const MachineProfile& p = x.p;
+    t.gpu_update = x.rank_params / p.gpu.adamw_params_per_s;
+    // Every FP32 moment comes up and goes back: 4 bytes each per moment and direction.
+    double moment_params = 0, emb_params = 0;
+    for (const auto& ps : w.params) {
+      const double n = static_cast<double>(ps.numel()) / x.shard * moment_count(w.opt, ps);
+      moment_params += n;
+      if (ps.name == "model.embed_tokens.weight") emb_params += n;
+    }
+    const double up_both = p.link.h2d_both_gbs * kGB, down_both = p.link.d2h_both_gbs * kGB;
+    // The embedding's moments come up beside the forward (a stream of their own) and
+    // go back after the step's loss is read, beside the next forward.
+    const double emb_up = 4 * emb_params / (p.link.h2d_both_gbs * kGB);
+    const double emb_down = 4 * emb_params / (p.link.d2h_both_gbs * kGB);
+    const double rest_up = 4 * (moment_params - emb_params) + x.off_bytes;
+    const double down = 4 * (moment_params - emb_params);
+    t.link = std::max(emb_up, emb_down) + std::max(rest_up / up_both, down / down_both);
+    const double last_fwd = std::max({x.fwd_wall, emb_up, emb_down});
+    if (w.opt.clip) {
+      // Clipping needs the whole gradient's norm: the updates follow the backward.
+      t.unsure.push_back("optimizer with clipping: the moments are assumed to stream only after backward");
+      return x.earlier + (last_fwd + x.bwd_wall(0) +
+                          std::max(t.gpu_update, std::max(rest_up / up_both, down / down_both)));
+    }
+    // Each block's update in the hook of its last gradient, its moments fetched ahead.
+    const double stream = std::max(rest_up / up_both, down / down_both);
+    if (stream > x.recompute + x.bwd + t.gpu_update && bound == "GPU compute") bound = "PCIe";
+    return x.earlier + (last_fwd + std::max(x.bwd_wall(t.gpu_update), stream));
+  }
+  std::string cost(double gb) const override {
+    return fmt::format(
+        "it streams the optimizer moments over PCIe each step (about {:.0f} GB both ways for {:.2f} B "
+        "parameters)",
+        16 * gb, gb);
+  }
+};
+
+}  // namespace
+
+template <>
+const StepModel& step_model<OptimizerOffload>() {
+  static const OptimizerOffloadStep model;
+  return model;
+}
+
+}  // namespace primecfg::train::plan::detail
