@@ -1,0 +1,136 @@
+#include "nn/moe.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
+
+#ifdef PRIMECFG_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace primecfg::train {
+
+using torch::Tensor;
+using i64 = std::int64_t;
+
+bool grouped_mm_available(const Tensor& weight) {
+#ifdef PRIMECFG_WITH_CUDA
+  if (!weight.is_cuda() || weight.scalar_type() != torch::kBFloat16) return false;
+  return at::cuda::getDeviceProperties(weight.get_device())->major == 9;
+#else
+  (void)weight;
+  return false;
+#endif
+}
+
+namespace {
+
+Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2) {
+  return at::matmul(at::silu(at::matmul(rows, w1.t())) * at::matmul(rows, w3.t()), w2.t());
+}
+
+// One matmul per expert that has tokens: `counts` rows each, in expert order.
+Tensor run_loop(const MoeWeights& w, const Tensor& rows, const std::vector<i64>& counts) {
+  std::vector<Tensor> out;
+  i64 start = 0;
+  for (std::size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    const auto E = static_cast<i64>(e);
+    out.push_back(swiglu_expert(rows.narrow(0, start, counts[e]), w.w1[E], w.w3[E], w.w2[E]));
+    start += counts[e];
+  }
+  return out.empty() ? rows.new_zeros({0, w.w2.size(1)}) : at::cat(out);
+}
+
+// The rows placed into groups of `group_rows[e]` rows each (padding rows zero), run
+// by `experts` on that padded buffer, and read back in the sorted slots' order.
+template <class Experts>
+Tensor run_padded(const Tensor& rows, const std::vector<i64>& counts, const std::vector<i64>& group_start,
+                  i64 padded_rows, Experts&& experts) {
+  // Where each sorted slot goes: its expert's group start plus its place in the group.
+  std::vector<i64> dest;
+  dest.reserve(static_cast<std::size_t>(rows.size(0)));
+  for (std::size_t e = 0; e < counts.size(); ++e)
+    for (i64 j = 0; j < counts[e]; ++j) dest.push_back(group_start[e] + j);
+  const Tensor index = torch::tensor(dest, torch::kInt64).to(rows.device());
+  const Tensor padded = rows.new_zeros({padded_rows, rows.size(1)}).index_copy(0, index, rows);
+  return experts(padded).index_select(0, index);
+}
+
+}  // namespace
+
+Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, MoeStats* stats) {
+  const i64 N = x.size(0), E = w.router.size(0), k = s.top_k;
+  TORCH_CHECK(k >= 1 && k <= E, "moe_forward: top_k ", k, " of ", E, " experts");
+  // The router: the gate GEMM in router_dtype, softmax in FP32.
+  const Tensor logits = at::linear(x.to(s.router_dtype), w.router.to(s.router_dtype));
+  const Tensor probs = at::softmax(logits.to(torch::kFloat32), -1);
+  Tensor weights, ids;
+  if (s.force_balanced) {
+    // Slot j of token t goes to expert (t k + j) mod E: every expert gets the same load;
+    // the weights are still the router's probabilities there.
+    ids =
+        at::remainder(torch::arange(N * k, torch::TensorOptions().dtype(torch::kInt64).device(x.device())), E)
+            .view({N, k});
+    weights = probs.gather(1, ids);
+  } else {
+    std::tie(weights, ids) = at::topk(probs, k, -1);
+  }
+  if (stats) {
+    torch::NoGradGuard no_grad;
+    const Tensor counts = at::bincount(ids.flatten(), {}, E).to(torch::kFloat32);
+    stats->tokens_per_expert =
+        stats->tokens_per_expert.defined() ? stats->tokens_per_expert + counts : counts;
+    const Tensor conf = weights.sum();
+    stats->confidence_sum = stats->confidence_sum.defined() ? stats->confidence_sum + conf : conf;
+    stats->tokens += N;
+  }
+  if (s.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
+
+  // The slots sorted by expert (stable: a token's slots keep their order within an
+  // expert), the rows gathered in that order.
+  const Tensor flat = ids.flatten();
+  const Tensor order = at::argsort(flat, /*stable=*/true);
+  const Tensor source = at::floor_divide(order, k);
+  const Tensor rows = x.index_select(0, source);
+  const Tensor count_t = at::bincount(flat, {}, E).cpu();
+  const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
+
+  Tensor out;
+  if (!s.grouped) {
+    out = run_loop(w, rows, counts);
+  } else if (grouped_mm_available(w.w1)) {
+    // Groups padded to multiples of `align`, at least `align` rows even when empty (as
+    // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
+    std::vector<i64> start(static_cast<std::size_t>(E)), ends;
+    i64 total = 0;
+    for (i64 e = 0; e < E; ++e) {
+      start[e] = total;
+      total += std::max(s.align, (counts[e] + s.align - 1) / s.align * s.align);
+      ends.push_back(total);
+    }
+    const Tensor offs = torch::tensor(ends, torch::kInt64).to(x.device(), torch::kInt32);
+    out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
+      const Tensor h = at::silu(at::_grouped_mm(p, w.w1.transpose(-2, -1), offs)) *
+                       at::_grouped_mm(p, w.w3.transpose(-2, -1), offs);
+      return at::_grouped_mm(h, w.w2.transpose(-2, -1), offs);
+    });
+  } else {
+    // Every group padded to the largest: one batched matmul over the experts.
+    const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
+    std::vector<i64> start(static_cast<std::size_t>(E));
+    for (i64 e = 0; e < E; ++e) start[e] = e * most;
+    out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
+      const Tensor g = p.view({E, most, p.size(1)});
+      const Tensor h = at::silu(at::bmm(g, w.w1.transpose(1, 2))) * at::bmm(g, w.w3.transpose(1, 2));
+      return at::bmm(h, w.w2.transpose(1, 2)).reshape({E * most, -1});
+    });
+  }
+  // Each slot's output scaled by its weight in FP32, summed into its token.
+  const Tensor scaled =
+      (out.to(torch::kFloat32) * weights.flatten().index_select(0, order).unsqueeze(1)).to(x.scalar_type());
+  return torch::zeros_like(x).index_add(0, source, scaled);
+}
+
+}  // namespace primecfg::train

@@ -1,0 +1,62 @@
+// Routed experts (a mixture-of-experts MLP), as transformers' Qwen3-MoE and prime-rl's
+// MoE layer compute them: a router picks top_k of num_experts experts per token, each
+// expert is a SwiGLU MLP, and a token's output is the sum of its experts' outputs,
+// each scaled by its routing weight. Architecture-independent: a block of any
+// architecture with routed experts calls moe_forward.
+//
+//   probs        = softmax(x @ router^T)             in FP32 (the gate GEMM in router_dtype)
+//   weights, ids = top_k(probs)                     (force_balanced: ids fixed, weights gathered)
+//   weights     /= sum(weights) + 1e-20             when norm_topk_prob
+//   y[t]         = sum_j weights[t, j] * expert_{ids[t, j]}(x[t])
+//   expert_e(x)  = (silu(x @ w1[e]^T) * (x @ w3[e]^T)) @ w2[e]^T
+//
+// The token slots are sorted by expert (stable), so each expert's rows are contiguous;
+// three ways run the experts on them, the same function of the weights:
+//   grouped  the groups padded to multiples of `align` rows, at::_grouped_mm on CUDA
+//            (bf16, compute capability 9.0: H100/H200), else one batched matmul over
+//            the groups padded to the largest (the CPU, FP32);
+//   loop     one matmul per expert with tokens (model.moe_use_grouped_mm = false).
+//
+// Internal to nn/ and the architectures that use it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace primecfg::train {
+
+struct MoeWeights {
+  torch::Tensor router;  // [E, D], the gate (HF: mlp.gate.weight)
+  torch::Tensor w1, w3;  // [E, I, D], gate_proj and up_proj of every expert, stacked
+  torch::Tensor w2;      // [E, D, I], down_proj of every expert, stacked
+};
+
+struct MoeSettings {
+  std::int64_t top_k = 2;
+  bool norm_topk_prob = true;
+  torch::ScalarType router_dtype = torch::kFloat32;  // model.moe_router_dtype: the gate GEMM's dtype
+  bool grouped = true;                               // model.moe_use_grouped_mm
+  bool force_balanced = false;                       // model.debug.force_balanced_routing
+  std::int64_t align = 8;                            // rows a group is padded to a multiple of (grouped)
+};
+
+// What the router did, summed over the calls since it was made (prime-rl's load-balance
+// figures come from these): slots routed to each expert, and the sum over tokens of the
+// chosen experts' probabilities before renormalisation.
+struct MoeStats {
+  torch::Tensor tokens_per_expert;  // [E] FP32, on the device
+  torch::Tensor confidence_sum;     // [] FP32
+  std::int64_t tokens = 0;          // tokens routed
+};
+
+// y [N, D] for x [N, D] (differentiable in x and every weight; the router learns through
+// the routing weights). `stats`, when given, accumulates this call's routing.
+torch::Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const torch::Tensor& x,
+                          MoeStats* stats = nullptr);
+
+// Whether the grouped path runs at::_grouped_mm (else the batched fallback) for these
+// weights: CUDA, bf16, compute capability 9.x.
+bool grouped_mm_available(const torch::Tensor& weight);
+
+}  // namespace primecfg::train

@@ -1,0 +1,67 @@
+// The routed experts' grouped path on a CUDA device (nn/moe.hpp): at::_grouped_mm on
+// bf16 weights where the GPU has it (compute capability 9.x), against the per-expert
+// loop on the same bf16 inputs, values and gradients. Skips without CUDA; says so where
+// the GPU lacks grouped GEMM (the batched fallback is then what runs, also checked).
+//
+// Tolerance: each path rounds its matmul outputs to bf16 (8 significant bits) once per
+// GEMM, three in a row, in a different order of summation: against each other an
+// element is off by a few bf16 ulps of the largest value it sums, bounded here by
+// 2^-6 of the largest reference value.
+#include "nn/moe.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+namespace {
+
+using primecfg::train::MoeSettings;
+using primecfg::train::MoeWeights;
+using torch::Tensor;
+
+struct Result {
+  Tensor y, dx, drouter, dw1, dw3, dw2;
+};
+
+Result run(const MoeWeights& init, const Tensor& x0, const Tensor& dy, bool grouped) {
+  MoeWeights w{init.router.clone().requires_grad_(), init.w1.clone().requires_grad_(),
+               init.w3.clone().requires_grad_(), init.w2.clone().requires_grad_()};
+  Tensor x = x0.clone().requires_grad_();
+  MoeSettings s;
+  s.top_k = 4;
+  s.grouped = grouped;
+  Tensor y = primecfg::train::moe_forward(w, s, x);
+  (y.to(torch::kFloat32) * dy).sum().backward();
+  return {y.detach(), x.grad(), w.router.grad(), w.w1.grad(), w.w3.grad(), w.w2.grad()};
+}
+
+void close(const Tensor& got, const Tensor& want, const char* what) {
+  const double bound = want.abs().max().item<double>() / 64;
+  const double err = (got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs().max().item<double>();
+  INFO(what << ": " << err << " against a bound of " << bound);
+  CHECK(err <= bound);
+}
+
+}  // namespace
+
+TEST_CASE("GPU MoE: the grouped experts (at::_grouped_mm on sm90) match the per-expert loop, bf16") {
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device: grouped-GEMM test skipped");
+    return;
+  }
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const std::int64_t N = 4096, D = 512, I = 256, E = 32;
+  torch::manual_seed(3);
+  MoeWeights w{torch::randn({E, D}, o), torch::randn({E, I, D}, o) / 22.6, torch::randn({E, I, D}, o) / 22.6,
+               torch::randn({E, D, I}, o) / 16};
+  if (!primecfg::train::grouped_mm_available(w.w1))
+    MESSAGE("this GPU has no grouped GEMM (compute capability 9.x): the batched fallback is compared");
+  const Tensor x = torch::randn({N, D}, o), dy = torch::randn({N, D}, o.dtype(torch::kFloat32));
+  const Result g = run(w, x, dy, true), l = run(w, x, dy, false);
+  close(g.y, l.y, "y");
+  close(g.dx, l.dx, "dx");
+  close(g.drouter, l.drouter, "drouter");
+  close(g.dw1, l.dw1, "dw1");
+  close(g.dw3, l.dw3, "dw3");
+  close(g.dw2, l.dw2, "dw2");
+}
