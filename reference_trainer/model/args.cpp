@@ -55,21 +55,23 @@ std::vector<ParamShape> ModelArgs::params() const {
     if (bias) add(name + ".bias", out_features, 1, block, K::bias);
   };
   add("model.embed_tokens.weight", vocab_size, D, -1, K::matrix);
+  namespace n = llama_names;
   for (int l = 0; l < layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    add(p + "input_layernorm.weight", D, 1, l, K::norm);
-    linear(p + "self_attn.q_proj", q, D, l, q_bias());
-    linear(p + "self_attn.k_proj", kv, D, l, q_bias());
-    linear(p + "self_attn.v_proj", kv, D, l, q_bias());
-    linear(p + "self_attn.o_proj", D, q, l, o_bias());
+    auto name = [&](std::string_view suffix) { return p + std::string(suffix); };
+    add(name(n::input_norm), D, 1, l, K::norm);
+    linear(name(n::q), q, D, l, q_bias());
+    linear(name(n::k), kv, D, l, q_bias());
+    linear(name(n::v), kv, D, l, q_bias());
+    linear(name(n::o), D, q, l, o_bias());
     if (qk_norm()) {
-      add(p + "self_attn.q_norm.weight", head_dim, 1, l, K::norm);
-      add(p + "self_attn.k_norm.weight", head_dim, 1, l, K::norm);
+      add(name(n::q_norm), head_dim, 1, l, K::norm);
+      add(name(n::k_norm), head_dim, 1, l, K::norm);
     }
-    add(p + "post_attention_layernorm.weight", D, 1, l, K::norm);
-    linear(p + "mlp.gate_proj", intermediate, D, l, mlp_bias);
-    linear(p + "mlp.up_proj", intermediate, D, l, mlp_bias);
-    linear(p + "mlp.down_proj", D, intermediate, l, mlp_bias);
+    add(name(n::post_norm), D, 1, l, K::norm);
+    linear(name(n::gate), intermediate, D, l, mlp_bias);
+    linear(name(n::up), intermediate, D, l, mlp_bias);
+    linear(name(n::down), D, intermediate, l, mlp_bias);
   }
   add("model.norm.weight", D, 1, -1, K::norm);
   if (!tie_embeddings) add("lm_head.weight", vocab_size, D, -1, K::matrix);

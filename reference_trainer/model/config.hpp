@@ -52,6 +52,19 @@ struct ParamShape {
   bool is_matrix() const { return kind == Kind::matrix; }
 };
 
+// The HF names of a Llama-family block's tensors, after "model.layers.{l}.": the one
+// spelling, for the parameter list (args.cpp) and the block that binds them
+// (models/llama/block.cpp). A projection's weight is NAME + ".weight", its bias
+// NAME + ".bias".
+namespace llama_names {
+inline constexpr std::string_view input_norm = "input_layernorm.weight";
+inline constexpr std::string_view q = "self_attn.q_proj", k = "self_attn.k_proj", v = "self_attn.v_proj",
+                                  o = "self_attn.o_proj";
+inline constexpr std::string_view q_norm = "self_attn.q_norm.weight", k_norm = "self_attn.k_norm.weight";
+inline constexpr std::string_view post_norm = "post_attention_layernorm.weight";
+inline constexpr std::string_view gate = "mlp.gate_proj", up = "mlp.up_proj", down = "mlp.down_proj";
+}  // namespace llama_names
+
 struct ModelArgs {
   Arch arch = Arch::qwen3;
   std::int64_t vocab_size = 260;

@@ -1,10 +1,9 @@
-// The decoder block of the Llama family (Llama, Qwen2, Qwen3): RMSNorm, attention
-// with RoPE (and QK-norm, biases where the architecture has them), SwiGLU MLP; and
-// the same block under activation checkpointing. A new kind of block (a mixture of
-// experts) is a file of its own beside this one (docs/architecture.md, "A new
-// architecture").
+// A decoder block, of whatever architecture: the interface the model (nn/transformer)
+// runs its blocks through, and activation checkpointing, which works the same for
+// every block. Each architecture's block is in its folder (models/<name>/), made by
+// make_block (models/blocks.cpp, one line per architecture).
 //
-// Internal to nn/.
+// Internal to nn/ and models/.
 #pragma once
 
 #include "model/config.hpp"
@@ -12,16 +11,12 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 
 namespace primecfg::train {
-
-// The tensors of one transformer block (handles that share storage with params());
-// biases and QK-norms are undefined where the architecture has none.
-struct BlockWeights {
-  torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm, w_gate, w_up, w_down;
-  torch::Tensor bq, bk, bv, bo, b_gate, b_up, b_down;
-};
 
 // What every block of one forward pass shares: the model's shape and this batch's
 // RoPE tables and mask.
@@ -31,13 +26,25 @@ struct BlockContext {
   std::optional<torch::Tensor> mask;
 };
 
-// The block on x [B, T, D], recording the autograd graph as usual.
-torch::Tensor block_forward(const BlockWeights& w, const BlockContext& c, const torch::Tensor& x);
+class Block {
+ public:
+  virtual ~Block() = default;
+  // The block on x [B, T, D], recording the autograd graph as usual.
+  virtual torch::Tensor forward(const BlockContext& c, const torch::Tensor& x) const = 0;
+};
+
+// The model's parameter tensor of an HF name; undefined when the model has none.
+using ParamLookup = std::function<torch::Tensor(const std::string& name)>;
+
+// Block `layer` of `args`' architecture, holding handles to its parameters (found with
+// `find`, which must outlive nothing: the handles share the parameters' storage).
+// Defined in models/blocks.cpp, where each architecture's block is listed.
+std::unique_ptr<Block> make_block(const ModelArgs& args, int layer, const ParamLookup& find);
 
 // The block under activation checkpointing: the forward keeps only x (in `offload` when
 // given, as checkpointed block number `slot`); the backward runs the block again and
-// backpropagates through it. w, c.args and offload must outlive the graph.
-torch::Tensor checkpointed_block(const torch::Tensor& x, const BlockWeights& w, const BlockContext& c,
+// backpropagates through it. b, c.args and offload must outlive the graph.
+torch::Tensor checkpointed_block(const torch::Tensor& x, const Block& b, const BlockContext& c,
                                  ActivationOffload* offload = nullptr, std::int64_t slot = 0);
 
 }  // namespace primecfg::train

@@ -61,35 +61,13 @@ Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::Scalar
     t = Tensor();  // the FP32 draw goes before the next is made
     if (built) built(params_.size() - 1, params_.back());
   }
-  // Handles by name; the ones an architecture lacks stay undefined.
-  auto find = [&](const std::string& name) {
+  // Each block takes handles to its parameters; the ones an architecture lacks stay undefined.
+  const ParamLookup find = [&](const std::string& name) {
     for (const auto& p : params_)
       if (p.name == name) return p.tensor;
     return Tensor();
   };
-  blocks_.resize(a.layers);
-  for (int l = 0; l < a.layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    auto& b = blocks_[l];
-    b.in_norm = find(p + "input_layernorm.weight");
-    b.wq = find(p + "self_attn.q_proj.weight");
-    b.wk = find(p + "self_attn.k_proj.weight");
-    b.wv = find(p + "self_attn.v_proj.weight");
-    b.wo = find(p + "self_attn.o_proj.weight");
-    b.bq = find(p + "self_attn.q_proj.bias");
-    b.bk = find(p + "self_attn.k_proj.bias");
-    b.bv = find(p + "self_attn.v_proj.bias");
-    b.bo = find(p + "self_attn.o_proj.bias");
-    b.q_norm = find(p + "self_attn.q_norm.weight");
-    b.k_norm = find(p + "self_attn.k_norm.weight");
-    b.post_norm = find(p + "post_attention_layernorm.weight");
-    b.w_gate = find(p + "mlp.gate_proj.weight");
-    b.w_up = find(p + "mlp.up_proj.weight");
-    b.w_down = find(p + "mlp.down_proj.weight");
-    b.b_gate = find(p + "mlp.gate_proj.bias");
-    b.b_up = find(p + "mlp.up_proj.bias");
-    b.b_down = find(p + "mlp.down_proj.bias");
-  }
+  for (int l = 0; l < a.layers; ++l) blocks_.push_back(make_block(a, l, find));
 }
 
 const Tensor& Transformer::param(std::string_view name) const {
@@ -136,9 +114,9 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   after(-1, x);
   for (int l = 0; l < a.layers; ++l) {
     before(l);
-    const BlockWeights& b = blocks_[l];
+    const Block& b = *blocks_[l];
     const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
-    x = recompute ? checkpointed_block(x, b, ctx, offload, l) : block_forward(b, ctx, x);
+    x = recompute ? checkpointed_block(x, b, ctx, offload, l) : b.forward(ctx, x);
     after(l, x);
   }
   before(a.layers);

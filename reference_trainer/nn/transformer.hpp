@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -122,8 +123,8 @@ class Transformer {
   torch::Device device_;
   torch::ScalarType dtype_;
   std::vector<NamedParam> params_;
-  std::vector<BlockWeights> blocks_;
-  torch::Tensor inv_freq_;  // RoPE inverse frequencies, FP32 on the device
+  std::vector<std::unique_ptr<Block>> blocks_;  // models/<name>/, by make_block
+  torch::Tensor inv_freq_;                      // RoPE inverse frequencies, FP32 on the device
 };
 
 }  // namespace primecfg::train

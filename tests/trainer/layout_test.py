@@ -23,6 +23,9 @@ ALLOWED = {
     "data": {"base"},
     "nn": {"base", "model"},
     "optim": {"base", "model", "nn"},
+    # The architectures: each one's block (models/<name>/), listed in models/blocks.cpp,
+    # which defines nn/block.hpp's make_block; nothing includes models/ but models/.
+    "models": {"base", "model", "nn"},
     "distributed": {"base", "model", "nn", "options.hpp"},
     # The mode's memory models (offload/<mode>/memory.cpp) speak the planner's terms.
     "offload": {"base", "model", "nn", "optim", "distributed", "planner", "options.hpp"},
