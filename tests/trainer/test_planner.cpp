@@ -11,6 +11,7 @@
 #include "planner/machine.hpp"
 #include "planner/planner.hpp"
 #include "trainer.hpp"
+#include "unfused_assumptions.hpp"
 
 #include <doctest/doctest.h>
 
@@ -30,7 +31,7 @@ namespace {
 
 // No rounding, no fixed overheads: every byte below comes from the formulas.
 plan::Assumptions exact() {
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.compute_bytes = 2;
   a.device_block = 1;
   a.pinned_pow2 = false;
@@ -38,9 +39,6 @@ plan::Assumptions exact() {
   a.cuda_context = 0;
   a.allocator_slack = 0;
   a.host_runtime = 0;
-  a.fused_swiglu = false;         // the hand-computed figures below are ATen's SwiGLU
-  a.fused_cross_entropy = false;  // and ATen's loss
-  a.fused_adamw = false;          // and ATen's update (FP32 gradient accumulators)
   return a;
 }
 
@@ -366,7 +364,7 @@ TEST_CASE("planner: modes order GPU and host memory oppositely") {
     CAPTURE(model);
     for (std::int64_t seq : {128, 8192}) {
       CAPTURE(seq);
-      auto p = plan::make_plan(fake_config(model, seq), plan::Assumptions{});
+      auto p = plan::make_plan(fake_config(model, seq), unfused_assumptions());
       CHECK(peak_of(p, Offload::full) < peak_of(p, Offload::optimizer));
       CHECK(peak_of(p, Offload::optimizer) < peak_of(p, Offload::none));
       CHECK(p.mode(Offload::none).host.peak < p.mode(Offload::optimizer).host.peak);
@@ -375,7 +373,7 @@ TEST_CASE("planner: modes order GPU and host memory oppositely") {
       CHECK(peak_of(p, Offload::none) - peak_of(p, Offload::full) >= 12 * p.params);
     }
   }
-  auto tiny = plan::make_plan(fake_config("primecfg/tiny", 128), plan::Assumptions{});
+  auto tiny = plan::make_plan(fake_config("primecfg/tiny", 128), unfused_assumptions());
   CHECK(peak_of(tiny, Offload::full) < peak_of(tiny, Offload::none));
   CHECK(peak_of(tiny, Offload::optimizer) <= peak_of(tiny, Offload::none) + 4096 + 512);
   CHECK(tiny.mode(Offload::none).host.peak < tiny.mode(Offload::full).host.peak);
@@ -383,9 +381,9 @@ TEST_CASE("planner: modes order GPU and host memory oppositely") {
 
 TEST_CASE("planner: activation checkpointing reduces activations and the peak") {
   auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
-  auto off = plan::make_plan(cfg, plan::Assumptions{});
+  auto off = plan::make_plan(cfg, unfused_assumptions());
   cfg.model.ac = ActivationCheckpointConfig{};
-  auto on = plan::make_plan(cfg, plan::Assumptions{});
+  auto on = plan::make_plan(cfg, unfused_assumptions());
   CHECK(on.activations.saved_with_ac < on.activations.saved_without_ac);
   CHECK(on.activations.saved_with_ac * 10 < on.activations.saved_without_ac);
   for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
@@ -396,7 +394,7 @@ TEST_CASE("planner: activation checkpointing reduces activations and the peak") 
   }
   // Checkpointing every second block keeps about half the blocks whole.
   cfg.model.ac->freq = 2;
-  auto half = plan::make_plan(cfg, plan::Assumptions{});
+  auto half = plan::make_plan(cfg, unfused_assumptions());
   CHECK(half.mode(Offload::none).gpu.term("activations") > on.mode(Offload::none).gpu.term("activations"));
   CHECK(half.mode(Offload::none).gpu.term("activations") < off.mode(Offload::none).gpu.term("activations"));
 }
@@ -408,7 +406,7 @@ TEST_CASE("planner: activation checkpointing reduces activations and the peak") 
 TEST_CASE("planner: activation offloading moves all but a window of block inputs to host memory") {
   auto cfg = fake_config("meta-llama/Llama-3.2-3B", 32768);  // 28 blocks, hidden 3072
   cfg.model.ac = ActivationCheckpointConfig{};
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.cuda = true;
   a.pinned_pow2 = true;
   auto alone = plan::make_plan(cfg, a);
@@ -434,7 +432,7 @@ TEST_CASE("planner: activation offloading moves all but a window of block inputs
   // with offloading 54: on a 70 GiB GPU only offloading makes a mode fit.
   auto longer = fake_config("meta-llama/Meta-Llama-3-8B", 131072);
   longer.model.ac = ActivationCheckpointConfig{};
-  plan::Assumptions h200;
+  plan::Assumptions h200 = unfused_assumptions();
   h200.cuda = true;
   h200.gpu_capacity = 70LL << 30;
   h200.host_capacity = 200LL << 30;
@@ -515,7 +513,7 @@ TEST_CASE("planner: an HF directory is read like the trainer reads it") {
 
 TEST_CASE("planner: packed SFT rows add the document masks") {
   auto cfg = fake_config("primecfg/tiny", 64);
-  auto fixed = plan::make_plan(cfg, plan::Assumptions{});
+  auto fixed = plan::make_plan(cfg, unfused_assumptions());
   CHECK_FALSE(fixed.attention_mask);
   CHECK(fixed.mode(Offload::none).gpu.term("mask") == 0);
   SFTDataConfig d;
@@ -523,14 +521,14 @@ TEST_CASE("planner: packed SFT rows add the document masks") {
   d.batch_size = 2;
   d.micro_batch_size = 2;
   cfg.data = d;
-  auto packed = plan::make_plan(cfg, plan::Assumptions{});
+  auto packed = plan::make_plan(cfg, unfused_assumptions());
   CHECK(packed.attention_mask);
   // bool mask B x T x T + one bf16 additive mask per block (2 blocks).
   CHECK(packed.mode(Offload::none).gpu.term("mask") == 2 * 64 * 64 + 2 * 2 * 64 * 64 * 2);
 }
 
 TEST_CASE("planner: JSON output carries the per-term breakdown") {
-  auto a = plan::Assumptions{};
+  auto a = unfused_assumptions();
   a.gpu_capacity = std::int64_t{139} << 30;
   a.host_capacity = std::int64_t{120} << 30;
   auto p = plan::make_plan(fake_config("Qwen/Qwen3-0.6B", 8192), a);
@@ -552,9 +550,9 @@ TEST_CASE("planner: JSON output carries the per-term breakdown") {
 
 TEST_CASE("planner: out-of-memory advice names a mode that fits") {
   auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
-  auto base = plan::make_plan(cfg, plan::Assumptions{});
+  auto base = plan::make_plan(cfg, unfused_assumptions());
   const auto full = base.mode(Offload::full).gpu_total, opt = base.mode(Offload::optimizer).gpu_total;
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.gpu_capacity = (full + opt) / 2;  // only full offload fits
   a.host_capacity = std::int64_t{1} << 50;
   auto p = plan::make_plan(cfg, a);
@@ -568,7 +566,7 @@ TEST_CASE("planner: out-of-memory advice names a mode that fits") {
   // A device too small for any mode without checkpointing, large enough with it.
   auto cfg_ac = cfg;
   cfg_ac.model.ac = ActivationCheckpointConfig{};
-  a.gpu_capacity = plan::make_plan(cfg_ac, plan::Assumptions{}).mode(Offload::full).gpu_total + 1;
+  a.gpu_capacity = plan::make_plan(cfg_ac, unfused_assumptions()).mode(Offload::full).gpu_total + 1;
   p = plan::make_plan(cfg, a);
   CHECK(p.mode(Offload::full).gpu_fits == false);
   advice = plan::oom_advice(p, Offload::full);
@@ -581,7 +579,7 @@ TEST_CASE("planner: out-of-memory advice names a mode that fits") {
 
 TEST_CASE("planner: a run predicted not to fit is refused before it starts, naming what fits") {
   SFTConfig cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.gpu_capacity = plan::make_plan(cfg, a).mode(Offload::full).gpu_total + 1;
   a.gpu_capacity_source = "test";
   a.host_capacity = std::int64_t{1} << 50;
@@ -683,10 +681,10 @@ TEST_CASE("planner: sharded runs split the FP32 state and the weights per rank (
   // A real preset with the allocator's 512-byte blocks and pinned rounding.
   const auto cfg8 = fake_config("Qwen/Qwen3-0.6B", 1024);
   const auto shape = *plan::preset_shape("Qwen/Qwen3-0.6B");
-  const auto q1 = plan::make_plan(cfg8, shape, plan::Assumptions{});
+  const auto q1 = plan::make_plan(cfg8, shape, unfused_assumptions());
   for (std::int64_t world : {2, 4, 8}) {
     CAPTURE(world);
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.world = world;
     const auto p = plan::make_plan(cfg8, shape, a);
     const auto fp32 = fp32_state_per_rank(shape, world, 512);
@@ -785,7 +783,7 @@ TEST_CASE("planner: a checkpoint copies one tensor at a time; sharded, it gather
   auto big = fake_config("meta-llama/Llama-3.1-70B", 8192);
   big.model.ac = ActivationCheckpointConfig{};
   big.ckpt.emplace();
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.world = 8;
   a.ranks_per_node = 8;
   a.gpu_capacity = std::int64_t{139} << 30;
@@ -966,7 +964,7 @@ TEST_CASE("planner: a bucket as large as the embedding is alive only in the root
   train::TrainerOptions o;
   o.plan = true;
   o.dist.backend = train::DistBackend::gloo;
-  plan::Assumptions from_options;
+  plan::Assumptions from_options = unfused_assumptions();
   plan::apply_ranks(from_options, o, train::Launch{});
   CHECK(from_options.bucket_copy);
   o.dist.backend = train::DistBackend::nccl;
@@ -998,7 +996,7 @@ TEST_CASE("planner: host memory per node decides the host fit") {
 
 TEST_CASE("planner: world 1 is the single-process plan") {
   const auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
-  plan::Assumptions base;
+  plan::Assumptions base = unfused_assumptions();
   base.gpu_capacity = std::int64_t{139} << 30;
   base.host_capacity = std::int64_t{120} << 30;
   auto a = base;
@@ -1026,7 +1024,7 @@ TEST_CASE("planner: world 1 is the single-process plan") {
 TEST_CASE("planner: ranks from the options and the launcher, and bad combinations") {
   train::TrainerOptions o;
   o.plan = true;
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   // The launcher's variables when the options are not given.
   train::Launch env;
   env.world = 16;
@@ -1068,7 +1066,7 @@ TEST_CASE("planner: ranks from the options and the launcher, and bad combination
   why = plan_error_text([&] { plan::apply_ranks(a, o, env); });
   CHECK(why.find("WORLD_SIZE = 12 is not a multiple of LOCAL_WORLD_SIZE = 8") != std::string::npos);
   // make_plan checks the same on Assumptions set by hand.
-  plan::Assumptions bad;
+  plan::Assumptions bad = unfused_assumptions();
   bad.world = 4;
   bad.ranks_per_node = 3;
   CHECK_THROWS_AS(plan::make_plan(fake_config("hand", 4), hand_shape(), bad), plan::plan_error);
@@ -1078,7 +1076,7 @@ TEST_CASE("planner: ranks from the options and the launcher, and bad combination
 }
 
 TEST_CASE("planner: a sharded plan's text and JSON") {
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.gpu_capacity = std::int64_t{139} << 30;
   a.host_capacity = std::int64_t{120} << 30;
   a.world = 8;

@@ -7,6 +7,7 @@
 #include "planner/planner.hpp"
 #include "planner/profile.hpp"
 #include "planner/step_time.hpp"
+#include "unfused_assumptions.hpp"
 
 #include <primecfg/cli.hpp>
 #include <primecfg/report.hpp>
@@ -107,7 +108,7 @@ SFTConfig config(std::int64_t seq_len, const std::vector<std::string>& more = {}
 }
 
 plan::Plan planned(const plan::MachineProfile& prof, const SFTConfig& cfg) {
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   a.profile_source = "test";
   a.gpu_capacity = std::int64_t{139} << 30;
@@ -157,7 +158,7 @@ TEST_CASE("step time: a block shape not measured runs at a throughput interpolat
   // Between them: intermediate 48, 2,688 FLOPs a token.
   auto s = hand_shape();
   s.intermediate = 48;
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   const auto p = plan::make_plan(config(1024), s, a);
   const auto& t = *p.mode(Offload::none).time;
@@ -229,7 +230,7 @@ TEST_CASE(
 
   // A device without room for the wider window keeps the automatic one, still deferring.
   {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &prof;
     a.gpu_capacity =
         slow.mode(Offload::optimizer).gpu_total - plan::kDeferredWindow + (std::int64_t{1} << 30);
@@ -242,7 +243,7 @@ TEST_CASE(
   }
   // What the user gave is kept as given.
   {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &prof;
     a.deferred_share = 0.25;
     a.ring_bytes = std::int64_t{1} << 30;
@@ -257,7 +258,7 @@ TEST_CASE(
             .pipeline.deferred_share == 0);
   // Without a profile nothing is chosen by time.
   {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     const auto p = plan::make_plan(config(1024), hand_shape(), a);
     CHECK(p.mode(Offload::optimizer).pipeline.deferred_share == 0);
     CHECK(p.mode(Offload::optimizer).pipeline.why.find("no machine profile") != std::string::npos);
@@ -273,7 +274,7 @@ TEST_CASE(
 
 TEST_CASE("step time: a step that replays the CUDA graph says its gain is not in the prediction") {
   const auto prof = plan::read_profile_text("test", kProfile);
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   a.fused_adamw = true;  // the hand-over, whose steps replay
   auto said = [](const plan::ModePlan& m) {
@@ -294,7 +295,7 @@ TEST_CASE("optimizer's pipeline on the shipped H200 profile: deferred at Llama-3
   REQUIRE(prof);
   for (auto [model, share] :
        {std::pair{"meta-llama/Llama-3.2-3B", plan::kDeferredShare}, std::pair{"Qwen/Qwen3-0.6B", 0.0}}) {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &*prof;
     a.gpu_capacity = std::int64_t{139} << 30;
     const auto p = plan::make_plan(config(8192, {std::string("--model.name=") + model}), a);
@@ -321,7 +322,7 @@ TEST_CASE("step time: full's CPU update overlaps all of the step but the head") 
   CHECK(t.step == doctest::Approx(t.forward + t.backward));
   CHECK(t.bound == "GPU compute");
   // Two ranks on the node each get half the cores, less one thread: 1 of 3 calibrated.
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   a.world = 2;
   a.process_group = true;
@@ -354,7 +355,7 @@ TEST_CASE("step time: full's CPU update slows with the pipeline's copies, betwee
 TEST_CASE("step time: full's gradients cross PCIe in bf16 on one rank, as in one process") {
   auto prof = plan::read_profile_text("test", kProfile);
   const auto alone = planned(prof, config(1024));
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   a.world = 1;
   a.process_group = true;  // torchrun with one process: sharded over one rank, FP32 reductions
@@ -387,7 +388,7 @@ TEST_CASE("step time: a shape or length outside the profile is said to be unsure
   const auto prof = plan::read_profile_text("test", kProfile);
   auto s = hand_shape();
   s.hidden = 16;
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   const auto p = plan::make_plan(config(8192), s, a);
   const auto& u = p.mode(Offload::none).time->unsure;
@@ -406,7 +407,7 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   REQUIRE(prof.provenance.kernels);
   CHECK(*prof.provenance.kernels == std::vector<std::string>{"fused"});
   auto unsure_with = [&](std::optional<std::vector<std::string>> run) {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &prof;
     a.kernels = std::move(run);
     const auto p = plan::make_plan(config(1024), hand_shape(), a);
@@ -424,7 +425,7 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   CHECK(unsure_with(off.on()).at(0).find("this run uses none") != std::string::npos);
   // A profile that does not record them (written before the field) says nothing.
   const auto old = plan::read_profile_text("test", kProfile);
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   a.profile = &old;
   a.kernels = all.on();
   CHECK(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none).time->unsure.empty());
@@ -432,7 +433,7 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
 
 TEST_CASE("host memory: the runtime is the profile's measured one, and the plan says where it came from") {
   const auto cfg = config(1024);
-  plan::Assumptions a;
+  plan::Assumptions a = unfused_assumptions();
   const auto without = plan::make_plan(cfg, hand_shape(), a);  // no profile: the fixed guess, said as such
   CHECK(without.assumptions.host_runtime == (std::int64_t{2} << 30));
   CHECK(without.assumptions.host_runtime_source.find("assumed") == 0);
@@ -462,7 +463,7 @@ TEST_CASE("host memory: the runtime is the profile's measured one, and the plan 
 TEST_CASE("a profile measured on another GPU than this machine's is named as such by the plan") {
   const auto prof = plan::read_profile_text("test", kProfile);
   auto notes = [&](std::optional<std::string> gpu) {
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &prof;
     a.profile_source = "my.toml";
     a.gpu_name = std::move(gpu);
@@ -526,7 +527,7 @@ TEST_CASE("machine profile: the shipped H200 profile predicts the steps measured
     // As bench/trainer/fake.toml: one sequence, AdamW without clipping.
     auto cfg =
         config(r.seq_len, {std::string("--model.name=") + r.model, r.ac ? "--model.ac" : "--model.ac=None"});
-    plan::Assumptions a;
+    plan::Assumptions a = unfused_assumptions();
     a.profile = &*p;
     const auto plan = plan::make_plan(cfg, a);
     const auto& t = *plan.mode(r.mode).time;

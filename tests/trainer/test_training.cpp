@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -78,10 +79,11 @@ struct Diff {
   double weight_abs = 0;  // max |a - b| over all master weights
 };
 
-Diff compare(const RunResult& a, const RunResult& b) {
+// Losses of the first `steps` steps (all by default), and every weight.
+Diff compare(const RunResult& a, const RunResult& b, std::size_t steps = SIZE_MAX) {
   Diff d;
   REQUIRE(a.losses.size() == b.losses.size());
-  for (std::size_t i = 0; i < a.losses.size(); ++i)
+  for (std::size_t i = 0; i < std::min(steps, a.losses.size()); ++i)
     d.loss_rel = std::max(d.loss_rel, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
   REQUIRE(a.weights.size() == b.weights.size());
   for (std::size_t i = 0; i < a.weights.size(); ++i) {
@@ -129,6 +131,15 @@ bool bit_identical(const std::vector<std::pair<std::string, std::vector<float>>>
 // that Adam moved far from the other run is one whose gradient is about 0, so the
 // loss is insensitive to it to first order (dL = sum_i g_i dw_i); the loss moves
 // only by the rounding of the walk itself, about 1e-7 relative. We allow 1e-5.
+//
+// SignSGD takes the sign of each gradient element, a discontinuous function: an element
+// whose gradient is about 0 may get the other sign from the other walk, and its weight
+// moves 2 lr the other way. Step 2's loss is still insensitive to it (first order, as
+// above), but from then on the runs follow different trajectories, whose gradients
+// differ everywhere by more than rounding, and later flips compound. Measured on the
+// GPU machine's Xeon (AVX-512): 0.78% apart at step 20, where this machine showed no flip.
+// So SignSGD's vocabulary walk is held to its first two losses (the walk's forward, and
+// its gradient through one update); its update code to every weight by the token walk.
 TEST_CASE("equivalence: the three strategies give the same losses and weights (AdamW, SignSGD)") {
   for (int opt = 0; opt < 2; ++opt) {
     OptimizerConfig o = opt == 0 ? OptimizerConfig{adamw_no_clip()} : OptimizerConfig{sign_no_clip()};
@@ -151,7 +162,7 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
                                                             << same_walk.weight_abs);
     CHECK(same_walk.loss_rel < 1e-5);
     CHECK(same_walk.weight_abs < 2e-5);
-    Diff as_run = compare(full, none);
+    Diff as_run = compare(full, none, opt == 0 ? SIZE_MAX : 2);
     MESSAGE("full (vocabulary walk) vs none: max loss rel diff " << as_run.loss_rel);
     CHECK(as_run.loss_rel < 1e-5);
   }
