@@ -113,7 +113,7 @@ TEST_CASE(
   o.print = false;
   o.collect_weights = true;
   o.device = "cpu";
-  for (Offload mode : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload mode : offload_modes) {
     CAPTURE(mode);
     const auto alone = train::run_sft(six_blocks(mode, model_dir, temp_dir("alone")), o);
     REQUIRE(alone.losses.size() == 6);

@@ -282,7 +282,7 @@ TEST_CASE("GPU: activation offloading trains as checkpointing alone does, in eve
   a.lr = 2e-3;
   a.max_norm = std::nullopt;
   for (bool bf16 : {false, true})
-    for (Offload mode : {Offload::none, Offload::optimizer, Offload::full}) {
+    for (Offload mode : offload_modes) {
       CAPTURE(bf16);
       CAPTURE(mode);
       auto cfg = [&](const std::string& name, std::optional<std::int64_t> window) {

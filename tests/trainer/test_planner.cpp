@@ -386,7 +386,7 @@ TEST_CASE("planner: activation checkpointing reduces activations and the peak") 
   auto on = plan::make_plan(cfg, unfused_assumptions());
   CHECK(on.activations.saved_with_ac < on.activations.saved_without_ac);
   CHECK(on.activations.saved_with_ac * 10 < on.activations.saved_without_ac);
-  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload m : offload_modes) {
     CHECK(on.mode(m).gpu.term("activations") < off.mode(m).gpu.term("activations"));
     CHECK(on.mode(m).gpu.peak < off.mode(m).gpu.peak);
     // The toggled plan of one is the plan of the other.
@@ -415,7 +415,7 @@ TEST_CASE("planner: activation offloading moves all but a window of block inputs
   const std::int64_t input = 32768LL * 3072 * 2;  // one block input, bf16: 192 MiB
   CHECK(offloaded.ac_inputs_kept == 3);
   CHECK(offloaded.ac_inputs_offloaded == 25);
-  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload m : offload_modes) {
     CAPTURE(m);
     CHECK(alone.mode(m).gpu.term("activations") == 28 * input);
     CHECK(offloaded.mode(m).gpu.term("activations") == 3 * input);
@@ -822,7 +822,7 @@ TEST_CASE("planner: HSDP shards within a group and replicates across groups") {
   const auto hsdp = plan::make_plan(cfg, s, a);
   CHECK(hsdp.replicas == 4);
   CHECK(hsdp.shard_world == 2);
-  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload m : offload_modes) {
     CAPTURE(plan::mode_name(m));
     // Each rank holds the pieces of a 2-rank group: what FSDP over 2 ranks holds.
     for (const char* term :

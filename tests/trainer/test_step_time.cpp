@@ -451,7 +451,7 @@ TEST_CASE("host memory: the runtime is the profile's measured one, and the plan 
   CHECK(p.assumptions.host_runtime == 700000000);
   CHECK(p.assumptions.host_runtime_source == "measured by --calibrate on test GPU (my.toml)");
   // Every mode's host plan counts it, in place of the guess, and nothing else moves.
-  for (Offload m : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload m : offload_modes) {
     CAPTURE(static_cast<int>(m));
     CHECK(p.mode(m).host.peak - without.mode(m).host.peak == 700000000 - (std::int64_t{2} << 30));
   }

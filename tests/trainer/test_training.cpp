@@ -180,7 +180,7 @@ TEST_CASE("resume reproduces the uninterrupted run's losses exactly, and resumes
   REQUIRE(fs::exists(dir / "checkpoints" / "step_10" / "optimizer.safetensors"));
   CHECK_FALSE(fs::exists(dir / "checkpoints" / ".step_10.tmp"));
 
-  for (Offload mode : {Offload::none, Offload::optimizer, Offload::full}) {
+  for (Offload mode : offload_modes) {
     CAPTURE(static_cast<int>(mode));
     auto rc = cfg;
     rc.model.offload = mode;
