@@ -238,7 +238,7 @@ struct TrainerOptions {
               ge(1)),
         field(&T::plan_ranks_per_node,
               "Ranks on one node for --plan, whose host memory they share (None: LOCAL_WORLD_SIZE of "
-              "the launcher, else the world size).",
+              "the launcher; else 8 when --plan-world-size is above 8, else the world size).",
               ge(1)),
         field(&T::plan_profile,
               "Machine profile for --plan's step times, written by --calibrate (None: the profile shipped "

@@ -210,7 +210,7 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
   }
   // More ranks: the weights and the FP32 state are sharded over them (FSDP; over the
   // shard groups' ranks with HSDP, whose replica count stays).
-  const i64 per_node_cap = a.ranks_per_node.value_or(8);
+  const i64 per_node_cap = a.ranks_per_node.value_or(kRanksPerNode);
   for (i64 w = std::max<i64>(2, a.world * 2); w <= 1024; w *= 2) {
     Assumptions more = a;
     more.world = w;

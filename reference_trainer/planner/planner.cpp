@@ -135,6 +135,11 @@ void apply_ranks(Assumptions& a, const TrainerOptions& o, const Launch& env) {
     // Launch defaults LOCAL_WORLD_SIZE to WORLD_SIZE: one node holds every rank.
     a.ranks_per_node = env.local_world;
     a.ranks_per_node_source = "LOCAL_WORLD_SIZE";
+  } else if (o.plan_world_size && a.world > kRanksPerNode) {
+    // Ranks planned from the command line fill nodes of 8 GPUs, as the advice's do: 64
+    // ranks on one node is not a machine anyone rents.
+    a.ranks_per_node = kRanksPerNode;
+    a.ranks_per_node_source = fmt::format("--plan-ranks-per-node unset: {} a node", kRanksPerNode);
   } else {
     a.ranks_per_node = std::nullopt;  // the world size: one node
     a.ranks_per_node_source = "--plan-ranks-per-node unset: one node";

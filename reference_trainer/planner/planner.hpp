@@ -107,6 +107,10 @@ struct Assumptions {
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };
 
+// GPUs a node holds where nothing says (--plan-world-size alone, the advice's ranks):
+// an 8-GPU node, the machine the large runs of this field rent.
+inline constexpr std::int64_t kRanksPerNode = 8;
+
 // The process's resident runtime measured in `p` (host.runtime_bytes), where it is,
 // in place of the assumed one, with where it came from (`source`, the profile's file).
 // make_plan does this with a.profile.

@@ -994,6 +994,37 @@ TEST_CASE("planner: host memory per node decides the host fit") {
   CHECK(why.find("by 2 ranks on the node") != std::string::npos);
 }
 
+TEST_CASE("planner: --plan-world-size alone fills nodes of 8 ranks, as the advice does") {
+  auto ranks = [](std::int64_t world) {
+    train::TrainerOptions o;
+    o.plan = true;
+    o.plan_world_size = world;
+    plan::Assumptions a = unfused_assumptions();
+    plan::apply_ranks(a, o, train::Launch{});
+    return a;
+  };
+  CHECK(ranks(64).per_node() == 8);
+  CHECK(ranks(64).ranks_per_node_source == "--plan-ranks-per-node unset: 8 a node");
+  CHECK(ranks(16).per_node() == 8);
+  CHECK(ranks(8).per_node() == 8);
+  CHECK(ranks(4).per_node() == 4);  // fewer than a node: one node
+  // 12 ranks do not fill nodes of 8: the error names the option that says otherwise.
+  try {
+    ranks(12);
+    FAIL("12 ranks in nodes of 8 planned");
+  } catch (const plan::plan_error& e) {
+    CHECK(std::string(e.what()).find("--plan-ranks-per-node") != std::string::npos);
+  }
+  // Said, it is used.
+  train::TrainerOptions o;
+  o.plan = true;
+  o.plan_world_size = 12;
+  o.plan_ranks_per_node = 4;
+  plan::Assumptions a = unfused_assumptions();
+  plan::apply_ranks(a, o, train::Launch{});
+  CHECK(a.per_node() == 4);
+}
+
 TEST_CASE("planner: world 1 is the single-process plan") {
   const auto cfg = fake_config("Qwen/Qwen3-0.6B", 8192);
   plan::Assumptions base = unfused_assumptions();
