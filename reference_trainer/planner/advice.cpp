@@ -94,6 +94,93 @@ std::optional<i64> largest(i64 lo, i64 hi, i64 step, Ok ok) {
   return good;
 }
 
+// One combination of changes that makes a mode fit, as planned in full.
+struct Combination {
+  std::string flags;
+  Offload mode = Offload::none;
+  i64 world = 1, per_node = 1, gpu_total = 0, host_node = 0, batch_multiple = 1;
+  std::optional<double> step, tokens_per_s;  // with a machine profile; tokens/s of one GPU
+  int changes = 0;
+};
+
+// Where no single change makes a mode fit: every combination of activation
+// checkpointing, activation offloading, micro-batch 1 and more ranks (powers of two up to
+// 1024, kRanksPerNode a node unless told) at one of `lengths`, each planned in full. For
+// each set of the other changes only the fewest ranks that fit are kept (more cost GPUs,
+// not memory). The cheapest first: the most tokens per second of one GPU (what a rented
+// hour buys), else the fewest GPUs and changes.
+std::vector<Combination> combinations(const SFTConfig& cfg, const Plan& p, const Assumptions& a,
+                                      const std::vector<i64>& lengths) {
+  std::vector<Combination> found;
+  const i64 T = cfg.seq_len(), micro = micro_of(cfg), per_node_cap = a.ranks_per_node.value_or(kRanksPerNode);
+  // Each setting as configured, then changed (where it can change).
+  const auto as_is_then = [](auto now, auto changed) {
+    return now == changed ? std::vector{now} : std::vector{now, changed};
+  };
+  for (bool ac : as_is_then(cfg.model.ac.has_value(), true)) {
+    for (bool ac_off : as_is_then(cfg.model.ac_offloading.has_value(), true)) {
+      if (ac_off && !ac) continue;  // activation offloading offloads checkpointed inputs
+      for (i64 m : as_is_then(micro, i64{1})) {
+        for (i64 t : lengths) {
+          SFTConfig x = cfg;
+          std::vector<std::string> flags;
+          if (ac && !cfg.model.ac) {
+            x.model.ac = ActivationCheckpointConfig{};
+            flags.push_back("--model.ac");
+          }
+          if (ac_off && !cfg.model.ac_offloading) {
+            if (x.model.ac->freq != 1) flags.push_back("--model.ac.freq=1");
+            x.model.ac->freq = 1;
+            x.model.ac_offloading = ActivationOffloadConfig{};
+            flags.push_back("--model.ac-offloading");
+          }
+          if (m != micro) {
+            if (batch_of(cfg) % m) continue;
+            set_micro(x, m);
+            flags.push_back(fmt::format("--data.micro-batch-size={}", m));
+          }
+          if (t != T) {
+            set_seq_len(x, t);
+            flags.push_back(fmt::format("--data.seq-len={}", t));
+          }
+          const int changes = static_cast<int>(flags.size());
+          for (i64 w = a.world; w <= 1024; w = w == a.world ? std::max<i64>(2, w * 2) : w * 2) {
+            if (changes == 0 && w == a.world) continue;  // the config as it is: nothing fits
+            Assumptions more = a;
+            more.world = w;
+            more.ranks_per_node =
+                w == a.world ? a.ranks_per_node : std::optional<i64>(std::min(w, per_node_cap));
+            if (w % more.per_node() != 0) continue;
+            const Plan q = make_plan(x, p.shape, more);
+            const ModePlan* best = fastest_fit(q.modes);
+            if (!best) continue;
+            Combination c{.flags = fmt::format("{}", fmt::join(flags, " ")),
+                          .mode = best->mode,
+                          .world = w,
+                          .per_node = more.per_node(),
+                          .gpu_total = best->gpu_total,
+                          .host_node = best->host_node,
+                          .batch_multiple = micro_of(x) * w,
+                          .changes = changes + (w != a.world)};
+            if (best->time) {
+              c.step = best->time->step;
+              c.tokens_per_s = best->time->tokens_per_s;
+            }
+            found.push_back(std::move(c));
+            break;  // the fewest ranks for these changes
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const Combination& x, const Combination& y) {
+    if (x.tokens_per_s && y.tokens_per_s && *x.tokens_per_s != *y.tokens_per_s)
+      return *x.tokens_per_s > *y.tokens_per_s;
+    return std::pair(x.world, x.changes) < std::pair(y.world, y.changes);
+  });
+  return found;
+}
+
 }  // namespace
 
 Advice advise(const SFTConfig& cfg, const Plan& p) {
@@ -225,16 +312,42 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
       break;
     }
   }
-  if (out.changes.empty())
+  if (!out.changes.empty()) return out;
+  // No change on its own: combinations of them, the cheapest few.
+  // At the config's length; only where nothing fits there, at 1/2 or 1/4 of it (a
+  // shorter sequence trains something else).
+  std::vector<Combination> found;
+  for (i64 t : {T, T / 2 / 256 * 256, T / 4 / 256 * 256})
+    if (found.empty() && (t == T || t >= 256)) found = combinations(cfg, p, a, {t});
+  for (std::size_t k = 0; k < found.size() && k < kCombinationsShown; ++k) {
+    const Combination& c = found[k];
+    std::string ranks;
+    if (c.world != a.world)
+      ranks = fmt::format(" with {} ranks ({} per node; data.batch_size a multiple of {})", c.world,
+                          c.per_node, c.batch_multiple);
+    out.combined.push_back(fmt::format(
+        "{}{}: then model.offload = \"{}\" fits, {} per GPU, {} of host memory per node{}{}", c.flags, ranks,
+        mode_name(c.mode), gib(c.gpu_total), gib(c.host_node),
+        c.step ? fmt::format(", predicted step {:.3f} s", *c.step) : std::string(),
+        c.tokens_per_s ? fmt::format(", {:.0f} tokens/s a GPU", *c.tokens_per_s) : std::string()));
+  }
+  if (out.combined.empty())
     out.changes.push_back(
         "none of --model.ac, --model.ac-offloading, a shorter data.seq_len, a smaller micro-batch or up to "
-        "1024 ranks makes a mode fit");
+        "1024 ranks makes a mode fit, alone or combined");
   return out;
 }
 
 std::string format_advice(const Advice& advice) {
   std::string out = advice.summary + "\n";
   for (const auto& c : advice.changes) out += "  - " + c + "\n";
+  if (!advice.combined.empty()) {
+    out +=
+        "  No change makes a mode fit alone. Combined (each planned in full; the most tokens per second of "
+        "one "
+        "GPU first):\n";
+    for (const auto& c : advice.combined) out += "  - " + c + "\n";
+  }
   return out;
 }
 

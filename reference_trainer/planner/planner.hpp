@@ -255,7 +255,11 @@ struct Advice {
   std::optional<Offload> mode;       // the mode to use; nullopt when none fits
   std::string summary;               // one paragraph
   std::vector<std::string> changes;  // where none fits: what would make one fit
+  // Where no change in `changes` does it alone: combinations of them, the cheapest
+  // (most tokens per second of one GPU) first, at most kCombinationsShown.
+  std::vector<std::string> combined;
 };
+inline constexpr std::size_t kCombinationsShown = 3;
 Advice advise(const SFTConfig& cfg, const Plan& p);
 std::string format_advice(const Advice& advice);
 

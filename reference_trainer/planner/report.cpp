@@ -513,7 +513,8 @@ std::string format_json(const Plan& p, const Advice* advice) {
   ordered with = out;
   with["recommendation"] = {{"mode", advice->mode ? ordered(mode_name(*advice->mode)) : ordered(nullptr)},
                             {"summary", advice->summary},
-                            {"changes", advice->changes}};
+                            {"changes", advice->changes},
+                            {"combined", advice->combined}};
   return strict_json::dump(with) + "\n";
 }
 

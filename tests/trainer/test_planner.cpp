@@ -14,6 +14,7 @@
 #include "unfused_assumptions.hpp"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <unistd.h>
 
@@ -451,6 +452,47 @@ TEST_CASE("planner: activation offloading moves all but a window of block inputs
   h200.gpu_capacity = 139LL << 30;
   h200.host_capacity = 125LL << 30;
   CHECK(names(plan::advise(longer, plan::make_plan(longer, h200)), "--no-model.ac-offloading"));
+}
+
+// Issue 50's case: Qwen3-8B at 32,768 tokens on 80 GiB GPUs in nodes of 24 GiB. No
+// single change fits (without checkpointing even 1024 ranks hold too many activations;
+// checkpointing alone leaves 8B parameters' FP32 state on one GPU or a 24 GiB host), so the
+// advice combines them, and each combination it prints is what planning it gives.
+TEST_CASE("advice: where no change fits alone, combinations of them, each planned in full") {
+  const auto& prof = plan::shipped_profile();
+  REQUIRE(prof);
+  auto cfg = fake_config("Qwen/Qwen3-8B", 32768);
+  plan::Assumptions a = unfused_assumptions();
+  a.profile = &*prof;
+  a.gpu_capacity = std::int64_t{80} << 30;
+  a.host_capacity = std::int64_t{24} << 30;
+  const auto advice = plan::advise(cfg, plan::make_plan(cfg, a));
+  CHECK(!advice.mode);
+  CHECK(advice.changes.empty());
+  REQUIRE(!advice.combined.empty());
+  CHECK(advice.combined.size() <= plan::kCombinationsShown);
+  const std::string& first = advice.combined.front();
+  INFO(first);
+  CHECK(first.starts_with("--model.ac with 4 ranks (4 per node; data.batch_size a multiple of 4)"));
+  CHECK(plan::format_advice(advice).find("Combined") != std::string::npos);
+  // Planned again by hand, it fits, in the mode and at the size said; 2 ranks do not.
+  cfg.model.ac = ActivationCheckpointConfig{};
+  a.world = 4;
+  const auto q = plan::make_plan(cfg, a);
+  const auto& none = q.mode(Offload::none);
+  CHECK(none.fits());
+  CHECK(first.find(fmt::format("model.offload = \"none\" fits, {:.2f} GiB per GPU",
+                               static_cast<double>(none.gpu_total) / (1 << 30))) != std::string::npos);
+  a.world = 2;
+  for (Offload m : offload_modes) CHECK(!plan::make_plan(cfg, a).mode(m).fits());
+
+  // Where one change is enough, nothing is combined.
+  cfg = fake_config("Qwen/Qwen3-8B", 32768);
+  a.world = 1;
+  a.host_capacity = std::int64_t{500} << 30;
+  const auto single = plan::advise(cfg, plan::make_plan(cfg, a));
+  CHECK(!single.changes.empty());
+  CHECK(single.combined.empty());
 }
 
 TEST_CASE("planner: presets have the published parameter counts") {
