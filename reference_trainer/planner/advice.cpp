@@ -81,6 +81,16 @@ const ModePlan* fits_with(const SFTConfig& c, const Plan& p, const Assumptions& 
   return fastest_fit(keep.modes);
 }
 
+// The plan over `more`'s ranks; nullopt where the config cannot be spread over them
+// (nodes not all full, HSDP's dp_replicate not dividing them): not a suggestion.
+std::optional<Plan> plan_over(const SFTConfig& c, const Plan& p, const Assumptions& more) {
+  try {
+    return make_plan(c, p.shape, more);
+  } catch (const plan_error&) {
+    return std::nullopt;
+  }
+}
+
 // The largest value in [lo, hi] (in steps of `step`) for which ok() holds, assuming
 // that it holds for every smaller one; nullopt when not even lo does.
 template <class Ok>
@@ -150,9 +160,8 @@ std::vector<Combination> combinations(const SFTConfig& cfg, const Plan& p, const
             more.world = w;
             more.ranks_per_node =
                 w == a.world ? a.ranks_per_node : std::optional<i64>(std::min(w, per_node_cap));
-            if (w % more.per_node() != 0) continue;
-            const Plan q = make_plan(x, p.shape, more);
-            const ModePlan* best = fastest_fit(q.modes);
+            const auto q = plan_over(x, p, more);
+            const ModePlan* best = q ? fastest_fit(q->modes) : nullptr;
             if (!best) continue;
             Combination c{.flags = fmt::format("{}", fmt::join(flags, " ")),
                           .mode = best->mode,
@@ -302,8 +311,8 @@ Advice advise(const SFTConfig& cfg, const Plan& p) {
     Assumptions more = a;
     more.world = w;
     more.ranks_per_node = std::min(w, per_node_cap);
-    Plan q = make_plan(cfg, p.shape, more);
-    if (const ModePlan* m = fastest_fit(q.modes)) {
+    const auto q = plan_over(cfg, p, more);
+    if (const ModePlan* m = q ? fastest_fit(q->modes) : nullptr) {
       out.changes.push_back(fmt::format(
           "{} ranks ({} per node, one GPU each; the weights and the FP32 state are sharded over them): then "
           "model.offload = "

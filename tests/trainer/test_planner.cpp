@@ -486,6 +486,17 @@ TEST_CASE("advice: where no change fits alone, combinations of them, each planne
   a.world = 2;
   for (Offload m : offload_modes) CHECK(!plan::make_plan(cfg, a).mode(m).fits());
 
+  // Rank counts the config cannot be spread over are no suggestion, and no error: HSDP
+  // over 3 replicas from 3 ranks skips 12 (nodes of 8 not full) and plans 24.
+  auto hsdp = fake_config("Qwen/Qwen3-8B", 32768);
+  hsdp.model.dp_replicate = 3;
+  plan::Assumptions three = a;
+  three.world = 3;
+  three.host_capacity = std::int64_t{24} << 30;
+  const auto spread = plan::advise(hsdp, plan::make_plan(hsdp, three));
+  REQUIRE(!spread.combined.empty());
+  CHECK(spread.combined.front().starts_with("--model.ac with 24 ranks (8 per node"));
+
   // Where one change is enough, nothing is combined.
   cfg = fake_config("Qwen/Qwen3-8B", 32768);
   a.world = 1;
