@@ -114,7 +114,12 @@ def torchrun(world, cfg, *args, nnodes=1, node_rank=0, port=None, wait=True, res
 
 def ok(p, what):
     if p.returncode != 0:
-        raise AssertionError(f"{what}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        # The whole stderr is kept beside the failed cases' folders: a crash's backtrace
+        # comes before torchrun's report, so the tail below can lose its frames.
+        fd, path = tempfile.mkstemp(dir=ROOT, suffix=".stderr")
+        with os.fdopen(fd, "w") as f:
+            f.write(p.stderr)
+        raise AssertionError(f"{what}: exit {p.returncode} (whole stderr: {path})\n{p.stderr[-3000:]}")
 
 
 def metrics(work):
