@@ -560,9 +560,8 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     // What one block adds to the step, less its share of the update.
     const double block = (r3 - r1) / 2;
     const double fwd = std::max(1e-9, (r3ac - r3) / 3);
-    plan::BlockTiming b;
-    b.hidden = s.hidden, b.intermediate = s.intermediate, b.heads = s.heads, b.kv_heads = s.kv_heads;
-    b.head_dim = s.head_dim, b.qk_norm = s.qk_norm(), b.tokens = tokens;
+    plan::BlockTiming b = plan::block_key(s);
+    b.tokens = tokens;
     b.forward_s = fwd;
     b.backward_s = std::max(1e-9, block - fwd - static_cast<double>(block_params) / p.gpu.adamw_params_per_s);
     // The rest of a one-block step: the head, the loss and the step's fixed work; its

@@ -1,6 +1,8 @@
 // ModelArgs: names, the parameter list, RoPE frequencies (model/config.hpp).
 #include "model/config.hpp"
 
+#include "model/architecture.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,16 +14,9 @@ namespace primecfg::train {
 namespace fs = std::filesystem;
 using i64 = std::int64_t;
 
-std::string_view arch_name(Arch a) {
-  switch (a) {
-    case Arch::llama:
-      return "llama";
-    case Arch::qwen2:
-      return "qwen2";
-    case Arch::qwen3:
-      break;
-  }
-  return "qwen3";
+const Architecture& ModelArgs::architecture() const {
+  if (const Architecture* a = find_architecture(model_type)) return *a;
+  throw model_config_error(fmt::format("model_type \"{}\": no architecture reads it", model_type));
 }
 
 std::string_view rope_type_name(RopeScaling::Type t) {
@@ -44,42 +39,17 @@ std::string_view rope_type_name(RopeScaling::Type t) {
 
 std::vector<ParamShape> ModelArgs::params() const {
   using K = ParamShape::Kind;
-  const i64 D = hidden, q = heads * head_dim, kv = kv_heads * head_dim;
+  const Architecture& arch = architecture();
   std::vector<ParamShape> out;
-  auto add = [&](std::string name, i64 rows, i64 cols, int block, K kind) {
-    out.push_back({std::move(name), rows, cols, block, kind});
-  };
-  // A projection: its weight, then its bias when the architecture has one.
-  auto linear = [&](const std::string& name, i64 out_features, i64 in_features, int block, bool bias) {
-    add(name + ".weight", out_features, in_features, block, K::matrix);
-    if (bias) add(name + ".bias", out_features, 1, block, K::bias);
-  };
-  add("model.embed_tokens.weight", vocab_size, D, -1, K::matrix);
-  namespace n = llama_names;
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    auto name = [&](std::string_view suffix) { return p + std::string(suffix); };
-    add(name(n::input_norm), D, 1, l, K::norm);
-    linear(name(n::q), q, D, l, q_bias());
-    linear(name(n::k), kv, D, l, q_bias());
-    linear(name(n::v), kv, D, l, q_bias());
-    linear(name(n::o), D, q, l, o_bias());
-    if (qk_norm()) {
-      add(name(n::q_norm), head_dim, 1, l, K::norm);
-      add(name(n::k_norm), head_dim, 1, l, K::norm);
-    }
-    add(name(n::post_norm), D, 1, l, K::norm);
-    linear(name(n::gate), intermediate, D, l, mlp_bias);
-    linear(name(n::up), intermediate, D, l, mlp_bias);
-    linear(name(n::down), D, intermediate, l, mlp_bias);
-  }
-  add("model.norm.weight", D, 1, -1, K::norm);
-  if (!tie_embeddings) add("lm_head.weight", vocab_size, D, -1, K::matrix);
+  out.push_back({"model.embed_tokens.weight", vocab_size, hidden, -1, K::matrix});
+  for (int l = 0; l < layers; ++l) arch.block_params(*this, l, out);
+  out.push_back({"model.norm.weight", hidden, 1, -1, K::norm});
+  if (!tie_embeddings) out.push_back({"lm_head.weight", vocab_size, hidden, -1, K::matrix});
   return out;
 }
 
 double ModelArgs::flops_per_token(i64 seq_len) const {
-  return 6.0 * static_cast<double>(matmul_params()) +
+  return 6.0 * static_cast<double>(active_matmul_params()) +
          12.0 * static_cast<double>(layers * heads * head_dim) * static_cast<double>(seq_len);
 }
 
@@ -88,6 +58,13 @@ i64 ModelArgs::matmul_params() const {
   for (const auto& p : params())
     if (p.is_matrix() && p.name != "model.embed_tokens.weight") n += p.numel();
   return n + (tie_embeddings ? vocab_size * hidden : 0);
+}
+
+i64 ModelArgs::active_matmul_params() const {
+  const Architecture& arch = architecture();
+  i64 n = vocab_size * hidden;  // the LM head, tied or not
+  for (int l = 0; l < layers; ++l) n += arch.block_active_matmul_params(*this, l);
+  return n;
 }
 
 i64 ModelArgs::total_params() const {

@@ -1,7 +1,7 @@
-// What a model is, without LibTorch: the settings of a Llama / Qwen2 / Qwen3
-// decoder as HF's config.json states them, the presets, and the list of
-// parameters. The trainer builds its tensors from it and the planner its memory
-// model, so both read config.json the same way.
+// What a model is, without LibTorch: the settings of a decoder as HF's config.json
+// states them, the presets, and the list of parameters; what is specific to an
+// architecture comes from its folder (model/architecture.hpp, models/<name>/). The trainer builds its tensors
+// from it and the planner its memory model, so both read config.json the same way.
 //
 // The reader is strict on purpose: every key of config.json is either used,
 // known not to change what the model computes, or an error that names the file,
@@ -24,8 +24,7 @@ struct model_config_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Arch { llama, qwen2, qwen3 };
-std::string_view arch_name(Arch a);  // the HF model_type
+class Architecture;  // model/architecture.hpp
 
 // RoPE frequency scaling (HF's rope_scaling / rope_parameters).
 struct RopeScaling {
@@ -52,21 +51,8 @@ struct ParamShape {
   bool is_matrix() const { return kind == Kind::matrix; }
 };
 
-// The HF names of a Llama-family block's tensors, after "model.layers.{l}.": the one
-// spelling, for the parameter list (args.cpp) and the block that binds them
-// (models/llama/block.cpp). A projection's weight is NAME + ".weight", its bias
-// NAME + ".bias".
-namespace llama_names {
-inline constexpr std::string_view input_norm = "input_layernorm.weight";
-inline constexpr std::string_view q = "self_attn.q_proj", k = "self_attn.k_proj", v = "self_attn.v_proj",
-                                  o = "self_attn.o_proj";
-inline constexpr std::string_view q_norm = "self_attn.q_norm.weight", k_norm = "self_attn.k_norm.weight";
-inline constexpr std::string_view post_norm = "post_attention_layernorm.weight";
-inline constexpr std::string_view gate = "mlp.gate_proj", up = "mlp.up_proj", down = "mlp.down_proj";
-}  // namespace llama_names
-
 struct ModelArgs {
-  Arch arch = Arch::qwen3;
+  std::string model_type = "qwen3";  // config.json's: which architecture (architecture())
   std::int64_t vocab_size = 260;
   std::int64_t hidden = 128;
   std::int64_t layers = 2;
@@ -79,6 +65,8 @@ struct ModelArgs {
   std::int64_t max_positions = 32768;  // max_position_embeddings
   double rms_eps = 1e-6;
   bool tie_embeddings = true;
+  // The Llama family's settings (models/llama/), read and written by its folder.
+  bool qk_norm = true;          // RMSNorm on each head of q and k (qwen3)
   bool attention_bias = false;  // biases on q, k, v and o (llama, qwen3: attention_bias)
   bool qkv_bias = false;        // biases on q, k and v only (qwen2, always)
   bool mlp_bias = false;        // biases on gate, up and down (llama: mlp_bias)
@@ -86,7 +74,10 @@ struct ModelArgs {
   // back unchanged so that HF and vLLM stop generation where the source model did.
   std::string bos_token_id = "null", eos_token_id = "null", pad_token_id = "null";
 
-  bool qk_norm() const { return arch == Arch::qwen3; }
+  // The architecture of model_type (model/architecture.hpp); throws model_config_error
+  // when none reads it.
+  const Architecture& architecture() const;
+
   bool q_bias() const { return attention_bias || qkv_bias; }
   bool o_bias() const { return attention_bias; }
 
@@ -96,9 +87,11 @@ struct ModelArgs {
   // Parameters inside matmuls (what the MFU formula calls N): everything but norms,
   // biases and the input embedding (counted when tied, since it is the LM head).
   std::int64_t matmul_params() const;
+  // Of those, the ones a token is multiplied by (routed experts it skips excluded).
+  std::int64_t active_matmul_params() const;
   std::int64_t total_params() const;
   // Training FLOPs per token at `seq_len` tokens, as prime-rl's MFU counts them:
-  // 6 x matmul parameters + 12 x layers x heads x head_dim x seq_len (attention).
+  // 6 x active matmul parameters + 12 x layers x heads x head_dim x seq_len (attention).
   // The one formula for the trainer's MFU and the planner's.
   double flops_per_token(std::int64_t seq_len) const;
 
@@ -108,10 +101,8 @@ struct ModelArgs {
   double rope_attention_scaling() const;
 };
 
-// Presets by model.name: "primecfg/tiny" (the default run), "Qwen/Qwen3-0.6B", -1.7B,
-// -4B, -8B, -14B, -32B, "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
-// "meta-llama/Meta-Llama-3-8B", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"
-// (shapes and RoPE of the published config.json files).
+// Presets by model.name, the architectures' (model/architecture.hpp): "primecfg/tiny"
+// (the default run; "tiny" too) and published models' shapes (models/<name>/spec.cpp).
 std::optional<ModelArgs> preset(std::string_view name);
 std::vector<std::string> preset_names();
 // The local HF directory that model.name names: not a preset, and a folder holding

@@ -1,9 +1,13 @@
 // config.json, read strictly and written for checkpoints (model/config.hpp).
 #include "model/config.hpp"
 
+#include "model/architecture.hpp"
+#include "model/config_reader.hpp"
+
 #include "base/strict_json.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,78 +39,68 @@ const std::set<std::string, std::less<>>& metadata_keys() {
   return keys;
 }
 
-class ConfigReader {
- public:
-  ConfigReader(const json::value& root, std::string path) : root_(root), path_(std::move(path)) {}
+}  // namespace
 
-  [[noreturn]] void fail(std::string_view key, const std::string& what) const {
-    throw model_config_error(fmt::format("{}: \"{}\": {}", path_, key, what));
-  }
-  [[noreturn]] void fail_value(std::string_view key, const json::value& v, const std::string& what) const {
-    fail(key, fmt::format("{} (found {})", what, to_text(v)));
-  }
+void ConfigReader::fail(std::string_view key, const std::string& what) const {
+  throw model_config_error(fmt::format("{}: \"{}\": {}", path_, key, what));
+}
+void ConfigReader::fail_value(std::string_view key, const json::value& v, const std::string& what) const {
+  fail(key, fmt::format("{} (found {})", what, to_text(v)));
+}
 
-  // The value of a key, or nullptr when absent or null; marks the key as read.
-  const json::value* get(std::string_view key) {
-    seen_.emplace(key);
-    const json::value* v = json::find(root_, key);
-    return v && !v->is_null() ? v : nullptr;
-  }
-  bool has(std::string_view key) const { return json::find(root_, key) != nullptr; }
+const json::value* ConfigReader::get(std::string_view key) {
+  seen_.emplace(key);
+  const json::value* v = json::find(root_, key);
+  return v && !v->is_null() ? v : nullptr;
+}
 
-  i64 size(std::string_view key, std::optional<i64> fallback = std::nullopt) {
-    const json::value* v = get(key);
-    if (!v) {
-      if (fallback) return *fallback;
-      fail(key, "missing (a positive integer is required)");
-    }
-    const std::optional<i64> n = json::integer(*v);
-    if (!n) fail_value(key, *v, "must be a positive integer");
-    if (*n <= 0 || *n > (i64{1} << 31)) fail_value(key, *v, "must be a positive integer below 2^31");
-    return *n;
+i64 ConfigReader::size(std::string_view key, std::optional<i64> fallback) {
+  const json::value* v = get(key);
+  if (!v) {
+    if (fallback) return *fallback;
+    fail(key, "missing (a positive integer is required)");
   }
-  double positive(std::string_view key, double fallback) {
-    const json::value* v = get(key);
-    if (!v) return fallback;
-    if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
-      fail_value(key, *v, "must be a positive number");
-    return v->get<double>();
-  }
-  bool boolean(std::string_view key, bool fallback) {
-    const json::value* v = get(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail_value(key, *v, "must be true or false");
-    return v->get<bool>();
-  }
-  std::string string(std::string_view key, std::string fallback) {
-    const json::value* v = get(key);
-    if (!v) return fallback;
-    if (!v->is_string()) fail_value(key, *v, "must be a string");
-    return v->get<std::string>();
-  }
-  std::string raw(std::string_view key) {
-    const json::value* v = get(key);
-    return v ? to_text(*v) : "null";
-  }
+  const std::optional<i64> n = json::integer(*v);
+  if (!n) fail_value(key, *v, "must be a positive integer");
+  if (*n <= 0 || *n > (i64{1} << 31)) fail_value(key, *v, "must be a positive integer below 2^31");
+  return *n;
+}
 
-  // Every key not read yet is an error, unless it is metadata.
-  void reject_unread() const {
-    for (const auto& [key, v] : root_.items())
-      if (!seen_.count(key) && !metadata_keys().count(key))
-        fail_value(key, v,
-                   "primecfg-train does not know this key, so it cannot promise to compute what transformers "
-                   "computes with it");
-  }
+double ConfigReader::positive(std::string_view key, double fallback) {
+  const json::value* v = get(key);
+  if (!v) return fallback;
+  if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
+    fail_value(key, *v, "must be a positive number");
+  return v->get<double>();
+}
 
-  const std::string& path() const { return path_; }
+bool ConfigReader::boolean(std::string_view key, bool fallback) {
+  const json::value* v = get(key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) fail_value(key, *v, "must be true or false");
+  return v->get<bool>();
+}
 
- private:
-  const json::value& root_;
-  std::string path_;
-  std::set<std::string, std::less<>> seen_;
-};
+std::string ConfigReader::string(std::string_view key, std::string fallback) {
+  const json::value* v = get(key);
+  if (!v) return fallback;
+  if (!v->is_string()) fail_value(key, *v, "must be a string");
+  return v->get<std::string>();
+}
 
-// rope_theta and rope_scaling (transformers 4.x) or rope_parameters (5.x).
+std::string ConfigReader::raw(std::string_view key) {
+  const json::value* v = get(key);
+  return v ? to_text(*v) : "null";
+}
+
+void ConfigReader::reject_unread() const {
+  for (const auto& [key, v] : root_.items())
+    if (!seen_.count(key) && !metadata_keys().count(key))
+      fail_value(key, v,
+                 "primecfg-train does not know this key, so it cannot promise to compute what transformers "
+                 "computes with it");
+}
+
 void read_rope(ConfigReader& r, ModelArgs& a) {
   const json::value* scaling = r.get("rope_scaling");
   const json::value* params = r.get("rope_parameters");
@@ -211,8 +205,6 @@ void read_rope(ConfigReader& r, ModelArgs& a) {
                    fmt::format("is not a setting of rope type \"{}\" that primecfg-train implements", type));
 }
 
-}  // namespace
-
 // Published models have at most a few hundred.
 constexpr i64 max_layers = i64{1} << 16;
 
@@ -227,66 +219,21 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
   ConfigReader r(root, path);
   ModelArgs a;
 
-  const std::string type = r.string("model_type", "");
-  if (type == "llama")
-    a.arch = Arch::llama;
-  else if (type == "qwen2")
-    a.arch = Arch::qwen2;
-  else if (type == "qwen3")
-    a.arch = Arch::qwen3;
-  else if (type.empty())
-    r.fail("model_type", "missing (llama, qwen2 or qwen3)");
-  else
-    r.fail("model_type", fmt::format("\"{}\" is not supported (llama, qwen2, qwen3 are)", type));
-  const bool is_llama = a.arch == Arch::llama;
-
+  a.model_type = r.string("model_type", "");
+  const Architecture* arch = find_architecture(a.model_type);
+  if (!arch) {
+    std::vector<std::string_view> known;
+    for (const Architecture* x : architectures())
+      for (std::string_view t : x->model_types()) known.push_back(t);
+    r.fail("model_type", a.model_type.empty() ? fmt::format("missing ({})", fmt::join(known, ", "))
+                                              : fmt::format("\"{}\" is not supported ({} are)", a.model_type,
+                                                            fmt::join(known, ", ")));
+  }
   a.vocab_size = r.size("vocab_size");
   a.hidden = r.size("hidden_size");
   a.layers = r.size("num_hidden_layers");
   a.heads = r.size("num_attention_heads");
-  a.intermediate = r.size("intermediate_size");
-  // Absent: llama uses the attention heads, Qwen2/3's configs default to 32.
-  a.kv_heads = r.has("num_key_value_heads") && !r.get("num_key_value_heads")
-                   ? a.heads  // null: both fall back to the attention heads
-                   : r.size("num_key_value_heads", is_llama ? a.heads : 32);
-  // Absent: Qwen3's config defaults to 128, the others to hidden_size / heads.
-  a.head_dim = r.size("head_dim", a.arch == Arch::qwen3 ? 128 : a.hidden / a.heads);
-  a.max_positions = r.size("max_position_embeddings", is_llama ? 2048 : 32768);
-  a.rms_eps = r.positive("rms_norm_eps", 1e-6);
-  a.tie_embeddings = r.boolean("tie_word_embeddings", false);
-  read_rope(r, a);
-
-  if (const std::string act = r.string("hidden_act", "silu"); act != "silu")
-    r.fail("hidden_act", fmt::format("\"{}\" is not implemented (the MLP is SwiGLU: silu)", act));
-  if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->get<double>() == 0.0))
-    r.fail_value("attention_dropout", *v, "only 0.0 is implemented");
-  if (a.arch == Arch::qwen2) {
-    a.qkv_bias = true;  // Qwen2's q, k and v projections always have biases, o has none
-  } else {
-    a.attention_bias = r.boolean("attention_bias", false);
-  }
-  if (is_llama) {
-    a.mlp_bias = r.boolean("mlp_bias", false);
-    // Splits the projections into slices in transformers 4.x: the same sums.
-    if (r.get("pretraining_tp")) r.size("pretraining_tp");
-  } else {
-    // Sliding-window attention is off unless use_sliding_window; then the window
-    // size and max_window_layers have no effect.
-    if (r.boolean("use_sliding_window", false))
-      r.fail("use_sliding_window", "true is not implemented (sliding-window attention)");
-    if (const json::value* w = r.get("sliding_window"); w && !w->is_number())
-      r.fail_value("sliding_window", *w, "must be an integer or null");
-    if (const json::value* m = r.get("max_window_layers"); m && !m->is_number())
-      r.fail_value("max_window_layers", *m, "must be an integer");
-    if (const json::value* lt = r.get("layer_types")) {
-      if (!lt->is_array() || static_cast<i64>(lt->size()) != a.layers)
-        r.fail_value("layer_types", *lt,
-                     fmt::format("must list num_hidden_layers = {} layer types", a.layers));
-      for (const auto& t : *lt)
-        if (!t.is_string() || t.get<std::string>() != "full_attention")
-          r.fail_value("layer_types", t, "only \"full_attention\" layers are implemented");
-    }
-  }
+  arch->read_config(r, a);
   a.bos_token_id = r.raw("bos_token_id");
   a.eos_token_id = r.raw("eos_token_id");
   a.pad_token_id = r.raw("pad_token_id");
@@ -306,10 +253,12 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
   // billions of tensors (and an int overflow in params()).
   if (a.layers > max_layers)
     r.fail("num_hidden_layers", fmt::format("{} layers; more than {} is refused", a.layers, max_layers));
+  std::vector<ParamShape> block;
+  arch->block_params(a, 0, block);
+  double block_numel = 0;
+  for (const auto& p : block) block_numel += static_cast<double>(p.rows) * static_cast<double>(p.cols);
   if (static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden) * 2 +
-          static_cast<double>(a.layers) *
-              (static_cast<double>(a.hidden) * static_cast<double>(a.heads + a.kv_heads) * a.head_dim * 2 +
-               3.0 * static_cast<double>(a.hidden) * static_cast<double>(a.intermediate)) >
+          static_cast<double>(a.layers) * block_numel >
       std::ldexp(1.0, 46))
     r.fail("num_hidden_layers", "the model would have more than 2^46 parameters");
   if (a.rope_scaling.type == RopeScaling::Type::yarn && a.rope_scaling.original_max_positions <= 0)
@@ -333,12 +282,11 @@ ModelArgs read_hf_config(const fs::path& path) {
   return parse_hf_config(ss.str(), path.string());
 }
 
-std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
-  using json::ordered;
+json::ordered rope_scaling_json(const ModelArgs& a) {
   // Doubles stay doubles ("10000.0", not "10000": transformers' config classes
   // type-check some fields); nlohmann writes the shortest text that reads back as
   // the same double.
-  ordered rope = nullptr;
+  json::ordered rope = nullptr;
   const auto& s = a.rope_scaling;
   switch (s.type) {
     case RopeScaling::Type::none:
@@ -365,35 +313,16 @@ std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
       if (s.mscale_all_dim) rope["mscale_all_dim"] = *s.mscale_all_dim;
       break;
   }
-  ordered out = {
-      {"architectures",
-       {a.arch == Arch::llama   ? "LlamaForCausalLM"
-        : a.arch == Arch::qwen2 ? "Qwen2ForCausalLM"
-                                : "Qwen3ForCausalLM"}},
-      {"model_type", arch_name(a.arch)},
-      {"vocab_size", a.vocab_size},
-      {"hidden_size", a.hidden},
-      {"num_hidden_layers", a.layers},
-      {"num_attention_heads", a.heads},
-      {"num_key_value_heads", a.kv_heads},
-      {"head_dim", a.head_dim},
-      {"intermediate_size", a.intermediate},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", a.max_positions},
-      {"rope_theta", a.rope_theta},
-      {"rope_scaling", rope},
-      {"rms_norm_eps", a.rms_eps},
-      {"tie_word_embeddings", a.tie_embeddings},
-      {"attention_dropout", 0.0},
-  };
-  if (a.arch != Arch::qwen2) out["attention_bias"] = a.attention_bias;
-  if (a.arch == Arch::llama) out["mlp_bias"] = a.mlp_bias;
-  if (a.arch != Arch::llama) out["use_sliding_window"] = false;
+  return rope;
+}
+
+std::string hf_config_json(const ModelArgs& a, std::string_view torch_dtype) {
+  json::ordered out = a.architecture().write_config(a);
   // Token ids as config.json wrote them (JSON text), read again so that only JSON is written.
   for (const auto& [key, text] :
        {std::pair{"bos_token_id", &a.bos_token_id}, std::pair{"eos_token_id", &a.eos_token_id},
         std::pair{"pad_token_id", &a.pad_token_id}})
-    out[key] = ordered(json::parse(*text));
+    out[key] = json::ordered(json::parse(*text));
   out["torch_dtype"] = torch_dtype;
   return json::dump(out, 2) + "\n";
 }
@@ -404,19 +333,22 @@ std::vector<std::string> computation_differences(const ModelArgs& a, std::string
   auto differ = [&](std::string_view key, const auto& x, const auto& y) {
     if (x != y) out.push_back(fmt::format("{}: {} in {}, {} in {}", key, x, a_name, y, b_name));
   };
-  differ("model_type", arch_name(a.arch), arch_name(b.arch));
+  differ("model_type", a.model_type, b.model_type);
   differ("vocab_size", a.vocab_size, b.vocab_size);
   differ("hidden_size", a.hidden, b.hidden);
   differ("num_hidden_layers", a.layers, b.layers);
   differ("num_attention_heads", a.heads, b.heads);
   differ("num_key_value_heads", a.kv_heads, b.kv_heads);
   differ("head_dim", a.head_dim, b.head_dim);
-  differ("intermediate_size", a.intermediate, b.intermediate);
   differ("rope_theta", a.rope_theta, b.rope_theta);
   differ("rms_norm_eps", a.rms_eps, b.rms_eps);
   differ("tie_word_embeddings", a.tie_embeddings, b.tie_embeddings);
-  differ("attention_bias", a.attention_bias, b.attention_bias);
-  differ("mlp_bias", a.mlp_bias, b.mlp_bias);
+  // The architecture's own keys, when both are of one architecture (else model_type differs).
+  if (&a.architecture() == &b.architecture()) {
+    const auto ka = a.architecture().computation_keys(a), kb = b.architecture().computation_keys(b);
+    for (std::size_t i = 0; i < std::min(ka.size(), kb.size()); ++i)
+      differ(ka[i].first, ka[i].second, kb[i].second);
+  }
   const RopeScaling &r = a.rope_scaling, &q = b.rope_scaling;
   differ("rope_scaling.rope_type", rope_type_name(r.type), rope_type_name(q.type));
   if (r.type == q.type && r.type != RopeScaling::Type::none) {

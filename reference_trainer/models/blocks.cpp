@@ -1,18 +1,60 @@
-// Each architecture's block (nn/block.hpp's make_block): one line per architecture.
+// Each architecture's block (nn/block.hpp's make_block): one line per architecture in
+// the product, beside models/registry.cpp's line for its description.
+#include "model/architecture.hpp"
 #include "models/llama/block.hpp"
 
 #include <fmt/format.h>
 
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
 namespace primecfg::train {
 
+namespace {
+
+template <class B>
+std::unique_ptr<Block> make(const ModelArgs&, int layer, const ParamLookup& find) {
+  return std::make_unique<B>(layer, find);
+}
+
+std::vector<std::pair<std::string_view, BlockMaker>> product() { return {{"llama", &make<LlamaBlock>}}; }
+
+std::mutex& added_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::pair<std::string, BlockMaker>>& added() {
+  static std::vector<std::pair<std::string, BlockMaker>> a;
+  return a;
+}
+
+BlockMaker find_maker(std::string_view architecture) {
+  for (const auto& [name, maker] : product())
+    if (name == architecture) return maker;
+  const std::lock_guard lock(added_mutex());
+  for (const auto& [name, maker] : added())
+    if (name == architecture) return maker;
+  return nullptr;
+}
+
+}  // namespace
+
+bool has_block(std::string_view architecture) { return find_maker(architecture) != nullptr; }
+
+void add_block(std::string_view architecture, BlockMaker maker) {
+  if (has_block(architecture))
+    throw std::logic_error(fmt::format("add_block: \"{}\" has a block already", architecture));
+  const std::lock_guard lock(added_mutex());
+  added().emplace_back(std::string(architecture), maker);
+}
+
 std::unique_ptr<Block> make_block(const ModelArgs& args, int layer, const ParamLookup& find) {
-  switch (args.arch) {
-    case Arch::llama:
-    case Arch::qwen2:
-    case Arch::qwen3:
-      return std::make_unique<LlamaBlock>(layer, find);
-  }
-  throw std::logic_error(fmt::format("make_block: no block for architecture {}", arch_name(args.arch)));
+  const std::string_view name = args.architecture().name();
+  if (BlockMaker maker = find_maker(name)) return maker(args, layer, find);
+  throw std::logic_error(
+      fmt::format("make_block: architecture \"{}\" has no block (models/blocks.cpp)", name));
 }
 
 }  // namespace primecfg::train

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace primecfg::train {
 
@@ -38,8 +39,16 @@ using ParamLookup = std::function<torch::Tensor(const std::string& name)>;
 
 // Block `layer` of `args`' architecture, holding handles to its parameters (found with
 // `find`, which must outlive nothing: the handles share the parameters' storage).
-// Defined in models/blocks.cpp, where each architecture's block is listed.
+// Defined in models/blocks.cpp, where each architecture's block is listed by the
+// architecture's name (model/architecture.hpp); a missing one is a std::logic_error.
 std::unique_ptr<Block> make_block(const ModelArgs& args, int layer, const ParamLookup& find);
+
+using BlockMaker = std::unique_ptr<Block> (*)(const ModelArgs& args, int layer, const ParamLookup& find);
+// Whether the architecture of that name has a block.
+bool has_block(std::string_view architecture);
+// Adds the block of an architecture from outside the product (a test's, beside its
+// add_architecture). Throws std::logic_error when it has one already.
+void add_block(std::string_view architecture, BlockMaker maker);
 
 // The block under activation checkpointing: the forward keeps only x (in `offload` when
 // given, as checkpointed block number `slot`); the backward runs the block again and

@@ -126,25 +126,10 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
   return 0;
 }
 
-// What an RMSNorm over `width` elements keeps per row, besides its FP32 rstd: the fused
-// kernel (CUDA) keeps its input; LibTorch's composite fallback (CPU) keeps an FP32 copy
-// of the input and the FP32 normalised values.
-i64 norm_saved(i64 width, i64 dt, bool fused) { return fused ? width * dt : 8 * width; }
-
 }  // namespace
 
-BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu) {
-  const i64 D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
-  BlockBytes b{};
-  b.attn_norm = norm_saved(D, dt, fused_norm) + 4;  // x, rstd
-  b.qkv_in = D * dt;                                // rmsnorm(x)
-  b.qk_norm = s.qk_norm() ? norm_saved(q + kv, dt, fused_norm) + (s.heads + s.kv_heads) * 4
-                          : 0;                              // q, k before their norms, rstd
-  b.sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;             // q, k, v, out, lse
-  b.mlp_norm = norm_saved(D, dt, fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
-  // gate, silu(gate) (not with the fused kernel), up, product
-  b.mlp = (fused_swiglu && dt == 2 ? 3 : 4) * I * dt;
-  return b;
+BlockMemory block_memory(const Workload& w) {
+  return w.s.architecture().block_memory(w.s, {w.dt, w.a.fused_rms_norm, w.a.fused_swiglu});
 }
 
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq) {
@@ -157,7 +142,6 @@ namespace {
 MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const auto& s = w.s;
   const i64 dt = w.dt, N = w.N, D = s.hidden, V = s.vocab_size;
-  const i64 q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, I = s.intermediate;
   const DeviceState on_device = mode.device_state();
   const i64 blk = device_rounding(w);
   Builder b;
@@ -274,8 +258,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   b.add("init_draw", 4 * max_n, "fp32 random draw of the largest parameter at startup");
 
   // --- Activations of one micro-batch ----------------------------------------
-  const BlockBytes bb = block_bytes(s, dt, w.a.fused_rms_norm, w.a.fused_swiglu);
-  const i64 full_tok = bb.full(), ckpt_tok = D * dt;
+  const BlockMemory bm = block_memory(w);
+  const i64 full_tok = bm.saved, ckpt_tok = D * dt;
   const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
   const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;
   // Activation offloading keeps a window of block inputs on the device, in the forward
@@ -309,7 +293,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
 
   // --- LM head + cross-entropy (nn/transformer.cpp's LinearCrossEntropy) ------------
   const i64 c = w.ce_chunk;
-  b.add("final_norm", N * (norm_saved(D, dt, w.a.fused_rms_norm) + 4), "input of the final RMSNorm + rstd");
+  b.add("final_norm", N * (rms_norm_saved(D, dt, w.a.fused_rms_norm) + 4),
+        "input of the final RMSNorm + rstd");
   b.add("hidden", N * D * dt, "final hidden states (input of the LM head)");
   b.add("ce_grad_h", N * D * dt, "gradient w.r.t. the hidden states, filled chunk by chunk");
   if (mode.loss_walk(w) == LossWalk::vocabulary) {
@@ -353,14 +338,7 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   b.add("ce_backward", 2 * (N * D * dt + V * D * dt), "saved LM-head gradients and their scaled copies");
 
   // --- Backward ----------------------------------------------------------------
-  // MLP stage of a block's backward: the residual gradient plus two N x I gradients
-  // (mul backward); attention stage: dq/dk/dv, an fp32 dq accumulator, softmax_d, GQA
-  // expansion, with the MLP's activations already freed.
-  const i64 mlp_stage = N * (D + 2 * I) * dt;
-  const i64 attn_stage =
-      N * ((D + 2 * q + 2 * kv) * dt + 4 * q + 4 * s.heads + (s.heads != s.kv_heads ? 2 * q * dt : 0)) -
-      N * (bb.mlp + bb.mlp_norm);
-  b.add("backward_temps", std::max(mlp_stage, attn_stage), "gradients in flight inside one block's backward");
+  b.add("backward_temps", N * bm.backward_temps, "gradients in flight inside one block's backward");
   // The tied embedding's gradient from the LM head waits for the embedding's own.
   b.add(
       "embed_grad", (s.tie_embeddings ? 2 : 1) * V * D * dt,

@@ -6,6 +6,7 @@
 // planner/memory_model.hpp, which includes this header. docs/memory-planner.md derives every term.
 #pragma once
 
+#include "model/architecture.hpp"
 #include "optim/state.hpp"
 #include "planner/planner.hpp"
 
@@ -82,16 +83,9 @@ int moment_count(const OptInfo& o, const ParamShape& p);
 i64 model_bytes(const Workload& w);
 i64 largest_numel(const Workload& w);
 
-// Bytes one block keeps for backward, per token (nn/transformer.cpp's block_forward under
-// autograd, with the CUDA kernels: fused RMSNorm saves its input and an FP32 rstd per
-// row; SDPA saves q, k, v, its output and an FP32 logsumexp per head; RoPE saves only
-// the shared cos/sin tables; the matmuls save their activation input).
-struct BlockBytes {
-  i64 attn_norm, qkv_in, qk_norm, sdpa, mlp_norm, mlp;
-  i64 full() const { return attn_norm + qkv_in + qk_norm + sdpa + mlp_norm + mlp; }
-};
-
-BlockBytes block_bytes(const ModelShape& s, i64 dt, bool fused_norm, bool fused_swiglu = false);
+// One block's activation terms per token (its architecture's, model/architecture.hpp),
+// with the kernels and the dtype of this workload.
+BlockMemory block_memory(const Workload& w);
 
 // Blocks whose activations are checkpointed (none without model.ac).
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq);

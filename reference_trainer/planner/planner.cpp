@@ -24,8 +24,7 @@ namespace fs = std::filesystem;
 using i64 = std::int64_t;
 
 // From the memory model (memory.hpp).
-using detail::block_bytes;
-using detail::BlockBytes;
+using detail::block_memory;
 using detail::checkpointed_blocks;
 using detail::optimizer_info;
 using detail::plan_mode;
@@ -297,10 +296,9 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.shard_world = w.shard_world;
   p.assumptions = w.a;
 
-  const BlockBytes bb = block_bytes(shape, w.dt, a.fused_rms_norm, a.fused_swiglu);
   auto& act = p.activations;
   act.tokens = w.N;
-  act.per_block_full = w.N * bb.full();
+  act.per_block_full = w.N * block_memory(w).saved;
   act.per_block_checkpointed = w.N * shape.hidden * w.dt;
   act.saved_without_ac = shape.layers * act.per_block_full;
   const i64 n_ckpt = checkpointed_blocks(shape.layers, true, w.ac_freq);

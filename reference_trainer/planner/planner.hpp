@@ -154,6 +154,9 @@ struct MemoryPlan {
 // block is smaller (larger) than any measured one and takes the nearest one's.
 enum class Coverage { measured, interpolated, smaller, larger };
 Coverage block_coverage(const MachineProfile& p, const ModelShape& s);
+// The profile's key for the blocks of s (architecture and shape; tokens and times unset):
+// what --calibrate writes and the step model looks up.
+BlockTiming block_key(const ModelShape& s);
 
 // One rank's predicted step in one mode (step_time.cpp; docs/memory-planner.md,
 // "Step time"), from a machine profile. Seconds per optimizer step, all micro-batches.

@@ -50,6 +50,7 @@ struct ProfileProvenance {
 
 // One transformer block's shape, run by the trainer on `tokens` tokens (one sequence).
 struct BlockTiming {
+  std::string architecture = "llama";  // its folder, models/<name>/ (model/architecture.hpp)
   std::int64_t hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool qk_norm = false;
   std::int64_t tokens = 0;
@@ -58,13 +59,14 @@ struct BlockTiming {
 
   // The same weights and attention layout (the timing's length may differ).
   bool same_shape(const BlockTiming& o) const {
-    return hidden == o.hidden && intermediate == o.intermediate && heads == o.heads &&
-           kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm;
+    return architecture == o.architecture && hidden == o.hidden && intermediate == o.intermediate &&
+           heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm;
   }
 
   static constexpr auto fields() {
     using B = BlockTiming;
-    return describe(field(&B::hidden, "Hidden size.", ge(1)),
+    return describe(field(&B::architecture, "The block's architecture: its folder, models/<name>/."),
+                    field(&B::hidden, "Hidden size.", ge(1)),
                     field(&B::intermediate, "MLP intermediate size.", ge(1)),
                     field(&B::heads, "Query heads.", ge(1)), field(&B::kv_heads, "Key/value heads.", ge(1)),
                     field(&B::head_dim, "Head dimension.", ge(1)),

@@ -62,7 +62,7 @@ std::string shape_line(const Plan& p) {
   const auto& s = p.shape;
   return fmt::format("{:.2f}M params: {} blocks, hidden {}, {}/{} heads x {}, MLP {}, vocab {}{}{}",
                      static_cast<double>(p.params) / 1e6, s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
-                     s.intermediate, s.vocab_size, s.qk_norm() ? ", QK-norm" : "",
+                     s.intermediate, s.vocab_size, s.qk_norm ? ", QK-norm" : "",
                      s.tie_embeddings ? ", tied embeddings" : "");
 }
 
@@ -455,7 +455,7 @@ std::string format_json(const Plan& p, const Advice* advice) {
         {"kv_heads", s.kv_heads},
         {"head_dim", s.head_dim},
         {"intermediate", s.intermediate},
-        {"qk_norm", s.qk_norm()},
+        {"qk_norm", s.qk_norm},
         {"tie_embeddings", s.tie_embeddings}}},
       {"micro_batch_size", p.micro_batch},
       {"seq_len", p.seq_len},

@@ -8,6 +8,8 @@
 // the reduce-scatters beside the backward; activation offloading its copies beside both.
 #include "planner/step_time.hpp"
 
+#include "model/architecture.hpp"
+
 #include "planner/memory_model.hpp"
 #include "planner/step_model.hpp"
 
@@ -23,19 +25,26 @@ namespace primecfg::train::plan::detail {
 
 namespace {
 
-// Matmul FLOPs of one block per token (forward): q, k, v, o and the MLP's three.
-double block_matmul_flops(std::int64_t D, std::int64_t I, std::int64_t H, std::int64_t K, std::int64_t dh) {
-  const double d = static_cast<double>(D);
-  return 2.0 * (d * static_cast<double>((H + 2 * K) * dh) + static_cast<double>(H * dh) * d +
-                3.0 * d * static_cast<double>(I));
+// Matmul FLOPs of one block per token (forward), as its architecture counts them.
+double block_matmul_flops(const ModelShape& s) {
+  return 2.0 * static_cast<double>(s.architecture().block_active_matmul_params(s, 0));
 }
 
-bool same_block(const BlockTiming& b, const ModelShape& s) {
-  BlockTiming key;
-  key.hidden = s.hidden, key.intermediate = s.intermediate, key.heads = s.heads, key.kv_heads = s.kv_heads;
-  key.head_dim = s.head_dim, key.qk_norm = s.qk_norm();
-  return b.same_shape(key);
+// A measured block as a model of that block's shape, for its architecture to count.
+ModelShape shape_of(const BlockTiming& b) {
+  const Architecture* arch = find_architecture_named(b.architecture);
+  if (!arch)
+    throw plan_error(fmt::format(
+        "the profile has a block of architecture \"{}\", which this build does not have", b.architecture));
+  ModelShape s;
+  s.model_type = std::string(arch->model_types().front());
+  s.hidden = b.hidden, s.intermediate = b.intermediate, s.heads = b.heads, s.kv_heads = b.kv_heads;
+  s.head_dim = b.head_dim, s.qk_norm = b.qk_norm;
+  return s;
 }
+double block_matmul_flops(const BlockTiming& b) { return block_matmul_flops(shape_of(b)); }
+
+bool same_block(const BlockTiming& b, const ModelShape& s) { return b.same_shape(block_key(s)); }
 
 bool same_head(const HeadTiming& h, const ModelShape& s) {
   HeadTiming key;
@@ -118,7 +127,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
         std::max(0.1 * b.backward_s,
                  b.backward_s - 2.5 * attn / attention_rate(p, b.tokens, b.head_dim, true))};
   };
-  const double flops = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim);
+  const double flops = block_matmul_flops(s);
   const Coverage coverage = block_coverage(p, s);
   double rest_f = 0, rest_b = 0;  // seconds per token outside attention
   const BlockTiming* blk = nullptr;
@@ -131,7 +140,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
     // This shape's throughput from the measured ones, by matmul FLOPs per token.
     std::vector<std::pair<double, double>> fwd_rate, bwd_rate;
     for (const auto& b : p.gpu.blocks) {
-      const double x = block_matmul_flops(b.hidden, b.intermediate, b.heads, b.kv_heads, b.head_dim);
+      const double x = block_matmul_flops(b);
       const auto [f, bw] = rest_of(b);
       fwd_rate.emplace_back(x, x * static_cast<double>(b.tokens) / f);
       bwd_rate.emplace_back(x, x * static_cast<double>(b.tokens) / bw);
@@ -148,6 +157,13 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
     c.unsure.push_back(
         fmt::format("block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}",
                     s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, how));
+    const auto arch = s.architecture().name();
+    if (std::none_of(p.gpu.blocks.begin(), p.gpu.blocks.end(),
+                     [&](const BlockTiming& b) { return b.architecture == arch; }))
+      c.unsure.push_back(fmt::format(
+          "the profile has no block of architecture \"{}\": its matmul throughput is that of other "
+          "architectures' blocks of as many FLOPs (--calibrate on this model measures its own)",
+          arch));
   }
   const double attn_f = attention_forward_flops(s, w.B, w.T);
   const double N = static_cast<double>(w.N);
@@ -273,14 +289,22 @@ double cpu_update_under_copies(double alone_s, double busy_s, double copy_bytes,
 
 namespace primecfg::train::plan {
 
+BlockTiming block_key(const ModelShape& s) {
+  BlockTiming key;
+  key.architecture = std::string(s.architecture().name());
+  key.hidden = s.hidden, key.intermediate = s.intermediate, key.heads = s.heads, key.kv_heads = s.kv_heads;
+  key.head_dim = s.head_dim, key.qk_norm = s.qk_norm;
+  return key;
+}
+
 Coverage block_coverage(const MachineProfile& p, const ModelShape& s) {
   using detail::block_matmul_flops;
   for (const auto& b : p.gpu.blocks)
     if (detail::same_block(b, s)) return Coverage::measured;
-  const double flops = block_matmul_flops(s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim);
+  const double flops = block_matmul_flops(s);
   bool below = false, above = false;
   for (const auto& b : p.gpu.blocks) {
-    const double x = block_matmul_flops(b.hidden, b.intermediate, b.heads, b.kv_heads, b.head_dim);
+    const double x = block_matmul_flops(b);
     below = below || x <= flops;
     above = above || x >= flops;
   }

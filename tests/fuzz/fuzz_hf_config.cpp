@@ -30,9 +30,9 @@ bool same_opt(const std::optional<double>& a, const std::optional<double>& b) {
 
 bool same(const ModelArgs& a, const ModelArgs& b) {
   const RopeScaling &r = a.rope_scaling, &s = b.rope_scaling;
-  return a.arch == b.arch && a.vocab_size == b.vocab_size && a.hidden == b.hidden && a.layers == b.layers &&
-         a.heads == b.heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim &&
-         a.intermediate == b.intermediate && a.rope_theta == b.rope_theta &&
+  return a.model_type == b.model_type && a.qk_norm == b.qk_norm && a.vocab_size == b.vocab_size &&
+         a.hidden == b.hidden && a.layers == b.layers && a.heads == b.heads && a.kv_heads == b.kv_heads &&
+         a.head_dim == b.head_dim && a.intermediate == b.intermediate && a.rope_theta == b.rope_theta &&
          a.max_positions == b.max_positions && a.rms_eps == b.rms_eps &&
          a.tie_embeddings == b.tie_embeddings && a.attention_bias == b.attention_bias &&
          a.qkv_bias == b.qkv_bias && a.mlp_bias == b.mlp_bias && a.bos_token_id == b.bos_token_id &&

@@ -13,7 +13,7 @@ inline primecfg::train::plan::ModelShape hand_shape() {
   s.kv_heads = 1;
   s.head_dim = 4;
   s.intermediate = 16;
-  s.arch = primecfg::train::Arch::qwen3;
+  s.model_type = "qwen3", s.qk_norm = true;
   s.tie_embeddings = true;
   return s;
 }

@@ -337,7 +337,7 @@ TEST_CASE("planner: allocator rounding") {
   s.vocab_size = 10;
   s.layers = 1;
   s.intermediate = 12;
-  s.arch = primecfg::train::Arch::llama;
+  s.model_type = "llama", s.qk_norm = false;
   s.tie_embeddings = false;
   auto a = exact();
   a.pinned_pow2 = true;
@@ -554,7 +554,7 @@ TEST_CASE("planner: an HF directory is read like the trainer reads it") {
   cfg.model.debug->random_init = true;  // no safetensors: the trainer draws weights
   auto shape = plan::resolve_model(cfg.model);
   CHECK(shape.head_dim == 16);
-  CHECK_FALSE(shape.qk_norm());
+  CHECK_FALSE(shape.qk_norm);
   CHECK_FALSE(shape.tie_embeddings);
   CHECK(real_params(cfg) == planned_params(shape));
 

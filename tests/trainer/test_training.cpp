@@ -2,6 +2,7 @@
 // checkpoints cross modes, model-only resume keeps weights bit-identical, and
 // an HF-style directory loads.
 #include "base/remove_tree.hpp"
+#include "bit_identical.hpp"
 #include "base/safetensors.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
@@ -94,16 +95,6 @@ Diff compare(const RunResult& a, const RunResult& b, std::size_t steps = SIZE_MA
           d.weight_abs, static_cast<double>(std::fabs(a.weights[i].second[k] - b.weights[i].second[k])));
   }
   return d;
-}
-
-bool bit_identical(const std::vector<std::pair<std::string, std::vector<float>>>& a,
-                   const std::vector<std::pair<std::string, std::vector<float>>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].first != b[i].first || a[i].second.size() != b[i].second.size() ||
-        std::memcmp(a[i].second.data(), b[i].second.data(), a[i].second.size() * 4) != 0)
-      return false;
-  return true;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "models/llama/block.hpp"
 
+#include "models/llama/names.hpp"
+
 #include "nn/kernels/fused_ops.hpp"
 
 #include <fmt/format.h>
@@ -51,8 +53,8 @@ Tensor LlamaBlock::forward(const BlockContext& c, const Tensor& x) const {
   Tensor k = project(h, w.wk, w.bk).view({B, T, a.kv_heads, a.head_dim});
   Tensor v = project(h, w.wv, w.bv).view({B, T, a.kv_heads, a.head_dim});
   // QK-norm (where the architecture has it), then RoPE.
-  q = fused::norm_rope(q, a.qk_norm() ? w.q_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
-  k = fused::norm_rope(k, a.qk_norm() ? w.k_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
+  q = fused::norm_rope(q, a.qk_norm ? w.q_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
+  k = fused::norm_rope(k, a.qk_norm ? w.k_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
   v = v.transpose(1, 2);
   Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);

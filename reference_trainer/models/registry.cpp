@@ -1,0 +1,70 @@
+// The architectures (model/architecture.hpp): one line per architecture in the product,
+// beside models/blocks.cpp's line for its block.
+#include "model/architecture.hpp"
+#include "model/config.hpp"
+#include "models/llama/spec.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+
+namespace primecfg::train {
+
+namespace {
+
+std::vector<const Architecture*> product() { return {&llama_architecture()}; }
+
+std::mutex& added_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const Architecture*>& added() {
+  static std::vector<const Architecture*> a;
+  return a;
+}
+
+}  // namespace
+
+std::vector<const Architecture*> architectures() {
+  std::vector<const Architecture*> all = product();
+  const std::lock_guard lock(added_mutex());
+  all.insert(all.end(), added().begin(), added().end());
+  return all;
+}
+
+const Architecture* find_architecture(std::string_view model_type) {
+  for (const Architecture* a : architectures()) {
+    const auto types = a->model_types();
+    if (std::find(types.begin(), types.end(), model_type) != types.end()) return a;
+  }
+  return nullptr;
+}
+
+const Architecture* find_architecture_named(std::string_view name) {
+  for (const Architecture* a : architectures())
+    if (a->name() == name) return a;
+  return nullptr;
+}
+
+void add_architecture(const Architecture& a) {
+  if (find_architecture_named(a.name()))
+    throw std::logic_error(fmt::format("add_architecture: \"{}\" is taken", a.name()));
+  for (std::string_view t : a.model_types())
+    if (find_architecture(t))
+      throw std::logic_error(fmt::format("add_architecture: model_type \"{}\" is taken", t));
+  const std::lock_guard lock(added_mutex());
+  added().push_back(&a);
+}
+
+std::int64_t Architecture::block_active_matmul_params(const ModelArgs& a, int layer) const {
+  std::vector<ParamShape> ps;
+  block_params(a, layer, ps);
+  std::int64_t n = 0;
+  for (const auto& p : ps)
+    if (p.is_matrix()) n += p.numel();
+  return n;
+}
+
+}  // namespace primecfg::train
