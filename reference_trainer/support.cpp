@@ -37,9 +37,10 @@ constexpr FieldDecision decisions[] = {
      "one process: the weights are whole, nothing is sharded"},
     {"model.cp", refused, "context parallelism"},
     {"model.cp_style", no_effect, "context parallelism is not implemented"},
-    {"model.deepep_num_sms", no_effect, "there are no experts"},
-    {"model.deepep_token_chunk_size", no_effect, "there are no experts"},
-    {"model.moe_use_grouped_mm", no_effect, "there are no experts"},
+    {"model.deepep_num_sms", no_effect, "only DeepEP reads it, and that is not implemented"},
+    {"model.deepep_token_chunk_size", no_effect, "only DeepEP reads it, and that is not implemented"},
+    {"model.moe_use_grouped_mm", used,
+     "routed experts: grouped GEMM, or one matmul per expert (an error on a model without them)"},
     {"model.compile", refused, "torch.compile"},
     {"model.compile.fullgraph", no_effect, "there is no torch.compile in LibTorch"},
     {"model.ac.freq", used, "which blocks are recomputed"},
@@ -61,11 +62,13 @@ constexpr FieldDecision decisions[] = {
     {"model.vlm", refused, "vision-language models"},
     {"model.debug.num_layers", used, "the blocks built"},
     {"model.debug.random_init", used, "random weights instead of the HF ones"},
-    {"model.debug.force_balanced_routing", refused, "MoE routing"},
+    {"model.debug.force_balanced_routing", used,
+     "routed experts: tokens spread round-robin (an error on a model without them)"},
     {"model.conversion_dir", refused, "checkpoint conversion"},
-    {"model.moe_router_dtype", refused, "MoE routing"},
-    {"model.moe_fused_kernel", refused, "MoE routing"},
-    {"model.freeze_moe_router", refused, "MoE routing"},
+    {"model.moe_router_dtype", used,
+     "the router's gate GEMM dtype (an error on a model without routed experts)"},
+    {"model.moe_fused_kernel", refused, "a fused MoE kernel"},
+    {"model.freeze_moe_router", refused, "freezing the MoE router"},
     {"model.index_cache", refused, "sparse attention"},
 
     {"dist_timeout_seconds",
@@ -248,12 +251,12 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
 
   if (m.cp > 1)
     c.refuse("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
-  // ep = "auto" picks the degree from the experts there are: none here, so 1.
+  // ep = "auto" depends on the model (routed experts or not): the trainer and the planner
+  // resolve it once they have read the model, and refuse a degree above 1.
   if (m.ep.is_number() && m.ep.number() > 1)
     c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
   // The mesh's rules (distributed/mesh.cpp); the degrees refused above are not checked twice.
-  // No model this trainer reads has routed experts (model/hf_config.cpp refuses their
-  // keys), so ep = "auto" is 1, as the comment on model.ep above says.
+  // Without the model, ep = "auto" is taken as 1 here (see above).
   std::vector<MeshProblem> mesh;
   resolve_mesh(MeshRequest::of(m, world, /*has_experts=*/false), mesh);
   for (const auto& p : mesh)
@@ -292,16 +295,13 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
            "runs as scaled_dot_product_attention (its flash kernel on CUDA where it applies); the "
            "results are those of exact attention either way");
   if (m.ep_comm_backend != EpCommBackend::torch)
-    c.refuse("model.ep_comm_backend", "there are no experts in primecfg-train (DeepEP)");
-  if (m.moe_fused_kernel || m.freeze_moe_router || m.moe_router_dtype != Dtype::float32)
-    c.refuse(m.moe_fused_kernel    ? refused_path("model.moe_fused_kernel")
-             : m.freeze_moe_router ? refused_path("model.freeze_moe_router")
-                                   : refused_path("model.moe_router_dtype"),
-             "there is no MoE routing in primecfg-train");
+    c.refuse("model.ep_comm_backend", "DeepEP " + not_impl + "; set ep_comm_backend = \"torch\"");
+  if (m.moe_fused_kernel)
+    c.refuse("model.moe_fused_kernel", "the fused MoE kernel " + not_impl + "; set false");
+  if (m.freeze_moe_router)
+    c.refuse("model.freeze_moe_router", "freezing the MoE router " + not_impl + "; set false");
   if (m.index_cache) c.refuse("model.index_cache", "sparse attention " + not_impl);
   if (m.conversion_dir) c.refuse("model.conversion_dir", "checkpoint conversion " + not_impl);
-  if (m.debug && m.debug->force_balanced_routing)
-    c.refuse("model.debug.force_balanced_routing", "there is no MoE routing in primecfg-train");
   if (m.compile && c.explicitly_set("model.compile"))
     c.refuse("model.compile", "torch.compile does not exist in LibTorch; set compile = \"None\"");
   if (m.seq_len) {

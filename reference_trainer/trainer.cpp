@@ -193,10 +193,23 @@ class Trainer {
           "optim.type = \"muon\" with {} ranks: Muon orthogonalizes whole matrices, and each rank holds a "
           "piece of every parameter; use adamw, sgd or sign_sgd, or run one process",
           opts_.launch.world));
-    // The config check has refused what the mesh cannot be (support.cpp); no model read
-    // here has routed experts, so ep = "auto" is 1.
-    const MeshDims mesh =
-        resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, /*has_experts=*/false));
+    // The config check has refused what the mesh cannot be (support.cpp). ep = "auto"
+    // depends on whether the model has routed experts; a model that does not resolve
+    // fails in load_model, with its own message.
+    bool has_experts = false;
+    try {
+      has_experts = resolve_model(cfg_.model.name).args.moe.has_value();
+    } catch (const model_config_error&) {
+    }
+    const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, has_experts));
+    if (mesh.ep > 1)
+      throw run_error(
+          fmt::format("model.ep: expert parallelism ({} for a model with routed experts on {} ranks, as "
+                      "prime-rl resolves it) "
+                      "is not implemented by primecfg-train; set ep = 1",
+                      cfg_.model.ep.is_number() ? fmt::format("ep = {}", mesh.ep)
+                                                : fmt::format("ep = \"auto\", resolved to {}", mesh.ep),
+                      opts_.launch.world));
     pg_ = std::make_unique<ProcessGroup>(opts_.launch, mesh, setup_.device,
                                          std::chrono::seconds(cfg_.dist_timeout_seconds),
                                          opts_.dist.backend == DistBackend::gloo);
@@ -309,9 +322,11 @@ class Trainer {
         cfg_.data);
     torch::manual_seed(static_cast<std::uint64_t>(seed));
     const bool from_hf = model.hf_dir && !(cfg_.model.debug && cfg_.model.debug->random_init);
+    const MoeSettings moe = moe_settings(model.args);
     if (!pg_) {
       model_ = std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
                                              static_cast<std::uint64_t>(seed));
+      model_->set_moe_settings(moe);
       if (from_hf) model_->load_hf_weights(*model.hf_dir);
       return;
     }
@@ -330,8 +345,35 @@ class Trainer {
                                         if (hf) hf->load(p);
                                         sharding_->adopt(i, p);
                                       });
+    model_->set_moe_settings(moe);
     if (hf) hf->finish();
     sharding_->attach(*model_);
+  }
+
+  // How routed experts run: model.moe_use_grouped_mm, model.moe_router_dtype,
+  // model.debug.force_balanced_routing. On a model without routed experts a value other
+  // than the default would do nothing, so it is an error that names the field.
+  MoeSettings moe_settings(const ModelArgs& args) const {
+    const auto& m = cfg_.model;
+    const bool balanced = m.debug && m.debug->force_balanced_routing;
+    if (!args.moe) {
+      const char* field = !m.moe_use_grouped_mm                  ? "model.moe_use_grouped_mm"
+                          : m.moe_router_dtype != Dtype::float32 ? "model.moe_router_dtype"
+                          : balanced                             ? "model.debug.force_balanced_routing"
+                                                                 : nullptr;
+      if (field)
+        throw run_error(
+            fmt::format("{}: {} has no routed experts (model_type {}), so this setting would do nothing",
+                        field, m.name, args.model_type));
+      return {};
+    }
+    MoeSettings s;
+    s.top_k = args.moe->top_k;
+    s.norm_topk_prob = args.moe->norm_topk_prob;
+    s.router_dtype = m.moe_router_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
+    s.grouped = m.moe_use_grouped_mm;
+    s.force_balanced = balanced;
+    return s;
   }
 
   void load_data() {

@@ -10,6 +10,7 @@
 #include "base/strict_json.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,6 +42,17 @@ struct BlockMemory {
   std::int64_t backward_temps = 0;  // the gradients in flight inside its backward, at their peak
 };
 
+// Where a parameter lies in a checkpoint that fuses several of them into one tensor
+// (transformers 5's experts.gate_up_proj [E, 2I, D]): rows [row_begin, row_begin + rows)
+// of slice `index` along the first dimension of `tensor`, whose shape must be
+// `tensor_shape` (so that every slice of it is some parameter's).
+struct HfSlice {
+  std::string tensor;
+  std::vector<std::int64_t> tensor_shape;
+  std::int64_t index = 0;
+  std::int64_t row_begin = 0, rows = 0;
+};
+
 class Architecture {
  public:
   virtual ~Architecture() = default;
@@ -69,6 +81,10 @@ class Architecture {
   // and the step model's FLOPs): every matrix of the block unless an architecture
   // routes tokens past some of them.
   virtual std::int64_t block_active_matmul_params(const ModelArgs& a, int layer) const;
+
+  // Where parameter `name` lies in the fused layout of a checkpoint that does not hold it
+  // by name; nullopt when the architecture has no such layout (the default).
+  virtual std::optional<HfSlice> hf_fused_source(const ModelArgs& a, std::string_view name) const;
 
   // The planner's terms for one block (nn/block.hpp's Block::forward under autograd).
   virtual BlockMemory block_memory(const ModelArgs& a, const BlockKernels& k) const = 0;

@@ -14,6 +14,11 @@ namespace primecfg::train {
 namespace fs = std::filesystem;
 using i64 = std::int64_t;
 
+bool MoeArgs::routed(i64 layer) const {
+  return experts > 0 && std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end() &&
+         (layer + 1) % sparse_step == 0;
+}
+
 const Architecture& ModelArgs::architecture() const {
   if (const Architecture* a = find_architecture(model_type)) return *a;
   throw model_config_error(fmt::format("model_type \"{}\": no architecture reads it", model_type));

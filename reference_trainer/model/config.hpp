@@ -51,6 +51,20 @@ struct ParamShape {
   bool is_matrix() const { return kind == Kind::matrix; }
 };
 
+// Routed experts (a Mixture-of-Experts decoder's sparse MLPs), as config.json states them.
+struct MoeArgs {
+  std::int64_t experts = 0;                // num_experts (transformers 5: num_local_experts too)
+  std::int64_t top_k = 0;                  // num_experts_per_tok
+  std::int64_t intermediate = 0;           // moe_intermediate_size: each expert's SwiGLU width
+  std::int64_t sparse_step = 1;            // decoder_sparse_step
+  std::vector<std::int64_t> dense_layers;  // mlp_only_layers: blocks with a dense MLP instead
+  bool norm_topk_prob = false;             // the top-k routing weights renormalised to sum to 1
+  double router_aux_loss_coef = 0.001;     // kept for config.json; the loss has no auxiliary term
+  // Block `layer` routes its tokens to experts (transformers' rule): not listed in
+  // dense_layers, and (layer + 1) a multiple of sparse_step.
+  bool routed(std::int64_t layer) const;
+};
+
 struct ModelArgs {
   std::string model_type = "qwen3";  // config.json's: which architecture (architecture())
   std::int64_t vocab_size = 260;
@@ -70,6 +84,8 @@ struct ModelArgs {
   bool attention_bias = false;  // biases on q, k, v and o (llama, qwen3: attention_bias)
   bool qkv_bias = false;        // biases on q, k and v only (qwen2, always)
   bool mlp_bias = false;        // biases on gate, up and down (llama: mlp_bias)
+  // Routed experts (qwen3_moe); absent in a dense model.
+  std::optional<MoeArgs> moe;
   // Token ids as config.json wrote them (JSON text: a number, a list or null), written
   // back unchanged so that HF and vLLM stop generation where the source model did.
   std::string bos_token_id = "null", eos_token_id = "null", pad_token_id = "null";

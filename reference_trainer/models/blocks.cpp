@@ -2,6 +2,7 @@
 // the product, beside models/registry.cpp's line for its description.
 #include "model/architecture.hpp"
 #include "models/llama/block.hpp"
+#include "models/qwen3_moe/block.hpp"
 
 #include <fmt/format.h>
 
@@ -19,7 +20,13 @@ std::unique_ptr<Block> make(const ModelArgs&, int layer, const ParamLookup& find
   return std::make_unique<B>(layer, find);
 }
 
-std::vector<std::pair<std::string_view, BlockMaker>> product() { return {{"llama", &make<LlamaBlock>}}; }
+std::unique_ptr<Block> make_qwen3_moe(const ModelArgs& args, int layer, const ParamLookup& find) {
+  return std::make_unique<Qwen3MoeBlock>(args, layer, find);
+}
+
+std::vector<std::pair<std::string_view, BlockMaker>> product() {
+  return {{"llama", &make<LlamaBlock>}, {"qwen3_moe", &make_qwen3_moe}};
+}
 
 std::mutex& added_mutex() {
   static std::mutex m;

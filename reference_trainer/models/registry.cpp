@@ -3,6 +3,7 @@
 #include "model/architecture.hpp"
 #include "model/config.hpp"
 #include "models/llama/spec.hpp"
+#include "models/qwen3_moe/spec.hpp"
 
 #include <fmt/format.h>
 
@@ -14,7 +15,7 @@ namespace primecfg::train {
 
 namespace {
 
-std::vector<const Architecture*> product() { return {&llama_architecture()}; }
+std::vector<const Architecture*> product() { return {&llama_architecture(), &qwen3_moe_architecture()}; }
 
 std::mutex& added_mutex() {
   static std::mutex m;
@@ -65,6 +66,10 @@ std::int64_t Architecture::block_active_matmul_params(const ModelArgs& a, int la
   for (const auto& p : ps)
     if (p.is_matrix()) n += p.numel();
   return n;
+}
+
+std::optional<HfSlice> Architecture::hf_fused_source(const ModelArgs&, std::string_view) const {
+  return std::nullopt;
 }
 
 }  // namespace primecfg::train

@@ -8,6 +8,7 @@
 
 #include "model/config.hpp"
 #include "nn/activation_offload.hpp"
+#include "nn/moe.hpp"
 
 #include <torch/torch.h>
 
@@ -25,6 +26,7 @@ struct BlockContext {
   const ModelArgs* args;
   torch::Tensor cos, sin;
   std::optional<torch::Tensor> mask;
+  const MoeSettings* moe = nullptr;  // how routed experts run (the trainer's model.moe_* fields)
 };
 
 class Block {

@@ -3,6 +3,7 @@
 #include "nn/hf_weights.hpp"
 
 #include "base/strict_json.hpp"
+#include "model/architecture.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -134,6 +135,7 @@ torch::Tensor HfWeights::as_tensor(const Found& t) const {
 void HfWeights::load(NamedParam& p) {
   torch::NoGradGuard no_grad;
   auto it = weights_.tensors.find(p.name);
+  if (it == weights_.tensors.end() && load_fused(p)) return;
   if (it == weights_.tensors.end())
     throw std::runtime_error(
         fmt::format("{}: tensor {} not found in the *.safetensors files (config.json "
@@ -161,7 +163,25 @@ void HfWeights::load(NamedParam& p) {
   }
 }
 
+bool HfWeights::load_fused(NamedParam& p) {
+  const std::optional<HfSlice> src = args_.architecture().hf_fused_source(args_, p.name);
+  if (!src) return false;
+  auto it = weights_.tensors.find(src->tensor);
+  if (it == weights_.tensors.end()) return false;
+  const auto& shape = it->second.info->shape;
+  if (shape != src->tensor_shape)
+    throw std::runtime_error(
+        fmt::format("{}: tensor {} has shape [{}], config.json implies [{}] (it holds {})",
+                    it->second.file->path().string(), src->tensor, fmt::join(shape, ", "),
+                    fmt::join(src->tensor_shape, ", "), p.name));
+  p.tensor.detach().copy_(as_tensor(it->second)[src->index].narrow(0, src->row_begin, src->rows));
+  fused_used_.insert(src->tensor);
+  return true;
+}
+
 void HfWeights::finish() {
+  // A fused tensor was all parameters: each of its slices is one, and every parameter loaded.
+  for (const auto& name : fused_used_) weights_.tensors.erase(name);
   if (!weights_.tensors.empty()) {
     std::vector<std::string> names;
     for (const auto& [name, t] : weights_.tensors) names.push_back(name);

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,14 @@ class HfWeights {
  private:
   using Found = WeightFileSet::Found;
   torch::Tensor as_tensor(const Found& t) const;
+  // p from a fused tensor of the files (model/architecture.hpp's hf_fused_source); false
+  // when the architecture has no fused source for it or the files lack that tensor.
+  bool load_fused(NamedParam& p);
 
   std::filesystem::path dir_;
   ModelArgs args_;
-  WeightFileSet weights_;  // its tensors: those not loaded yet
+  WeightFileSet weights_;             // its tensors: those not loaded yet
+  std::set<std::string> fused_used_;  // fused tensors some parameters were sliced from
 };
 
 }  // namespace primecfg::train

@@ -106,7 +106,7 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     cos = cos * scaling;
     sin = sin * scaling;
   }
-  BlockContext ctx{&a, cos.to(dtype_), sin.to(dtype_), in.mask};
+  BlockContext ctx{&a, cos.to(dtype_), sin.to(dtype_), in.mask, &moe_settings_};
 
   TORCH_CHECK(!offload || ac_freq == 1, "activation offloading needs every block checkpointed (ac_freq 1)");
   before(-1);

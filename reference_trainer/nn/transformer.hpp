@@ -42,6 +42,9 @@ class Transformer {
               const ParamBuilt& built = {});
 
   const ModelArgs& args() const { return args_; }
+  // How routed experts run (model.moe_use_grouped_mm and the like); the model's own
+  // settings (top_k, norm_topk_prob) come from args().moe.
+  void set_moe_settings(const MoeSettings& s) { moe_settings_ = s; }
   std::vector<NamedParam>& params() { return params_; }
   const torch::Tensor& param(std::string_view name) const;
   torch::Device device() const { return device_; }
@@ -120,6 +123,7 @@ class Transformer {
 
  private:
   ModelArgs args_;
+  MoeSettings moe_settings_;
   torch::Device device_;
   torch::ScalarType dtype_;
   std::vector<NamedParam> params_;

@@ -11,8 +11,10 @@ checkpoint, transformers loads that folder, and its logits equal primecfg-train'
 on it. Saved with a smaller --save.max-shard-bytes, the weights are split into the
 files and index that huggingface_hub's split_torch_state_dict_into_shards gives for
 transformers' state dict (what save_pretrained and prime-rl write), and both
-programs read that folder. Finally, keys and tensors the trainer does not implement
-are refused by name.
+programs read that folder. For Qwen3 and Qwen3-MoE, one SGD step's update is transformers'
+gradient, parameter by parameter, and Qwen3-MoE's experts load from transformers 5's
+fused layout as well. Finally, keys and tensors the trainer does not implement are
+refused by name.
 
 usage: hf_parity_test.py PRIMECFG_TRAIN
 """
@@ -71,7 +73,7 @@ def rope(kind, theta=10000.0):
     raise ValueError(kind)
 
 
-L, Q2, Q3 = transformers.LlamaConfig, transformers.Qwen2Config, transformers.Qwen3Config
+L, Q2, Q3, Q3M = transformers.LlamaConfig, transformers.Qwen2Config, transformers.Qwen3Config, transformers.Qwen3MoeConfig
 CASES = {
     "llama-default": lambda: small(L, head_dim=16, rope_parameters=rope("default")),
     "llama-linear": lambda: small(L, head_dim=16, rope_parameters=rope("linear", 500000.0)),
@@ -86,6 +88,16 @@ CASES = {
     "qwen3": lambda: small(Q3, head_dim=16, rope_parameters=rope("default", 1000000.0)),
     "qwen3-tied-bias-yarn": lambda: small(
         Q3, head_dim=16, attention_bias=True, tie_word_embeddings=True, rope_parameters=rope("yarn")
+    ),
+    # Routed experts: 8 of them, top-2, the second of three blocks dense (mlp_only_layers).
+    "qwen3_moe": lambda: small(
+        Q3M, head_dim=16, num_hidden_layers=3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+        mlp_only_layers=[1], norm_topk_prob=True, rope_parameters=rope("default", 1000000.0)
+    ),
+    # Every other block routed (decoder_sparse_step), the top-k weights not renormalised, tied.
+    "qwen3_moe-sparse-step-tied": lambda: small(
+        Q3M, head_dim=16, num_hidden_layers=4, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32,
+        decoder_sparse_step=2, norm_topk_prob=False, tie_word_embeddings=True, rope_parameters=rope("yarn")
     ),
 }
 
@@ -105,12 +117,31 @@ def perturb(model):
 
 
 def legacy_layout(path):
-    """Rewrites config.json as transformers 4.x wrote it: rope_theta and rope_scaling."""
+    """Rewrites config.json as transformers 4.x wrote it: rope_theta and rope_scaling (and
+    num_experts, which transformers 5 writes as num_local_experts)."""
     cfg = json.load(open(path))
+    if "num_local_experts" in cfg:
+        cfg["num_experts"] = cfg.pop("num_local_experts")
     params = cfg.pop("rope_parameters")
     cfg["rope_theta"] = params.pop("rope_theta")
     cfg["rope_scaling"] = None if params["rope_type"] == "default" else params
     json.dump(cfg, open(path, "w"), indent=2)
+
+
+def fused_layout(d):
+    """Rewrites a Qwen3-MoE folder's per-expert tensors in transformers 5's fused layout:
+    experts.gate_up_proj [E, 2I, D] (each expert's gate rows, then its up rows) and
+    experts.down_proj [E, D, I]."""
+    path = os.path.join(d, "model.safetensors")
+    t = load_file(path)
+    blocks = sorted({k.split(".mlp.experts.")[0] for k in t if ".mlp.experts." in k})
+    for b in blocks:
+        n = len({k.split(".")[5] for k in t if k.startswith(b + ".mlp.experts.")})
+        ex = lambda e, proj: t.pop(f"{b}.mlp.experts.{e}.{proj}.weight")
+        gate_up = [torch.cat([ex(e, "gate_proj"), ex(e, "up_proj")]) for e in range(n)]
+        t[f"{b}.mlp.experts.gate_up_proj"] = torch.stack(gate_up).contiguous()
+        t[f"{b}.mlp.experts.down_proj"] = torch.stack([ex(e, "down_proj") for e in range(n)]).contiguous()
+    save_file(t, path, metadata={"format": "pt"})
 
 
 def records(vocab, n=3):
@@ -120,7 +151,7 @@ def records(vocab, n=3):
     return [{"input_ids": torch.randint(0, vocab, (k,), generator=g).tolist()} for k in lengths]
 
 
-def write_run(work, model_dir, data, extra=""):
+def write_run(work, model_dir, data, extra="", optim="lr = 1e-2"):
     jsonl = os.path.join(work, "data.jsonl")
     with open(jsonl, "w") as f:
         for r in data:
@@ -142,7 +173,7 @@ micro_batch_size = {len(data)}
 pack = false
 shuffle = false
 [optim]
-lr = 1e-2
+{optim}
 {extra}"""
         )
     return toml
@@ -196,6 +227,8 @@ def split_checkpoint(name, work, model_dir, data, model, trained):
     split of transformers' state dict (without the tied head, as save_pretrained drops it),
     the same tensors as the one-file checkpoint, and a folder both programs read."""
     tied = model.config.tie_word_embeddings
+    if model.config.model_type == "qwen3_moe":
+        return split_moe_checkpoint(name, work, model_dir, data, trained)
     hf_order = {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     limit = sum(v.numel() * v.element_size() for v in hf_order.values()) // 4 + 1
     work = os.path.join(work, "split")
@@ -220,6 +253,83 @@ def split_checkpoint(name, work, model_dir, data, model, trained):
     return compare(name + " (split)", dump(work, step, data), step), len(want.filename_to_tensors)
 
 
+def gradient_check(name, work, model_dir, data, model):
+    """One SGD step of learning rate 1 (no momentum, decay or clipping) leaves w - g in the
+    checkpoint, so w0 - w1 is primecfg-train's gradient of the batch's loss (the sum of its
+    tokens' cross-entropies over their count), compared with transformers' gradient of the
+    same loss, parameter by parameter (a fused expert tensor split per expert). The bound:
+    1e-4 of the parameter's largest gradient element. FP32 sums in another order give about
+    1e-6; the subtraction w0 - w1 is rounded to the weights' ulp (6e-8 at the perturbed
+    norms' 1.3), which is 1e-5 of the smallest parameters' gradients here (measured: 4e-6
+    to 2.3e-5 of the largest over the four cases)."""
+    work = os.path.join(work, "grad")
+    os.makedirs(work)
+    sgd = 'type = "sgd"\nlr = 1.0\nmomentum = 0.0\nnesterov = false\nweight_decay = 0.0\nmax_norm = "None"'
+    run_train(write_run(work, model_dir, data, "[ckpt]\n", optim=sgd))
+    w0 = load_file(os.path.join(model_dir, "model.safetensors"))
+    w1 = load_file(os.path.join(work, "out", "checkpoints", "step_1", "model.safetensors"))
+    model.zero_grad()
+    total = sum(len(r["input_ids"]) - 1 for r in data)
+    loss = 0
+    for r in data:
+        ids = torch.tensor(r["input_ids"])[None]
+        logits = model(input_ids=ids).logits[0, :-1]
+        loss = loss + torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum")
+    (loss / total).backward()
+    ref = {}
+    for k, p in model.named_parameters():
+        if k.endswith("experts.gate_up_proj"):
+            half = p.grad.shape[1] // 2
+            for e in range(p.grad.shape[0]):
+                ref[k.replace("gate_up_proj", f"{e}.gate_proj.weight")] = p.grad[e, :half]
+                ref[k.replace("gate_up_proj", f"{e}.up_proj.weight")] = p.grad[e, half:]
+        elif k.endswith("experts.down_proj"):
+            for e in range(p.grad.shape[0]):
+                ref[k.replace("down_proj", f"{e}.down_proj.weight")] = p.grad[e]
+        else:
+            ref[k] = p.grad
+    if model.config.tie_word_embeddings:
+        ref.pop("lm_head.weight", None)
+    if sorted(ref) != sorted(w1):
+        raise AssertionError(f"{name}: the checkpoint's tensors {sorted(set(w1) ^ set(ref))} differ from transformers'")
+    worst, where = 0.0, ""
+    for k, g in ref.items():
+        ours = w0[k] - w1[k]
+        err = (ours - g).abs().max().item() / max(g.abs().max().item(), 1e-30)
+        if err > worst:
+            worst, where = err, k
+    if not worst <= 1e-4:
+        raise AssertionError(f"{name}: gradient of {where} differs from transformers' by {worst:.3g} of its largest")
+    return worst
+
+
+def split_moe_checkpoint(name, work, model_dir, data, trained):
+    """transformers 5 holds a block's experts fused (experts.gate_up_proj) and splits them
+    back per expert in an order of its own when it saves, so huggingface_hub's split of its
+    state dict is no oracle for the files here. What holds: several files whose index
+    names every tensor of the one-file checkpoint once, the same tensors, and a folder
+    that transformers and primecfg-train read as the same model."""
+    total = sum(v.numel() * v.element_size() for v in trained.values())
+    work = os.path.join(work, "split")
+    os.makedirs(work)
+    run_train(write_run(work, model_dir, data, "[ckpt]\n"), f"--save.max-shard-bytes={total // 4 + 1}")
+    step = os.path.join(work, "out", "checkpoints", "step_1")
+    with open(os.path.join(step, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    files = sorted(set(index["weight_map"].values()))
+    if len(files) < 2 or "model.safetensors" in os.listdir(step):
+        raise AssertionError(f"{name}: expected several weight files in {step}")
+    got = {}
+    for file in files:
+        held = load_file(os.path.join(step, file))
+        if any(index["weight_map"][k] != file for k in held):
+            raise AssertionError(f"{name}: {file} holds tensors its index puts elsewhere")
+        got.update(held)
+    if got.keys() != trained.keys() or any(not torch.equal(got[k], trained[k]) for k in got):
+        raise AssertionError(f"{name}: the split checkpoint's tensors differ from the one-file checkpoint's")
+    return compare(name + " (split)", dump(work, step, data), step), len(files)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="hf-parity-")
     failures = []
@@ -238,6 +348,13 @@ def main():
             shutil.copytree(model_dir, legacy_dir)
             legacy_layout(os.path.join(legacy_dir, "config.json"))
             err4 = compare(name + " (4.x config)", dump(work, legacy_dir, data), model_dir)
+            fused = ""
+            if model.config.model_type == "qwen3_moe":
+                # transformers 5's fused expert tensors read as the per-expert ones.
+                fused_dir = os.path.join(work, "hf-fused")
+                shutil.copytree(model_dir, fused_dir)
+                fused_layout(fused_dir)
+                fused = f", {compare(name + ' (fused experts)', dump(work, fused_dir, data), model_dir):.2e} (fused experts)"
             # Round trip: a checkpoint of one training step is an HF directory of the trained model.
             toml = write_run(work, model_dir, data, "[ckpt]\n")
             run_train(toml)
@@ -248,8 +365,11 @@ def main():
             if not moved > 0:
                 raise AssertionError(f"{name}: the checkpoint holds the untrained weights")
             errs, files = split_checkpoint(name, work, model_dir, data, model, trained)
-            print(f"ok {name}: {err:.2e} (5.x config), {err4:.2e} (4.x config), {errt:.2e} (round trip), "
-                  f"{errs:.2e} (in {files} files)")
+            grads = ""
+            if model.config.model_type in ("qwen3", "qwen3_moe"):
+                grads = f", {gradient_check(name, work, model_dir, data, model):.2e} (gradients)"
+            print(f"ok {name}: {err:.2e} (5.x config), {err4:.2e} (4.x config){fused}, {errt:.2e} (round trip), "
+                  f"{errs:.2e} (in {files} files){grads}")
         except AssertionError as e:
             failures.append(str(e))
             print(f"FAIL {e}")
@@ -261,9 +381,9 @@ def main():
     model = transformers.AutoModelForCausalLM.from_config(CASES["llama-default"](), dtype=torch.float32)
     model.save_pretrained(base)
 
-    def variant(tag, edit_config=None, edit_tensors=None, edit_folder=None):
+    def variant(tag, edit_config=None, edit_tensors=None, edit_folder=None, src=None):
         d = os.path.join(work, tag)
-        shutil.copytree(base, d)
+        shutil.copytree(src or base, d)
         if edit_folder:
             edit_folder(d)
         if edit_config:
@@ -327,6 +447,48 @@ def main():
         except (AssertionError, FileNotFoundError) as e:
             failures.append(str(e))
             print(f"FAIL {e}")
+    # Qwen3-MoE's own: its keys and its expert tensors, by name.
+    moe_base = os.path.join(work, "moe-base")
+    moe = transformers.AutoModelForCausalLM.from_config(CASES["qwen3_moe"](), dtype=torch.float32)
+    moe.save_pretrained(moe_base)
+
+    def fewer_fused_experts(d):
+        fused_layout(d)
+        t = load_file(os.path.join(d, "model.safetensors"))
+        t["model.layers.0.mlp.experts.down_proj"] = t["model.layers.0.mlp.experts.down_proj"][:7].contiguous()
+        save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+    moe_refusals = [
+        # transformers would add its auxiliary load-balancing loss; prime-rl and we do not.
+        ("router logits", dict(edit_config=lambda c: c.update(output_router_logits=True)), '"output_router_logits"'),
+        ("top-k above experts", dict(edit_config=lambda c: c.update(num_experts_per_tok=9)), '"num_experts_per_tok"'),
+        ("dense layer out of range", dict(edit_config=lambda c: c.update(mlp_only_layers=[3])), '"mlp_only_layers"'),
+        (
+            "two expert counts",
+            dict(edit_config=lambda c: c.update(num_experts=4)),
+            '"num_experts"',
+        ),
+        (
+            "missing expert",
+            dict(edit_tensors=lambda t: t.pop("model.layers.2.mlp.experts.7.up_proj.weight")),
+            "model.layers.2.mlp.experts.7.up_proj.weight",
+        ),
+        (
+            "router of a dense block",
+            dict(edit_tensors=lambda t: t.update({"model.layers.1.mlp.gate.weight": torch.zeros(8, 64)})),
+            "model.layers.1.mlp.gate.weight",
+        ),
+        ("fused experts of another count", dict(edit_folder=fewer_fused_experts), "model.layers.0.mlp.experts.down_proj"),
+    ]
+    for what, edits, needle in moe_refusals:
+        try:
+            tag = "moe_" + what.replace(" ", "_")
+            expect_error(os.path.join(work, tag) + "-run", variant(tag, src=moe_base, **edits), needle, what)
+            print(f"ok refused: {what}")
+        except (AssertionError, FileNotFoundError) as e:
+            failures.append(str(e))
+            print(f"FAIL {e}")
+
     # A token id outside the vocabulary names the data file and line.
     d = os.path.join(work, "oov-run")
     os.makedirs(d)

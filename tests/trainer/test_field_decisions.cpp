@@ -215,8 +215,6 @@ TEST_CASE("field decisions: check_support and check_rl_only do what the tables s
   m.moe_fused_kernel = true;
   m.index_cache = IndexCacheConfig{};
   m.conversion_dir = "converted";
-  m.debug = ModelDebugConfig{};
-  m.debug->force_balanced_routing = true;
   m.seq_len = 999;
   auto& d = std::get<SFTDataConfig>(a.data);
   d.name = "elsewhere/dataset";
@@ -253,7 +251,6 @@ TEST_CASE("field decisions: check_support and check_rl_only do what the tables s
   b.run.name = "exp";
   b.monitors.file = std::nullopt;
   SFTConfig c;
-  c.model.moe_router_dtype = Dtype::bfloat16;
   SFTConfig f;
   FakeDataConfig fake;
   fake.seed = 3;

@@ -97,3 +97,27 @@ TEST_CASE("presets: Llama 3.1 and 3.2 carry their llama3 RoPE scaling, Llama 3 d
   CHECK(f31.front() == f3.front());
   CHECK(f31.back() == doctest::Approx(f3.back() / 8.0));
 }
+
+TEST_CASE("Qwen3-MoE presets: transformers' parameter counts, and MFU counts the experts a token uses") {
+  // Qwen3MoeForCausalLM of these configs on the meta device (transformers 5.24): 30,532,122,624
+  // and 235,093,634,560 parameters.
+  const auto a3b = primecfg::train::preset("Qwen/Qwen3-30B-A3B");
+  const auto a22b = primecfg::train::preset("Qwen/Qwen3-235B-A22B");
+  REQUIRE(a3b);
+  REQUIRE(a22b);
+  CHECK(a3b->total_params() == 30532122624);
+  CHECK(a22b->total_params() == 235093634560);
+  // Per routed block: q, k, v, o (18,874,368), the router (128 x 2048) and 8 of 128 experts'
+  // three 768 x 2048 projections; then the LM head: 3.04 B of the 3.3 B "activated" (the
+  // embedding is the rest).
+  const std::int64_t block = 18874368 + 128 * 2048 + 8 * 3 * 768 * 2048;
+  CHECK(a3b->active_matmul_params() == 48 * block + 151936 * 2048);
+  CHECK(a3b->flops_per_token(4096) == 6.0 * (48 * block + 151936 * 2048) + 12.0 * 48 * 32 * 128 * 4096);
+  // transformers' rule for which blocks route: not in mlp_only_layers, (i + 1) % step == 0.
+  primecfg::train::MoeArgs m;
+  m.experts = 4, m.sparse_step = 2, m.dense_layers = {3};
+  CHECK_FALSE(m.routed(0));
+  CHECK(m.routed(1));
+  CHECK_FALSE(m.routed(3));
+  CHECK(m.routed(5));
+}

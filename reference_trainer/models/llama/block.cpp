@@ -1,7 +1,6 @@
 #include "models/llama/block.hpp"
 
 #include "models/llama/names.hpp"
-
 #include "nn/kernels/fused_ops.hpp"
 
 #include <fmt/format.h>
@@ -20,33 +19,33 @@ Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
   return b.defined() ? at::linear(x, w, b) : torch::matmul(x, w.t());
 }
 
-}  // namespace
-
-LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) {
-  namespace n = llama_names;
-  const std::string p = fmt::format("model.layers.{}.", layer);
-  auto get = [&](std::string_view name, std::string_view suffix = "") {
+// Block `layer`'s tensor NAME + SUFFIX; undefined when the model has none.
+auto block_lookup(int layer, const ParamLookup& find) {
+  return [p = fmt::format("model.layers.{}.", layer), &find](std::string_view name,
+                                                             std::string_view suffix = "") {
     return find(p + std::string(name) + std::string(suffix));
   };
-  auto& b = w_;
-  b.in_norm = get(n::input_norm);
-  b.wq = get(n::q, ".weight"), b.bq = get(n::q, ".bias");
-  b.wk = get(n::k, ".weight"), b.bk = get(n::k, ".bias");
-  b.wv = get(n::v, ".weight"), b.bv = get(n::v, ".bias");
-  b.wo = get(n::o, ".weight"), b.bo = get(n::o, ".bias");
-  b.q_norm = get(n::q_norm);
-  b.k_norm = get(n::k_norm);
-  b.post_norm = get(n::post_norm);
-  b.w_gate = get(n::gate, ".weight"), b.b_gate = get(n::gate, ".bias");
-  b.w_up = get(n::up, ".weight"), b.b_up = get(n::up, ".bias");
-  b.w_down = get(n::down, ".weight"), b.b_down = get(n::down, ".bias");
 }
 
-Tensor LlamaBlock::forward(const BlockContext& c, const Tensor& x) const {
-  const BlockWeights& w = w_;
+}  // namespace
+
+AttentionWeights::AttentionWeights(int layer, const ParamLookup& find) {
+  namespace n = llama_names;
+  auto get = block_lookup(layer, find);
+  in_norm = get(n::input_norm);
+  wq = get(n::q, ".weight"), bq = get(n::q, ".bias");
+  wk = get(n::k, ".weight"), bk = get(n::k, ".bias");
+  wv = get(n::v, ".weight"), bv = get(n::v, ".bias");
+  wo = get(n::o, ".weight"), bo = get(n::o, ".bias");
+  q_norm = get(n::q_norm);
+  k_norm = get(n::k_norm);
+  post_norm = get(n::post_norm);
+}
+
+Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, const Tensor& x) {
   const auto& a = *c.args;
   const auto B = x.size(0), T = x.size(1);
-  // Attention. The norms, RoPE and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
+  // The norms, RoPE and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
   // (kernels/fused_ops.hpp), ATen's operators elsewhere.
   Tensor h = fused::rms_norm(x, w.in_norm, a.rms_eps);
   Tensor q = project(h, w.wq, w.bq).view({B, T, a.heads, a.head_dim});
@@ -59,11 +58,23 @@ Tensor LlamaBlock::forward(const BlockContext& c, const Tensor& x) const {
   Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);
   o = o.transpose(1, 2).reshape({B, T, a.heads * a.head_dim});
-  Tensor x1 = x + project(o, w.wo, w.bo);
+  return x + project(o, w.wo, w.bo);
+}
+
+LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) : attn_(layer, find) {
+  namespace n = llama_names;
+  auto get = block_lookup(layer, find);
+  w_gate_ = get(n::gate, ".weight"), b_gate_ = get(n::gate, ".bias");
+  w_up_ = get(n::up, ".weight"), b_up_ = get(n::up, ".bias");
+  w_down_ = get(n::down, ".weight"), b_down_ = get(n::down, ".bias");
+}
+
+Tensor LlamaBlock::forward(const BlockContext& c, const Tensor& x) const {
+  Tensor x1 = attention_residual(c, attn_, x);
   // SwiGLU MLP
-  Tensor g = fused::rms_norm(x1, w.post_norm, a.rms_eps);
-  Tensor m = fused::swiglu(project(g, w.w_gate, w.b_gate), project(g, w.w_up, w.b_up));
-  return x1 + project(m, w.w_down, w.b_down);
+  Tensor g = fused::rms_norm(x1, attn_.post_norm, c.args->rms_eps);
+  Tensor m = fused::swiglu(project(g, w_gate_, b_gate_), project(g, w_up_, b_up_));
+  return x1 + project(m, w_down_, b_down_);
 }
 
 }  // namespace primecfg::train

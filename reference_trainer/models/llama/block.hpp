@@ -1,5 +1,6 @@
 // The decoder block of the Llama family (Llama, Qwen2, Qwen3): RMSNorm, attention
-// with RoPE (and QK-norm, biases where the architecture has them), SwiGLU MLP.
+// with RoPE (and QK-norm, biases where the architecture has them), SwiGLU MLP. Its
+// attention half is also Qwen3-MoE's (models/qwen3_moe/).
 //
 // Internal to models/.
 #pragma once
@@ -10,6 +11,17 @@
 
 namespace primecfg::train {
 
+// Block `layer`'s norms and attention weights; biases and QK-norms are undefined where
+// the architecture has none.
+struct AttentionWeights {
+  torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm;
+  torch::Tensor bq, bk, bv, bo;
+  AttentionWeights(int layer, const ParamLookup& find);
+};
+
+// x + attention(rmsnorm(x)): the block's first residual.
+torch::Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, const torch::Tensor& x);
+
 class LlamaBlock final : public Block {
  public:
   // Takes handles to block `layer`'s parameters (they share the model's storage).
@@ -17,12 +29,8 @@ class LlamaBlock final : public Block {
   torch::Tensor forward(const BlockContext& c, const torch::Tensor& x) const override;
 
  private:
-  // Biases and QK-norms are undefined where the architecture has none.
-  struct BlockWeights {
-    torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm, w_gate, w_up, w_down;
-    torch::Tensor bq, bk, bv, bo, b_gate, b_up, b_down;
-  };
-  BlockWeights w_;
+  AttentionWeights attn_;
+  torch::Tensor w_gate_, w_up_, w_down_, b_gate_, b_up_, b_down_;
 };
 
 }  // namespace primecfg::train

@@ -46,81 +46,9 @@ class Llama final : public Architecture {
   std::string_view name() const override { return "llama"; }
   std::vector<std::string_view> model_types() const override { return {"llama", "qwen2", "qwen3"}; }
 
-  void read_config(ConfigReader& r, ModelArgs& a) const override {
-    const bool is_llama = a.model_type == "llama";
-    a.qk_norm = a.model_type == "qwen3";
-    a.intermediate = r.size("intermediate_size");
-    // Absent: llama uses the attention heads, Qwen2/3's configs default to 32.
-    a.kv_heads = r.has("num_key_value_heads") && !r.get("num_key_value_heads")
-                     ? a.heads  // null: both fall back to the attention heads
-                     : r.size("num_key_value_heads", is_llama ? a.heads : 32);
-    // Absent: Qwen3's config defaults to 128, the others to hidden_size / heads.
-    a.head_dim = r.size("head_dim", a.model_type == "qwen3" ? 128 : a.hidden / a.heads);
-    a.max_positions = r.size("max_position_embeddings", is_llama ? 2048 : 32768);
-    a.rms_eps = r.positive("rms_norm_eps", 1e-6);
-    a.tie_embeddings = r.boolean("tie_word_embeddings", false);
-    read_rope(r, a);
+  void read_config(ConfigReader& r, ModelArgs& a) const override { llama_family::read_config(r, a); }
 
-    if (const std::string act = r.string("hidden_act", "silu"); act != "silu")
-      r.fail("hidden_act", fmt::format("\"{}\" is not implemented (the MLP is SwiGLU: silu)", act));
-    if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->get<double>() == 0.0))
-      r.fail_value("attention_dropout", *v, "only 0.0 is implemented");
-    if (a.model_type == "qwen2") {
-      a.qkv_bias = true;  // Qwen2's q, k and v projections always have biases, o has none
-    } else {
-      a.attention_bias = r.boolean("attention_bias", false);
-    }
-    if (is_llama) {
-      a.mlp_bias = r.boolean("mlp_bias", false);
-      // Splits the projections into slices in transformers 4.x: the same sums.
-      if (r.get("pretraining_tp")) r.size("pretraining_tp");
-    } else {
-      // Sliding-window attention is off unless use_sliding_window; then the window
-      // size and max_window_layers have no effect.
-      if (r.boolean("use_sliding_window", false))
-        r.fail("use_sliding_window", "true is not implemented (sliding-window attention)");
-      if (const json::value* w = r.get("sliding_window"); w && !w->is_number())
-        r.fail_value("sliding_window", *w, "must be an integer or null");
-      if (const json::value* m = r.get("max_window_layers"); m && !m->is_number())
-        r.fail_value("max_window_layers", *m, "must be an integer");
-      if (const json::value* lt = r.get("layer_types")) {
-        if (!lt->is_array() || static_cast<i64>(lt->size()) != a.layers)
-          r.fail_value("layer_types", *lt,
-                       fmt::format("must list num_hidden_layers = {} layer types", a.layers));
-        for (const auto& t : *lt)
-          if (!t.is_string() || t.get<std::string>() != "full_attention")
-            r.fail_value("layer_types", t, "only \"full_attention\" layers are implemented");
-      }
-    }
-  }
-
-  json::ordered write_config(const ModelArgs& a) const override {
-    json::ordered out = {
-        {"architectures",
-         {a.model_type == "llama"   ? "LlamaForCausalLM"
-          : a.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                    : "Qwen3ForCausalLM"}},
-        {"model_type", a.model_type},
-        {"vocab_size", a.vocab_size},
-        {"hidden_size", a.hidden},
-        {"num_hidden_layers", a.layers},
-        {"num_attention_heads", a.heads},
-        {"num_key_value_heads", a.kv_heads},
-        {"head_dim", a.head_dim},
-        {"intermediate_size", a.intermediate},
-        {"hidden_act", "silu"},
-        {"max_position_embeddings", a.max_positions},
-        {"rope_theta", a.rope_theta},
-        {"rope_scaling", rope_scaling_json(a)},
-        {"rms_norm_eps", a.rms_eps},
-        {"tie_word_embeddings", a.tie_embeddings},
-        {"attention_dropout", 0.0},
-    };
-    if (a.model_type != "qwen2") out["attention_bias"] = a.attention_bias;
-    if (a.model_type == "llama") out["mlp_bias"] = a.mlp_bias;
-    if (a.model_type != "llama") out["use_sliding_window"] = false;
-    return out;
-  }
+  json::ordered write_config(const ModelArgs& a) const override { return llama_family::write_config(a); }
 
   std::vector<std::pair<std::string, std::string>> computation_keys(const ModelArgs& a) const override {
     return {{"intermediate_size", fmt::format("{}", a.intermediate)},
@@ -165,31 +93,19 @@ class Llama final : public Architecture {
   }
 
   void block_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) const override {
-    using K = ParamShape::Kind;
     namespace n = llama_names;
-    const i64 D = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim, I = a.intermediate;
+    llama_family::attention_params(a, l, out);
+    const i64 D = a.hidden, I = a.intermediate;
     const std::string p = fmt::format("model.layers.{}.", l);
-    auto add = [&](std::string_view name, i64 rows, i64 cols, K kind) {
-      out.push_back({p + std::string(name), rows, cols, l, kind});
+    auto linear = [&](std::string_view name, i64 out_features, i64 in_features) {
+      out.push_back(
+          {p + std::string(name) + ".weight", out_features, in_features, l, ParamShape::Kind::matrix});
+      if (a.mlp_bias)
+        out.push_back({p + std::string(name) + ".bias", out_features, 1, l, ParamShape::Kind::bias});
     };
-    // A projection: its weight, then its bias when the architecture has one.
-    auto linear = [&](std::string_view name, i64 out_features, i64 in_features, bool bias) {
-      add(std::string(name) + ".weight", out_features, in_features, K::matrix);
-      if (bias) add(std::string(name) + ".bias", out_features, 1, K::bias);
-    };
-    add(n::input_norm, D, 1, K::norm);
-    linear(n::q, q, D, a.q_bias());
-    linear(n::k, kv, D, a.q_bias());
-    linear(n::v, kv, D, a.q_bias());
-    linear(n::o, D, q, a.o_bias());
-    if (a.qk_norm) {
-      add(n::q_norm, a.head_dim, 1, K::norm);
-      add(n::k_norm, a.head_dim, 1, K::norm);
-    }
-    add(n::post_norm, D, 1, K::norm);
-    linear(n::gate, I, D, a.mlp_bias);
-    linear(n::up, I, D, a.mlp_bias);
-    linear(n::down, D, I, a.mlp_bias);
+    linear(n::gate, I, D);
+    linear(n::up, I, D);
+    linear(n::down, D, I);
   }
 
   // models/llama/block.cpp's forward under autograd, with the CUDA kernels: fused RMSNorm
@@ -197,26 +113,143 @@ class Llama final : public Architecture {
   // logsumexp per head; RoPE saves only the shared cos/sin tables; the matmuls save
   // their activation input.
   BlockMemory block_memory(const ModelArgs& s, const BlockKernels& k) const override {
-    const i64 dt = k.dtype_bytes, D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
-    const i64 I = s.intermediate;
-    const i64 attn_norm = rms_norm_saved(D, dt, k.fused_norm) + 4;  // x, rstd
-    const i64 qkv_in = D * dt;                                      // rmsnorm(x)
-    const i64 qk_norm = s.qk_norm ? rms_norm_saved(q + kv, dt, k.fused_norm) + (s.heads + s.kv_heads) * 4
-                                  : 0;                                      // q, k before their norms, rstd
-    const i64 sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;                   // q, k, v, out, lse
+    const i64 dt = k.dtype_bytes, D = s.hidden, I = s.intermediate;
+    const BlockMemory attn = llama_family::attention_memory(s, k);
     const i64 mlp_norm = rms_norm_saved(D, dt, k.fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
     const i64 mlp = (k.fused_swiglu && dt == 2 ? 3 : 4) * I * dt;           // gate, silu(gate), up, product
     // The MLP stage of the backward: the residual gradient plus two I-wide gradients
-    // (mul backward); the attention stage: dq/dk/dv, an FP32 dq accumulator, softmax_d,
-    // GQA expansion, with the MLP's activations already freed.
+    // (mul backward); the attention stage's, with the MLP's activations already freed.
     const i64 mlp_stage = (D + 2 * I) * dt;
-    const i64 attn_stage = (D + 2 * q + 2 * kv) * dt + 4 * q + 4 * s.heads +
-                           (s.heads != s.kv_heads ? 2 * q * dt : 0) - (mlp + mlp_norm);
-    return {attn_norm + qkv_in + qk_norm + sdpa + mlp_norm + mlp, std::max(mlp_stage, attn_stage)};
+    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm))};
   }
 };
 
 }  // namespace
+
+namespace llama_family {
+
+void read_config(ConfigReader& r, ModelArgs& a) {
+  const bool is_llama = a.model_type == "llama";
+  const bool moe = a.model_type == "qwen3_moe";
+  a.qk_norm = a.model_type == "qwen3" || moe;
+  a.intermediate = r.size("intermediate_size");
+  // Absent: llama uses the attention heads, Qwen2/3's configs default to 32, Qwen3-MoE's to 4.
+  a.kv_heads = r.has("num_key_value_heads") && !r.get("num_key_value_heads")
+                   ? a.heads  // null: both fall back to the attention heads
+                   : r.size("num_key_value_heads", is_llama ? a.heads
+                                                   : moe    ? 4
+                                                            : 32);
+  // Absent: Qwen3's config defaults to 128, the others (Qwen3-MoE's too) to hidden_size / heads.
+  a.head_dim = r.size("head_dim", a.model_type == "qwen3" ? 128 : a.hidden / a.heads);
+  a.max_positions = r.size("max_position_embeddings", is_llama ? 2048 : 32768);
+  a.rms_eps = r.positive("rms_norm_eps", 1e-6);
+  a.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  read_rope(r, a);
+
+  if (const std::string act = r.string("hidden_act", "silu"); act != "silu")
+    r.fail("hidden_act", fmt::format("\"{}\" is not implemented (the MLP is SwiGLU: silu)", act));
+  if (const json::value* v = r.get("attention_dropout"); v && !(v->is_number() && v->get<double>() == 0.0))
+    r.fail_value("attention_dropout", *v, "only 0.0 is implemented");
+  if (a.model_type == "qwen2") {
+    a.qkv_bias = true;  // Qwen2's q, k and v projections always have biases, o has none
+  } else {
+    a.attention_bias = r.boolean("attention_bias", false);
+  }
+  if (is_llama) {
+    a.mlp_bias = r.boolean("mlp_bias", false);
+    // Splits the projections into slices in transformers 4.x: the same sums.
+    if (r.get("pretraining_tp")) r.size("pretraining_tp");
+  } else {
+    // Sliding-window attention is off unless use_sliding_window; then the window
+    // size and max_window_layers have no effect.
+    if (r.boolean("use_sliding_window", false))
+      r.fail("use_sliding_window", "true is not implemented (sliding-window attention)");
+    if (const json::value* w = r.get("sliding_window"); w && !w->is_number())
+      r.fail_value("sliding_window", *w, "must be an integer or null");
+    if (const json::value* m = r.get("max_window_layers"); m && !m->is_number())
+      r.fail_value("max_window_layers", *m, "must be an integer");
+    if (const json::value* lt = r.get("layer_types")) {
+      if (!lt->is_array() || static_cast<i64>(lt->size()) != a.layers)
+        r.fail_value("layer_types", *lt,
+                     fmt::format("must list num_hidden_layers = {} layer types", a.layers));
+      for (const auto& t : *lt)
+        if (!t.is_string() || t.get<std::string>() != "full_attention")
+          r.fail_value("layer_types", t, "only \"full_attention\" layers are implemented");
+    }
+  }
+}
+
+json::ordered write_config(const ModelArgs& a) {
+  json::ordered out = {
+      {"architectures",
+       {a.model_type == "llama"   ? "LlamaForCausalLM"
+        : a.model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                  : "Qwen3ForCausalLM"}},
+      {"model_type", a.model_type},
+      {"vocab_size", a.vocab_size},
+      {"hidden_size", a.hidden},
+      {"num_hidden_layers", a.layers},
+      {"num_attention_heads", a.heads},
+      {"num_key_value_heads", a.kv_heads},
+      {"head_dim", a.head_dim},
+      {"intermediate_size", a.intermediate},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", a.max_positions},
+      {"rope_theta", a.rope_theta},
+      {"rope_scaling", rope_scaling_json(a)},
+      {"rms_norm_eps", a.rms_eps},
+      {"tie_word_embeddings", a.tie_embeddings},
+      {"attention_dropout", 0.0},
+  };
+  if (a.model_type != "qwen2") out["attention_bias"] = a.attention_bias;
+  if (a.model_type == "llama") out["mlp_bias"] = a.mlp_bias;
+  if (a.model_type != "llama") out["use_sliding_window"] = false;
+  return out;
+}
+
+void attention_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) {
+  using K = ParamShape::Kind;
+  namespace n = llama_names;
+  const i64 D = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim;
+  const std::string p = fmt::format("model.layers.{}.", l);
+  auto add = [&](std::string_view name, i64 rows, i64 cols, K kind) {
+    out.push_back({p + std::string(name), rows, cols, l, kind});
+  };
+  // A projection: its weight, then its bias when the architecture has one.
+  auto linear = [&](std::string_view name, i64 out_features, i64 in_features, bool bias) {
+    add(std::string(name) + ".weight", out_features, in_features, K::matrix);
+    if (bias) add(std::string(name) + ".bias", out_features, 1, K::bias);
+  };
+  add(n::input_norm, D, 1, K::norm);
+  linear(n::q, q, D, a.q_bias());
+  linear(n::k, kv, D, a.q_bias());
+  linear(n::v, kv, D, a.q_bias());
+  linear(n::o, D, q, a.o_bias());
+  if (a.qk_norm) {
+    add(n::q_norm, a.head_dim, 1, K::norm);
+    add(n::k_norm, a.head_dim, 1, K::norm);
+  }
+  add(n::post_norm, D, 1, K::norm);
+}
+
+// block.cpp's attention under autograd, with the CUDA kernels: fused RMSNorm saves its
+// input and an FP32 rstd per row; SDPA saves q, k, v, its output and an FP32 logsumexp
+// per head; RoPE saves only the shared cos/sin tables; the matmuls save their input.
+BlockMemory attention_memory(const ModelArgs& s, const BlockKernels& k) {
+  const i64 dt = k.dtype_bytes, D = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const i64 attn_norm = rms_norm_saved(D, dt, k.fused_norm) + 4;  // x, rstd
+  const i64 qkv_in = D * dt;                                      // rmsnorm(x)
+  const i64 qk_norm = s.qk_norm ? rms_norm_saved(q + kv, dt, k.fused_norm) + (s.heads + s.kv_heads) * 4
+                                : 0;                     // q, k before their norms, rstd
+  const i64 sdpa = (2 * q + 2 * kv) * dt + s.heads * 4;  // q, k, v, out, lse
+  // The attention stage of the backward: dq/dk/dv, an FP32 dq accumulator, softmax_d,
+  // GQA expansion.
+  const i64 stage =
+      (D + 2 * q + 2 * kv) * dt + 4 * q + 4 * s.heads + (s.heads != s.kv_heads ? 2 * q * dt : 0);
+  return {attn_norm + qkv_in + qk_norm + sdpa, stage};
+}
+
+}  // namespace llama_family
 
 const Architecture& llama_architecture() {
   static const Llama a;

@@ -1,0 +1,29 @@
+// The Qwen3-MoE decoder block: Qwen3's attention (models/llama/block.hpp), then routed
+// experts (nn/moe.hpp) or, in the blocks listed in mlp_only_layers, the dense SwiGLU MLP.
+//
+// Internal to models/.
+#pragma once
+
+#include "models/llama/block.hpp"
+#include "nn/moe.hpp"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace primecfg::train {
+
+class Qwen3MoeBlock final : public Block {
+ public:
+  Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup& find);
+  torch::Tensor forward(const BlockContext& c, const torch::Tensor& x) const override;
+
+ private:
+  AttentionWeights attn_;
+  bool routed_;
+  torch::Tensor router_;
+  std::vector<torch::Tensor> w1_, w3_, w2_;  // each expert's gate, up and down projections
+  torch::Tensor w_gate_, w_up_, w_down_;     // the dense MLP
+};
+
+}  // namespace primecfg::train

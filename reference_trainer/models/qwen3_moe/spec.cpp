@@ -1,0 +1,220 @@
+// Qwen3-MoE as an architecture (spec.hpp): the Llama family's keys and attention
+// (models/llama/spec.hpp), routed experts in the blocks transformers routes.
+#include "models/qwen3_moe/spec.hpp"
+
+#include "model/config.hpp"
+#include "model/config_reader.hpp"
+#include "models/llama/names.hpp"
+#include "models/llama/spec.hpp"
+#include "models/qwen3_moe/names.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace primecfg::train {
+
+namespace {
+
+using i64 = std::int64_t;
+namespace json = strict_json;
+
+class Qwen3Moe final : public Architecture {
+ public:
+  std::string_view name() const override { return "qwen3_moe"; }
+  std::vector<std::string_view> model_types() const override { return {"qwen3_moe"}; }
+
+  void read_config(ConfigReader& r, ModelArgs& a) const override {
+    llama_family::read_config(r, a);
+    MoeArgs m;
+    // transformers 5 writes num_local_experts (its name for num_experts); 4.x and the
+    // published configs num_experts.
+    const bool local = r.get("num_local_experts") != nullptr;
+    m.experts = r.size(local ? "num_local_experts" : "num_experts", 128);
+    if (local && r.get("num_experts") && r.size("num_experts") != m.experts)
+      r.fail("num_experts",
+             fmt::format("{} disagrees with num_local_experts = {}", r.size("num_experts"), m.experts));
+    if (!local) r.get("num_local_experts");
+    m.top_k = r.size("num_experts_per_tok", 8);
+    m.intermediate = r.size("moe_intermediate_size", 768);
+    m.sparse_step = r.size("decoder_sparse_step", 1);
+    if (const json::value* v = r.get("mlp_only_layers")) {
+      if (!v->is_array()) r.fail_value("mlp_only_layers", *v, "must be a list of block indices");
+      for (const auto& l : *v) {
+        const std::optional<i64> n = json::integer(l);
+        if (!n || *n < 0 || *n >= a.layers)
+          r.fail_value("mlp_only_layers", l,
+                       fmt::format("must be a block index below num_hidden_layers = {}", a.layers));
+        m.dense_layers.push_back(*n);
+      }
+    }
+    m.norm_topk_prob = r.boolean("norm_topk_prob", false);
+    m.router_aux_loss_coef = r.positive("router_aux_loss_coef", 0.001);
+    // transformers adds router_aux_loss_coef x the load-balancing loss when this is true;
+    // prime-rl never adds it, and neither does primecfg-train, so true would train
+    // something else than it says.
+    if (r.boolean("output_router_logits", false))
+      r.fail(
+          "output_router_logits",
+          "true adds transformers' auxiliary load-balancing loss, which primecfg-train (like prime-rl) does "
+          "not add; set false");
+    if (m.top_k > m.experts)
+      r.fail("num_experts_per_tok", fmt::format("{} is more than num_experts = {}", m.top_k, m.experts));
+    a.moe = m;
+  }
+
+  json::ordered write_config(const ModelArgs& a) const override {
+    json::ordered out = llama_family::write_config(a);
+    const MoeArgs& m = *a.moe;
+    out["num_experts"] = m.experts;
+    out["num_experts_per_tok"] = m.top_k;
+    out["moe_intermediate_size"] = m.intermediate;
+    out["decoder_sparse_step"] = m.sparse_step;
+    out["mlp_only_layers"] = m.dense_layers;
+    out["norm_topk_prob"] = m.norm_topk_prob;
+    out["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    out["output_router_logits"] = false;
+    return out;
+  }
+
+  std::vector<std::pair<std::string, std::string>> computation_keys(const ModelArgs& a) const override {
+    const MoeArgs& m = *a.moe;
+    return {{"intermediate_size", fmt::format("{}", a.intermediate)},
+            {"attention_bias", fmt::format("{}", a.attention_bias)},
+            {"num_experts", fmt::format("{}", m.experts)},
+            {"num_experts_per_tok", fmt::format("{}", m.top_k)},
+            {"moe_intermediate_size", fmt::format("{}", m.intermediate)},
+            {"decoder_sparse_step", fmt::format("{}", m.sparse_step)},
+            {"mlp_only_layers", fmt::format("[{}]", fmt::join(m.dense_layers, ", "))},
+            {"norm_topk_prob", fmt::format("{}", m.norm_topk_prob)}};
+  }
+
+  std::vector<std::pair<std::string, ModelArgs>> presets() const override {
+    // The published config.json files of Qwen3-30B-A3B and Qwen3-235B-A22B.
+    auto qwen3_moe = [](i64 hidden, i64 layers, i64 heads, i64 inter, i64 moe_inter) {
+      ModelArgs a;
+      a.model_type = "qwen3_moe";
+      a.qk_norm = true;
+      a.vocab_size = 151936, a.hidden = hidden, a.layers = layers, a.heads = heads, a.kv_heads = 4;
+      a.head_dim = 128, a.intermediate = inter, a.rope_theta = 1000000.0, a.max_positions = 40960;
+      a.tie_embeddings = false;
+      a.bos_token_id = "151643", a.eos_token_id = "151645";
+      MoeArgs m;
+      m.experts = 128, m.top_k = 8, m.intermediate = moe_inter, m.norm_topk_prob = true;
+      a.moe = m;
+      return a;
+    };
+    // Small enough for the CPU tests: 8 experts, top-2, the second block dense.
+    ModelArgs tiny;
+    tiny.model_type = "qwen3_moe";
+    MoeArgs m;
+    m.experts = 8, m.top_k = 2, m.intermediate = 96, m.norm_topk_prob = true, m.dense_layers = {1};
+    tiny.moe = m;
+    return {{"primecfg/tiny-moe", tiny},
+            {"Qwen/Qwen3-30B-A3B", qwen3_moe(2048, 48, 32, 6144, 768)},
+            {"Qwen/Qwen3-235B-A22B", qwen3_moe(4096, 94, 64, 12288, 1536)}};
+  }
+
+  void block_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) const override {
+    using K = ParamShape::Kind;
+    llama_family::attention_params(a, l, out);
+    const i64 D = a.hidden;
+    const std::string p = fmt::format("model.layers.{}.", l);
+    auto matrix = [&](std::string_view name, i64 rows, i64 cols) {
+      out.push_back({p + std::string(name), rows, cols, l, K::matrix});
+    };
+    if (!a.moe->routed(l)) {
+      namespace n = llama_names;
+      matrix(std::string(n::gate) + ".weight", a.intermediate, D);
+      matrix(std::string(n::up) + ".weight", a.intermediate, D);
+      matrix(std::string(n::down) + ".weight", D, a.intermediate);
+      return;
+    }
+    namespace n = qwen3_moe_names;
+    const MoeArgs& m = *a.moe;
+    matrix(n::router, m.experts, D);
+    for (i64 e = 0; e < m.experts; ++e) {
+      matrix(n::expert(e, n::gate), m.intermediate, D);
+      matrix(n::expert(e, n::up), m.intermediate, D);
+      matrix(n::expert(e, n::down), D, m.intermediate);
+    }
+  }
+
+  // A token is multiplied by the router and by its top_k experts, not by the others.
+  i64 block_active_matmul_params(const ModelArgs& a, int l) const override {
+    if (!a.moe->routed(l)) return Architecture::block_active_matmul_params(a, l);
+    std::vector<ParamShape> attn;
+    llama_family::attention_params(a, l, attn);
+    i64 n = 0;
+    for (const auto& p : attn)
+      if (p.is_matrix()) n += p.numel();
+    const MoeArgs& m = *a.moe;
+    return n + m.experts * a.hidden + m.top_k * 3 * m.intermediate * a.hidden;
+  }
+
+  // transformers 5's layout: experts.gate_up_proj [E, 2I, D] (each expert's gate rows,
+  // then its up rows) and experts.down_proj [E, D, I].
+  std::optional<HfSlice> hf_fused_source(const ModelArgs& a, std::string_view name) const override {
+    constexpr std::string_view layers = "model.layers.", experts = ".mlp.experts.";
+    if (name.rfind(layers, 0) != 0) return std::nullopt;
+    const auto mid = name.find(experts);
+    if (mid == std::string_view::npos) return std::nullopt;
+    const std::string_view block(name.substr(0, mid));  // model.layers.{l}
+    std::string_view rest = name.substr(mid + experts.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string_view::npos) return std::nullopt;
+    i64 e = 0;
+    for (char ch : rest.substr(0, dot)) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      e = e * 10 + (ch - '0');
+    }
+    rest.remove_prefix(dot + 1);
+    namespace n = qwen3_moe_names;
+    const i64 E = a.moe->experts, I = a.moe->intermediate, D = a.hidden;
+    const std::string fused = std::string(block) + std::string(experts);
+    if (rest == std::string(n::gate) + ".weight")
+      return HfSlice{fused + "gate_up_proj", {E, 2 * I, D}, e, 0, I};
+    if (rest == std::string(n::up) + ".weight")
+      return HfSlice{fused + "gate_up_proj", {E, 2 * I, D}, e, I, I};
+    if (rest == std::string(n::down) + ".weight") return HfSlice{fused + "down_proj", {E, D, I}, e, 0, D};
+    return std::nullopt;
+  }
+
+  // Not yet measured on the GPU (docs/memory-planner.md): nn/moe.cpp's forward under
+  // autograd, per token, for a routed block; a dense one is the Llama family's MLP. The
+  // groups' padding (at most align - 1 rows per expert and micro-batch) is left out.
+  BlockMemory block_memory(const ModelArgs& s, const BlockKernels& k) const override {
+    const i64 dt = k.dtype_bytes, D = s.hidden;
+    const BlockMemory attn = llama_family::attention_memory(s, k);
+    const i64 mlp_norm = rms_norm_saved(D, dt, k.fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
+    const MoeArgs& m = *s.moe;
+    // The routed block on the largest terms: the router's FP32 input and probabilities,
+    // the top-k weights and ids, each slot's gathered row, its gate, up, silu(gate) and
+    // product, and its expert's output (weighted afterwards).
+    const i64 K = m.top_k, I = m.intermediate;
+    const i64 router = D * 4 + m.experts * 4 + K * (4 + 8);
+    const i64 experts = K * (D * dt + 4 * I * dt + D * dt);
+    // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
+    const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
+    const bool any_routed = [&] {
+      for (i64 l = 0; l < s.layers; ++l)
+        if (m.routed(l)) return true;
+      return false;
+    }();
+    const i64 mlp = any_routed ? std::max(router + experts, dense) : dense;
+    // The MLP stage of the backward: the residual gradient, and per slot its row's and
+    // two I-wide gradients.
+    const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
+    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm))};
+  }
+};
+
+}  // namespace
+
+const Architecture& qwen3_moe_architecture() {
+  static const Qwen3Moe a;
+  return a;
+}
+
+}  // namespace primecfg::train
