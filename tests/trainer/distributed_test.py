@@ -341,6 +341,28 @@ for offload in ("none", "optimizer", "full"):
                                          f"peak_device_mem_gib {m['peak_device_mem_gib']}")
 
 
+MOE = ["--model.name=primecfg/tiny-moe"]  # Qwen3-MoE: 8 experts, top-2, the second block dense
+
+for offload in ("none", "full"):
+
+    @case(f"2 ranks, Qwen3-MoE, offload = {offload}: every step and the final state match one process")
+    def _(work, offload=offload):
+        ref = os.path.join(work, "one")
+        os.makedirs(ref)
+        ok(one(config(ref, offload=offload, clip=offload != "full"), *MOE, *EVERY_STEP), "one process")
+        ok(torchrun(2, config(work, offload=offload, clip=offload != "full"), *MOE, "--dist.bucket-mib=0.01",
+                    *EVERY_STEP), "torchrun")
+        same_steps(metrics(ref), metrics(work), "2 ranks")
+        close_adam(ref, work, "2 ranks")
+
+
+@case("2 ranks, Qwen3-MoE, ep = \"auto\": expert parallelism as prime-rl resolves it, refused naming model.ep")
+def _(work):
+    p = torchrun(2, config(work), *MOE, "--model.ep=auto")
+    if p.returncode == 0 or "model.ep" not in p.stderr or "resolved to 2" not in p.stderr:
+        raise AssertionError(f"exit {p.returncode}:\n{p.stderr[-2000:]}")
+
+
 def whole_bytes(work):
     """FP32 bytes of the tiny model's weights: all of them, and the root's (the tied
     embedding and the final norm), from the checkpoint of step 4."""
