@@ -74,6 +74,12 @@ struct StepMetrics {
   double peak_host = 0;  // VmHWM: the process's resident peak so far (what --plan's host peak predicts)
   std::vector<double> peak_device_ranks;  // several ranks: each one's peak, in rank order
   std::map<std::string, double> host_state;
+  // Routed experts (prime-rl's load-balance figures): the mean over routed blocks of
+  // max_vio and of the routing confidence, averaged over the step's micro-batches, max_vio
+  // the largest of the ranks', the confidence their mean; the slots each expert got in
+  // the step, summed over blocks and ranks.
+  std::optional<double> moe_max_vio, moe_routing_confidence;
+  std::vector<double> moe_tokens_per_expert;
   std::map<std::string, double> pipeline;
   std::int64_t tokens = 0;
 };
@@ -118,6 +124,12 @@ class Reporter {
         {"peak_host_mem_gib", rounded(m.peak_host / GiB, "{:.4f}")},
         {"offload", mode_},
     };
+    if (m.moe_max_vio) {
+      line["max_vio"] = rounded(*m.moe_max_vio, "{:.6g}");
+      line["routing_confidence"] = rounded(*m.moe_routing_confidence, "{:.6g}");
+      strict_json::ordered& per = line["tokens_per_expert"] = strict_json::ordered::array();
+      for (double v : m.moe_tokens_per_expert) per.push_back(static_cast<std::int64_t>(v));
+    }
     if (!m.peak_device_ranks.empty()) {
       strict_json::ordered& ranks = line["peak_device_mem_gib_ranks"] = strict_json::ordered::array();
       for (double v : m.peak_device_ranks) ranks.push_back(rounded(v / GiB, "{:.4f}"));

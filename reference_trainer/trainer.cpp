@@ -122,6 +122,61 @@ void write_logits(Transformer& model, const data::MicroBatch& mb, const fs::path
   fs::rename(tmp, path);
 }
 
+// prime-rl's load-balance figures of routed experts, as its SFT loop logs them
+// (trainer/model.py's get_load_balance_stats): per micro-batch, the mean over routed blocks
+// of max_vio (each expert's slots, the top_k most loaded left out; the largest over their
+// mean, less 1) and of the routing confidence (the top-k probability mass per token before
+// renormalisation); max_vio the largest of the ranks', the confidence their mean; then
+// averaged over the step's micro-batches. Also the step's slots per expert, over all
+// blocks and ranks.
+struct RoutingFigures {
+  std::vector<double> max_vio, confidence;  // this rank's, one per micro-batch
+  Tensor per_expert;                        // FP64 on the CPU
+
+  void add(const std::vector<MoeStats>& stats, const MoeArgs& m) {
+    double vio = 0, conf = 0;
+    int blocks = 0;
+    for (const auto& s : stats) {
+      if (!s.tokens_per_expert.defined() || s.tokens == 0) continue;
+      const Tensor counts = s.tokens_per_expert.to(torch::kCPU).to(torch::kFloat64);
+      per_expert = per_expert.defined() ? per_expert + counts : counts;
+      const Tensor sorted = std::get<0>(counts.sort(0, /*descending=*/true));
+      const Tensor rest = m.experts > m.top_k ? sorted.narrow(0, m.top_k, m.experts - m.top_k) : sorted;
+      const double mean = rest.mean().item<double>();
+      vio += mean > 0 ? (rest.max().item<double>() - mean) / mean : 0.0;
+      conf += s.confidence_sum.to(torch::kCPU).item<double>() / static_cast<double>(s.tokens);
+      ++blocks;
+    }
+    if (blocks == 0) return;
+    max_vio.push_back(vio / blocks);
+    confidence.push_back(conf / blocks);
+  }
+
+  template <class Sharding>
+  void finish(StepMetrics& met, Sharding* sharding, torch::Device device) {
+    if (max_vio.empty()) return;
+    const auto M = static_cast<std::int64_t>(max_vio.size());
+    const int world = sharding ? sharding->world() : 1, rank = sharding ? sharding->rank() : 0;
+    const auto f64 = torch::TensorOptions(torch::kFloat64);
+    Tensor vio = torch::zeros({world, M}, f64);
+    vio[rank] = torch::tensor(max_vio, f64);
+    Tensor conf = torch::tensor(confidence, f64), experts = per_expert.clone();
+    if (sharding && world > 1) {
+      for (auto [t, what] :
+           {std::pair{&vio, "each rank's max_vio"}, std::pair{&conf, "the routing confidence"},
+            std::pair{&experts, "the tokens per expert"}}) {
+        Tensor d = t->to(device);
+        sharding->sum(d, what);
+        *t = d.cpu();
+      }
+    }
+    met.moe_max_vio = std::get<0>(vio.max(0)).mean().item<double>();
+    met.moe_routing_confidence = (conf / world).mean().item<double>();
+    met.moe_tokens_per_expert.assign(experts.data_ptr<double>(),
+                                     experts.data_ptr<double>() + experts.numel());
+  }
+};
+
 struct Setup {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;
@@ -470,6 +525,7 @@ class Trainer {
     const Transformer::BlockHooks block_hooks = {state.block_hook(),
                                                  sharding_ ? sharding_->block_hook() : nullptr};
     bool replayed = false;  // the step's forward and backward came from its CUDA graph
+    RoutingFigures routing;
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
@@ -489,6 +545,7 @@ class Trainer {
       Tensor loss = replayed ? from_graph(in, targets, forward_backward) : forward_backward(in, targets);
       if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
+      if (model.args().moe) routing.add(model.take_moe_stats(), *model.args().moe);
     }
     if (!replayed) ++eager_steps_;
     const double grad_norm = state.finish_step();
@@ -528,6 +585,7 @@ class Trainer {
       const auto host = peaks.cpu();
       met.peak_device_ranks.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
     }
+    if (model.args().moe) routing.finish(met, sharding_.get(), setup_.device);
     met.host_rss = rss_bytes("VmRSS:");
     met.peak_host = rss_bytes("VmHWM:");
     met.host_state = state.host_bytes();
@@ -607,7 +665,9 @@ class Trainer {
   bool use_graph(const data::MicroBatch& mb, std::size_t micro_batches) {
     if (!graph_on_) return false;
     std::string why;
-    if (micro_batches != 1)
+    if (model_->args().moe)
+      why = "routed experts (the tokens each expert gets are read back to size its groups)";
+    else if (micro_batches != 1)
       why = fmt::format("{} micro-batches a step (the gradients are summed across them)", micro_batches);
     else if (!mb.one_doc_per_row)
       why = "a document mask (packed rows)";

@@ -23,6 +23,7 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["cos"] = c->cos;
     ctx->saved_data["sin"] = c->sin;
     if (c->mask) ctx->saved_data["mask"] = *c->mask;
+    ctx->saved_data["moe"] = reinterpret_cast<std::int64_t>(c->moe);
     if (offload) {
       ctx->saved_data["offload"] = reinterpret_cast<std::int64_t>(offload);
       ctx->saved_data["handle"] = offload->stash(x, slot);
@@ -39,6 +40,9 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
     BlockContext c{reinterpret_cast<const ModelArgs*>(ctx->saved_data["args"].toInt()),
                    ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), std::nullopt};
     if (ctx->saved_data.count("mask")) c.mask = ctx->saved_data["mask"].toTensor();
+    // The same routing settings as the forward (force_balanced, the router's dtype, the
+    // grouped GEMM), or the recomputed block would not be the one that ran.
+    c.moe = reinterpret_cast<const MoeSettings*>(ctx->saved_data["moe"].toInt());
     Tensor saved = ctx->saved_data.count("offload")
                        ? reinterpret_cast<ActivationOffload*>(ctx->saved_data["offload"].toInt())
                              ->take(ctx->saved_data["handle"].toInt())

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -27,6 +28,9 @@ struct BlockContext {
   torch::Tensor cos, sin;
   std::optional<torch::Tensor> mask;
   const MoeSettings* moe = nullptr;  // how routed experts run (the trainer's model.moe_* fields)
+  // Where block l's routing is counted (index l); null where nothing is counted (the
+  // recompute of a checkpointed block, which would count its tokens twice).
+  std::vector<MoeStats>* moe_stats = nullptr;
 };
 
 class Block {

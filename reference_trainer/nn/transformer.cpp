@@ -106,7 +106,9 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
     cos = cos * scaling;
     sin = sin * scaling;
   }
-  BlockContext ctx{&a, cos.to(dtype_), sin.to(dtype_), in.mask, &moe_settings_};
+  if (a.moe && moe_stats_.empty()) moe_stats_.resize(static_cast<std::size_t>(a.layers));
+  BlockContext ctx{&a,      cos.to(dtype_), sin.to(dtype_),
+                   in.mask, &moe_settings_, a.moe ? &moe_stats_ : nullptr};
 
   TORCH_CHECK(!offload || ac_freq == 1, "activation offloading needs every block checkpointed (ac_freq 1)");
   before(-1);
@@ -147,6 +149,12 @@ std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, s
     ids.push_back(next);
   }
   return {ids.begin() + static_cast<std::ptrdiff_t>(prompt_len), ids.end()};
+}
+
+std::vector<MoeStats> Transformer::take_moe_stats() {
+  std::vector<MoeStats> out(moe_stats_.size());
+  out.swap(moe_stats_);
+  return out;
 }
 
 }  // namespace primecfg::train

@@ -45,6 +45,9 @@ class Transformer {
   // How routed experts run (model.moe_use_grouped_mm and the like); the model's own
   // settings (top_k, norm_topk_prob) come from args().moe.
   void set_moe_settings(const MoeSettings& s) { moe_settings_ = s; }
+  // Each block's routing since the last call (undefined counts for blocks without routed
+  // experts), counted in the forward only; the counts start again from zero.
+  std::vector<MoeStats> take_moe_stats();
   std::vector<NamedParam>& params() { return params_; }
   const torch::Tensor& param(std::string_view name) const;
   torch::Device device() const { return device_; }
@@ -124,6 +127,7 @@ class Transformer {
  private:
   ModelArgs args_;
   MoeSettings moe_settings_;
+  std::vector<MoeStats> moe_stats_;  // one per block, when the model has routed experts
   torch::Device device_;
   torch::ScalarType dtype_;
   std::vector<NamedParam> params_;

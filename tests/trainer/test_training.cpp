@@ -3,6 +3,7 @@
 // an HF-style directory loads.
 #include "base/remove_tree.hpp"
 #include "base/safetensors.hpp"
+#include "base/strict_json.hpp"
 #include "bit_identical.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
@@ -317,4 +318,54 @@ TEST_CASE("Qwen3-MoE: the three strategies give the same losses and weights, and
   REQUIRE(tail.losses.size() == 10);
   for (std::size_t i = 0; i < 10; ++i)
     CHECK(std::fabs(tail.losses[i] - whole.losses[10 + i]) <= 1e-5 * whole.losses[10 + i]);
+}
+
+// The load-balance figures in metrics.jsonl are prime-rl's (get_load_balance_stats), and
+// model.debug.force_balanced_routing is honoured in the recomputed blocks of activation
+// checkpointing as in the forward (a recompute that routed otherwise would backpropagate
+// through another function than the one that ran).
+TEST_CASE(
+    "Qwen3-MoE: prime-rl's max_vio and routing confidence, force_balanced_routing under checkpointing") {
+  auto moe = [&](const char* dir, bool ac, bool balanced) {
+    auto c = small_config(Offload::none, temp_dir(dir), OptimizerConfig{adamw_no_clip()});
+    c.model.name = "primecfg/tiny-moe";
+    c.max_steps = 3;
+    std::get<SFTDataConfig>(c.data).micro_batch_size = 4;  // one micro-batch: the step's figures are its own
+    if (!ac) c.model.ac = std::nullopt, c.model.ac_offloading = std::nullopt;
+    if (balanced) c.model.debug = ModelDebugConfig{}, c.model.debug->force_balanced_routing = true;
+    return c;
+  };
+  auto last_metrics = [](const SFTConfig& c) {
+    std::ifstream in(c.output_dir / "metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return train::strict_json::parse(last);
+  };
+  const auto routed = moe("moe-figures", false, false);
+  run_sft(routed, quiet());
+  const auto m = last_metrics(routed);
+  // One routed block (block 1 is dense), 4 rows of 48 tokens, top-2: 384 slots.
+  std::vector<double> counts;
+  for (const auto& v : m.at("tokens_per_expert")) counts.push_back(v.get<double>());
+  REQUIRE(counts.size() == 8);
+  double total = 0;
+  for (double v : counts) total += v;
+  CHECK(total == 4 * 48 * 2);
+  // max_vio by hand: the two most loaded left out, the largest of the rest over their mean, less 1.
+  std::sort(counts.rbegin(), counts.rend());
+  const double mean = (total - counts[0] - counts[1]) / 6;
+  CHECK(m.at("max_vio").get<double>() == doctest::Approx((counts[2] - mean) / mean).epsilon(1e-5));
+  const double confidence = m.at("routing_confidence").get<double>();
+  CHECK(confidence > 2.0 / 8);  // the top 2 of 8 probabilities hold more than the average two
+  CHECK(confidence < 1.0);
+
+  // Balanced: every expert gets 48 slots, max_vio 0; with checkpointing, the same numbers.
+  const auto balanced = moe("moe-balanced", false, true);
+  auto plain = run_sft(balanced, quiet());
+  const auto b = last_metrics(balanced);
+  for (const auto& v : b.at("tokens_per_expert")) CHECK(v.get<double>() == 48);
+  CHECK(b.at("max_vio").get<double>() == 0);
+  auto checkpointed = run_sft(moe("moe-balanced-ac", true, true), quiet());
+  CHECK(plain.losses == checkpointed.losses);
+  CHECK(bit_identical(plain.weights, checkpointed.weights));
 }

@@ -13,7 +13,7 @@ namespace primecfg::train {
 using torch::Tensor;
 
 Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup& find)
-    : attn_(layer, find), routed_(args.moe->routed(layer)) {
+    : attn_(layer, find), layer_(layer), routed_(args.moe->routed(layer)) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   auto get = [&](std::string_view name) {
     Tensor t = find(p + std::string(name));
@@ -50,7 +50,8 @@ Tensor Qwen3MoeBlock::forward(const BlockContext& c, const Tensor& x) const {
   s.top_k = a.moe->top_k;
   s.norm_topk_prob = a.moe->norm_topk_prob;
   const auto D = x.size(-1);
-  return x1 + moe_forward(w, s, g.reshape({-1, D})).view_as(x1);
+  MoeStats* stats = c.moe_stats ? &(*c.moe_stats)[static_cast<std::size_t>(layer_)] : nullptr;
+  return x1 + moe_forward(w, s, g.reshape({-1, D}), stats).view_as(x1);
 }
 
 }  // namespace primecfg::train

@@ -20,6 +20,7 @@ class Qwen3MoeBlock final : public Block {
 
  private:
   AttentionWeights attn_;
+  int layer_;
   bool routed_;
   torch::Tensor router_;
   std::vector<torch::Tensor> w1_, w3_, w2_;  // each expert's gate, up and down projections
