@@ -53,6 +53,8 @@ struct BlockTiming {
   std::string architecture = "llama";  // its folder, models/<name>/ (model/architecture.hpp)
   std::int64_t hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool qk_norm = false;
+  // Routed experts (0: none): how many, how many a token uses, each one's width.
+  std::int64_t experts = 0, top_k = 0, moe_intermediate = 0;
   std::int64_t tokens = 0;
   double forward_s = 0;   // one block's forward, its attention included
   double backward_s = 0;  // one block's backward (without the optimizer update)
@@ -60,7 +62,8 @@ struct BlockTiming {
   // The same weights and attention layout (the timing's length may differ).
   bool same_shape(const BlockTiming& o) const {
     return architecture == o.architecture && hidden == o.hidden && intermediate == o.intermediate &&
-           heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm;
+           heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm &&
+           experts == o.experts && top_k == o.top_k && moe_intermediate == o.moe_intermediate;
   }
 
   static constexpr auto fields() {
@@ -71,6 +74,9 @@ struct BlockTiming {
                     field(&B::heads, "Query heads.", ge(1)), field(&B::kv_heads, "Key/value heads.", ge(1)),
                     field(&B::head_dim, "Head dimension.", ge(1)),
                     field(&B::qk_norm, "RMSNorm on queries and keys (Qwen3)."),
+                    field(&B::experts, "Routed experts (0: a dense block).", ge(0)),
+                    field(&B::top_k, "Experts each token is routed to.", ge(0)),
+                    field(&B::moe_intermediate, "Each routed expert's MLP width.", ge(0)),
                     field(&B::tokens, "Tokens of the measured micro-batch (one sequence).", ge(1)),
                     field(&B::forward_s, "One block's forward, seconds.", gt(0)),
                     field(&B::backward_s, "One block's backward without the update, seconds.", gt(0)));

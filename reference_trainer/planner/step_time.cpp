@@ -40,6 +40,11 @@ ModelShape shape_of(const BlockTiming& b) {
   s.model_type = std::string(arch->model_types().front());
   s.hidden = b.hidden, s.intermediate = b.intermediate, s.heads = b.heads, s.kv_heads = b.kv_heads;
   s.head_dim = b.head_dim, s.qk_norm = b.qk_norm;
+  if (b.experts > 0) {
+    MoeArgs m;
+    m.experts = b.experts, m.top_k = b.top_k, m.intermediate = b.moe_intermediate;
+    s.moe = m;
+  }
   return s;
 }
 double block_matmul_flops(const BlockTiming& b) { return block_matmul_flops(shape_of(b)); }
@@ -294,6 +299,8 @@ BlockTiming block_key(const ModelShape& s) {
   key.architecture = std::string(s.architecture().name());
   key.hidden = s.hidden, key.intermediate = s.intermediate, key.heads = s.heads, key.kv_heads = s.kv_heads;
   key.head_dim = s.head_dim, key.qk_norm = s.qk_norm;
+  if (s.moe)
+    key.experts = s.moe->experts, key.top_k = s.moe->top_k, key.moe_intermediate = s.moe->intermediate;
   return key;
 }
 

@@ -273,3 +273,20 @@ source = "test"
   const double gelu_flops = 2.0 * kBlockMatrices, llama_flops = 2.0 * (kBlockMatrices + I * D);
   CHECK(m.forward - t.forward == doctest::Approx(L * 0.010 * (N / 48.0) * (1 - gelu_flops / llama_flops)));
 }
+
+TEST_CASE(
+    "architectures: a Qwen3-MoE block's profile key holds its experts; a dense block of its dims is not it") {
+  const auto a3b = train::preset("Qwen/Qwen3-30B-A3B");
+  REQUIRE(a3b);
+  const plan::BlockTiming key = plan::block_key(*a3b);
+  CHECK(key.architecture == "qwen3_moe");
+  CHECK(key.experts == 128);
+  CHECK(key.top_k == 8);
+  CHECK(key.moe_intermediate == 768);
+  plan::BlockTiming dense = key;
+  dense.experts = dense.top_k = dense.moe_intermediate = 0;
+  CHECK_FALSE(dense.same_shape(key));
+  auto fewer = key;
+  fewer.top_k = 4;
+  CHECK_FALSE(fewer.same_shape(key));
+}

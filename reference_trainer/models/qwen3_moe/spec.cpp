@@ -66,7 +66,7 @@ class Qwen3Moe final : public Architecture {
 
   json::ordered write_config(const ModelArgs& a) const override {
     json::ordered out = llama_family::write_config(a);
-    const MoeArgs& m = *a.moe;
+    const MoeArgs& m = a.moe.value();
     out["num_experts"] = m.experts;
     out["num_experts_per_tok"] = m.top_k;
     out["moe_intermediate_size"] = m.intermediate;
@@ -79,7 +79,7 @@ class Qwen3Moe final : public Architecture {
   }
 
   std::vector<std::pair<std::string, std::string>> computation_keys(const ModelArgs& a) const override {
-    const MoeArgs& m = *a.moe;
+    const MoeArgs& m = a.moe.value();
     return {{"intermediate_size", fmt::format("{}", a.intermediate)},
             {"attention_bias", fmt::format("{}", a.attention_bias)},
             {"num_experts", fmt::format("{}", m.experts)},
@@ -124,7 +124,7 @@ class Qwen3Moe final : public Architecture {
     auto matrix = [&](std::string_view name, i64 rows, i64 cols) {
       out.push_back({p + std::string(name), rows, cols, l, K::matrix});
     };
-    if (!a.moe->routed(l)) {
+    if (!a.moe.value().routed(l)) {
       namespace n = llama_names;
       matrix(std::string(n::gate) + ".weight", a.intermediate, D);
       matrix(std::string(n::up) + ".weight", a.intermediate, D);
@@ -132,7 +132,7 @@ class Qwen3Moe final : public Architecture {
       return;
     }
     namespace n = qwen3_moe_names;
-    const MoeArgs& m = *a.moe;
+    const MoeArgs& m = a.moe.value();
     matrix(n::router, m.experts, D);
     for (i64 e = 0; e < m.experts; ++e) {
       matrix(n::expert(e, n::gate), m.intermediate, D);
@@ -143,13 +143,13 @@ class Qwen3Moe final : public Architecture {
 
   // A token is multiplied by the router and by its top_k experts, not by the others.
   i64 block_active_matmul_params(const ModelArgs& a, int l) const override {
-    if (!a.moe->routed(l)) return Architecture::block_active_matmul_params(a, l);
+    if (!a.moe.value().routed(l)) return Architecture::block_active_matmul_params(a, l);
     std::vector<ParamShape> attn;
     llama_family::attention_params(a, l, attn);
     i64 n = 0;
     for (const auto& p : attn)
       if (p.is_matrix()) n += p.numel();
-    const MoeArgs& m = *a.moe;
+    const MoeArgs& m = a.moe.value();
     return n + m.experts * a.hidden + m.top_k * 3 * m.intermediate * a.hidden;
   }
 
@@ -171,7 +171,7 @@ class Qwen3Moe final : public Architecture {
     }
     rest.remove_prefix(dot + 1);
     namespace n = qwen3_moe_names;
-    const i64 E = a.moe->experts, I = a.moe->intermediate, D = a.hidden;
+    const i64 E = a.moe.value().experts, I = a.moe.value().intermediate, D = a.hidden;
     const std::string fused = std::string(block) + std::string(experts);
     if (rest == std::string(n::gate) + ".weight")
       return HfSlice{fused + "gate_up_proj", {E, 2 * I, D}, e, 0, I};
@@ -188,7 +188,7 @@ class Qwen3Moe final : public Architecture {
     const i64 dt = k.dtype_bytes, D = s.hidden;
     const BlockMemory attn = llama_family::attention_memory(s, k);
     const i64 mlp_norm = rms_norm_saved(D, dt, k.fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
-    const MoeArgs& m = *s.moe;
+    const MoeArgs& m = s.moe.value();
     // The routed block on the largest terms: the router's FP32 input and probabilities,
     // the top-k weights and ids, each slot's gathered row, its gate, up, silu(gate) and
     // product, and its expert's output (weighted afterwards).
