@@ -257,11 +257,30 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
   // The mesh's rules (distributed/mesh.cpp); the degrees refused above are not checked twice.
   // Without the model, ep = "auto" is taken as 1 here (see above).
+  // ep = "auto" (prime-rl's default; 1 is this library's) is expert parallelism for a
+  // model with routed experts on several ranks. A model that does not resolve is
+  // reported where it is read.
+  bool has_experts = false;
+  try {
+    has_experts = resolve_model(m.name).args.moe.has_value();
+  } catch (const model_config_error&) {
+  }
   std::vector<MeshProblem> mesh;
-  resolve_mesh(MeshRequest::of(m, world, /*has_experts=*/false), mesh);
+  const MeshDims dims = resolve_mesh(MeshRequest::of(m, world, has_experts), mesh);
+  if (has_experts && !m.ep.is_number() && dims.ep > 1)
+    c.refuse("model.ep",
+             fmt::format("expert parallelism (ep = \"auto\" resolves to {} for {} on {} ranks, as in "
+                         "prime-rl) {}; set ep = 1",
+                         dims.ep, m.name, world, not_impl));
+  else if (has_experts && world > 1 && !c.explicitly_set("model.ep"))
+    c.error("model.ep",
+            fmt::format(
+                "unset, and {} has routed experts: prime-rl's default ep = \"auto\" would split them over "
+                "{} ranks (expert parallelism), this trainer's default 1 trains with FSDP alone; set ep = 1 "
+                "to say so (expert parallelism is not implemented)",
+                m.name, std::min(world / std::max<std::int64_t>(1, m.dp_replicate), std::int64_t{8})));
   for (const auto& p : mesh)
-    if (!(p.field == "model.cp" && m.cp > 1) &&
-        !(p.field == "model.ep" && m.ep.is_number() && m.ep.number() > 1))
+    if (!(p.field == "model.cp" && m.cp > 1) && !(p.field == "model.ep" && (dims.ep > 1 || m.ep.is_number())))
       c.error(p.field, p.message);
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);

@@ -350,17 +350,18 @@ for offload in ("none", "full"):
         ref = os.path.join(work, "one")
         os.makedirs(ref)
         ok(one(config(ref, offload=offload, clip=offload != "full"), *MOE, *EVERY_STEP), "one process")
-        ok(torchrun(2, config(work, offload=offload, clip=offload != "full"), *MOE, "--dist.bucket-mib=0.01",
-                    *EVERY_STEP), "torchrun")
+        ok(torchrun(2, config(work, offload=offload, clip=offload != "full"), *MOE, "--model.ep=1",
+                    "--dist.bucket-mib=0.01", *EVERY_STEP), "torchrun")
         same_steps(metrics(ref), metrics(work), "2 ranks")
         close_adam(ref, work, "2 ranks")
 
 
-@case("2 ranks, Qwen3-MoE, ep = \"auto\": expert parallelism as prime-rl resolves it, refused naming model.ep")
+@case("2 ranks, Qwen3-MoE, ep = \"auto\" or unset (prime-rl's auto): refused naming model.ep")
 def _(work):
-    p = torchrun(2, config(work), *MOE, "--model.ep=auto")
-    if p.returncode == 0 or "model.ep" not in p.stderr or "resolved to 2" not in p.stderr:
-        raise AssertionError(f"exit {p.returncode}:\n{p.stderr[-2000:]}")
+    for ep, needle in ((["--model.ep=auto"], "resolves to 2"), ([], "prime-rl's default ep = \"auto\"")):
+        p = torchrun(2, config(work), *MOE, *ep)
+        if p.returncode == 0 or "model.ep" not in p.stderr or needle not in p.stderr:
+            raise AssertionError(f"{ep}: exit {p.returncode}:\n{p.stderr[-2000:]}")
 
 
 def whole_bytes(work):
