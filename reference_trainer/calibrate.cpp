@@ -452,9 +452,12 @@ std::string calibration_summary(const MachineProfile& p, const std::string& file
                                     ? fmt::format("{}", fmt::join(*p.provenance.kernels, ", "))
                                     : "none");
   for (const auto& b : p.gpu.blocks)
-    out +=
-        fmt::format("  block: hidden {}, intermediate {}, {}/{} heads of {}{}, at {} tokens\n", b.hidden,
-                    b.intermediate, b.heads, b.kv_heads, b.head_dim, b.qk_norm ? ", QK-norm" : "", b.tokens);
+    out += fmt::format(
+        "  block: {}hidden {}, intermediate {}, {}/{} heads of {}{}{}, at {} tokens\n",
+        b.architecture == "llama" ? "" : b.architecture + ", ", b.hidden, b.intermediate, b.heads, b.kv_heads,
+        b.head_dim, b.qk_norm ? ", QK-norm" : "",
+        b.experts ? fmt::format(", {} experts of {} (top {})", b.experts, b.moe_intermediate, b.top_k) : "",
+        b.tokens);
   std::vector<std::int64_t> dims;
   std::int64_t shortest = 0, longest = 0;
   for (const auto& a : p.gpu.attention) {

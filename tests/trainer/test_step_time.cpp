@@ -594,3 +594,27 @@ TEST_CASE("--calibrate: a block run that fails is reported with its output, and 
   CHECK(log.find("neither a preset") != std::string::npos);  // the child's own error
   CHECK(!fs::exists(out));
 }
+
+TEST_CASE(
+    "--calibrate on the CPU times a Qwen3-MoE block under its own key, which --plan then finds measured") {
+  const fs::path dir = fs::temp_directory_path() / "calibrate-moe";
+  fs::create_directories(dir);
+  const fs::path out = dir / "cpu.toml";
+  const std::string bin = PRIMECFG_TRAIN_BIN;
+  const std::string model =
+      " --model.name=primecfg/tiny-moe --data.seq-len=64 --data.batch-size=1 --data.micro-batch-size=1";
+  REQUIRE(
+      std::system((bin + " --device=cpu --calibrate=" + out.string() + model + " 2>" + (dir / "log").string())
+                      .c_str()) == 0);
+  const auto prof = plan::read_profile(out);
+  REQUIRE(prof.gpu.blocks.size() == 1);
+  const auto& b = prof.gpu.blocks[0];
+  CHECK(b.architecture == "qwen3_moe");
+  CHECK(b.experts == 8);
+  CHECK(b.top_k == 2);
+  CHECK(b.moe_intermediate == 96);
+  const auto tiny_moe = train::preset("primecfg/tiny-moe");
+  REQUIRE(tiny_moe);
+  CHECK(plan::block_coverage(prof, *tiny_moe) == plan::Coverage::measured);
+  CHECK(plan::block_coverage(prof, *train::preset("primecfg/tiny")) != plan::Coverage::measured);
+}
