@@ -40,7 +40,7 @@ constexpr FieldDecision decisions[] = {
     {"model.deepep_num_sms", no_effect, "only DeepEP reads it, and that is not implemented"},
     {"model.deepep_token_chunk_size", no_effect, "only DeepEP reads it, and that is not implemented"},
     {"model.moe_use_grouped_mm", used,
-     "routed experts: grouped GEMM, or one matmul per expert (an error on a model without them)"},
+     "routed experts: grouped GEMM, or one matmul per expert (a note on a model without them)"},
     {"model.compile", refused, "torch.compile"},
     {"model.compile.fullgraph", no_effect, "there is no torch.compile in LibTorch"},
     {"model.ac.freq", used, "which blocks are recomputed"},
@@ -260,10 +260,19 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   // ep = "auto" (prime-rl's default; 1 is this library's) is expert parallelism for a
   // model with routed experts on several ranks. A model that does not resolve is
   // reported where it is read.
-  bool has_experts = false;
+  bool has_experts = false, resolved = false;
   try {
     has_experts = resolve_model(m.name).args.moe.has_value();
+    resolved = true;
   } catch (const model_config_error&) {
+  }
+  // The routed experts' settings on a model without them: prime-rl ignores them there;
+  // here a value that would do nothing is an error, or (a kernel choice) a note.
+  if (resolved && !has_experts) {
+    const std::string none = fmt::format("{} has no routed experts, so this would do nothing", m.name);
+    if (m.moe_router_dtype != Dtype::float32) c.error("model.moe_router_dtype", none);
+    if (m.debug && m.debug->force_balanced_routing) c.error("model.debug.force_balanced_routing", none);
+    if (!m.moe_use_grouped_mm) c.note("model.moe_use_grouped_mm", none);
   }
   std::vector<MeshProblem> mesh;
   const MeshDims dims = resolve_mesh(MeshRequest::of(m, world, has_experts), mesh);
@@ -272,7 +281,8 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
              fmt::format("expert parallelism (ep = \"auto\" resolves to {} for {} on {} ranks, as in "
                          "prime-rl) {}; set ep = 1",
                          dims.ep, m.name, world, not_impl));
-  else if (has_experts && world > 1 && !c.explicitly_set("model.ep"))
+  else if (has_experts && world > 1 && !c.explicitly_set("model.ep") &&
+           (m.impl == ModelImpl::custom || m.impl == ModelImpl::auto_))
     c.error("model.ep",
             fmt::format(
                 "unset, and {} has routed experts: prime-rl's default ep = \"auto\" would split them over "

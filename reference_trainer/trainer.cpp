@@ -406,16 +406,17 @@ class Trainer {
   }
 
   // How routed experts run: model.moe_use_grouped_mm, model.moe_router_dtype,
-  // model.debug.force_balanced_routing. On a model without routed experts a value other
-  // than the default would do nothing, so it is an error that names the field.
+  // model.debug.force_balanced_routing. On a model without routed experts the last two
+  // would do nothing, so they are errors that name the field (the first, a kernel
+  // choice, is a note of the config check's).
   MoeSettings moe_settings(const ModelArgs& args) const {
     const auto& m = cfg_.model;
     const bool balanced = m.debug && m.debug->force_balanced_routing;
     if (!args.moe) {
-      const char* field = !m.moe_use_grouped_mm                  ? "model.moe_use_grouped_mm"
-                          : m.moe_router_dtype != Dtype::float32 ? "model.moe_router_dtype"
-                          : balanced                             ? "model.debug.force_balanced_routing"
-                                                                 : nullptr;
+      // (The config check says so first; run_sft is also called without it.)
+      const char* field = m.moe_router_dtype != Dtype::float32 ? "model.moe_router_dtype"
+                          : balanced                           ? "model.debug.force_balanced_routing"
+                                                               : nullptr;
       if (field)
         throw run_error(
             fmt::format("{}: {} has no routed experts (model_type {}), so this setting would do nothing",

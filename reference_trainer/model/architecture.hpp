@@ -77,6 +77,10 @@ class Architecture {
 
   // Block `layer`'s parameters, in the trainer's order, with their HF names.
   virtual void block_params(const ModelArgs& a, int layer, std::vector<ParamShape>& out) const = 0;
+  // How many parameters block `layer` has (the config reader's bound on the model's
+  // size, before any list is built): by default, block_params' sum; an architecture whose
+  // blocks hold very many tensors (routed experts) counts them directly.
+  virtual double block_param_count(const ModelArgs& a, int layer) const;
   // The parameters of block `layer` one token is multiplied by in the forward (MFU's
   // and the step model's FLOPs): every matrix of the block unless an architecture
   // routes tokens past some of them.

@@ -253,13 +253,9 @@ ModelArgs parse_hf_config(std::string_view text, const std::string& path) {
   // billions of tensors (and an int overflow in params()).
   if (a.layers > max_layers)
     r.fail("num_hidden_layers", fmt::format("{} layers; more than {} is refused", a.layers, max_layers));
-  std::vector<ParamShape> block;
-  arch->block_params(a, 0, block);
-  double block_numel = 0;
-  for (const auto& p : block) block_numel += static_cast<double>(p.rows) * static_cast<double>(p.cols);
-  if (static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden) * 2 +
-          static_cast<double>(a.layers) * block_numel >
-      std::ldexp(1.0, 46))
+  double blocks = 0;
+  for (int l = 0; l < a.layers; ++l) blocks += arch->block_param_count(a, l);
+  if (static_cast<double>(a.vocab_size) * static_cast<double>(a.hidden) * 2 + blocks > std::ldexp(1.0, 46))
     r.fail("num_hidden_layers", "the model would have more than 2^46 parameters");
   if (a.rope_scaling.type == RopeScaling::Type::yarn && a.rope_scaling.original_max_positions <= 0)
     r.fail("rope_scaling", "yarn needs original_max_position_embeddings");

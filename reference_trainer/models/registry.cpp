@@ -68,6 +68,14 @@ std::int64_t Architecture::block_active_matmul_params(const ModelArgs& a, int la
   return n;
 }
 
+double Architecture::block_param_count(const ModelArgs& a, int layer) const {
+  std::vector<ParamShape> ps;
+  block_params(a, layer, ps);
+  double n = 0;
+  for (const auto& p : ps) n += static_cast<double>(p.rows) * static_cast<double>(p.cols);
+  return n;
+}
+
 std::optional<HfSlice> Architecture::hf_fused_source(const ModelArgs&, std::string_view) const {
   return std::nullopt;
 }

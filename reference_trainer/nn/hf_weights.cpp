@@ -175,13 +175,26 @@ bool HfWeights::load_fused(NamedParam& p) {
                     it->second.file->path().string(), src->tensor, fmt::join(shape, ", "),
                     fmt::join(src->tensor_shape, ", "), p.name));
   p.tensor.detach().copy_(as_tensor(it->second)[src->index].narrow(0, src->row_begin, src->rows));
-  fused_used_.insert(src->tensor);
+  // Every slice must be some parameter's: [index][rows] blocks of equal height.
+  auto& use = fused_used_[src->tensor];
+  use.first += 1;
+  use.second = shape[0] * (shape[1] / src->rows);
   return true;
 }
 
 void HfWeights::finish() {
-  // A fused tensor was all parameters: each of its slices is one, and every parameter loaded.
-  for (const auto& name : fused_used_) weights_.tensors.erase(name);
+  // A fused tensor is all parameters only when each of its slices was one: a folder that
+  // holds some experts both per expert and fused would leave slices unread.
+  for (const auto& [name, use] : fused_used_) {
+    if (use.first != use.second) {
+      const auto& t = weights_.tensors.at(name);
+      throw std::runtime_error(fmt::format(
+          "{}: tensor {}: {} of its {} slices are parameters, the others are held by name too; which to load "
+          "is ambiguous",
+          t.file->path().string(), name, use.first, use.second));
+    }
+    weights_.tensors.erase(name);
+  }
   if (!weights_.tensors.empty()) {
     std::vector<std::string> names;
     for (const auto& [name, t] : weights_.tensors) names.push_back(name);

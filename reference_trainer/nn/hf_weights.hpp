@@ -64,8 +64,9 @@ class HfWeights {
 
   std::filesystem::path dir_;
   ModelArgs args_;
-  WeightFileSet weights_;             // its tensors: those not loaded yet
-  std::set<std::string> fused_used_;  // fused tensors some parameters were sliced from
+  WeightFileSet weights_;  // its tensors: those not loaded yet
+  // Fused tensors some parameters were sliced from: slices taken, slices it holds.
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> fused_used_;
 };
 
 }  // namespace primecfg::train

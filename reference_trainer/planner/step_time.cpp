@@ -20,14 +20,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace primecfg::train::plan::detail {
 
 namespace {
 
-// Matmul FLOPs of one block per token (forward), as its architecture counts them.
+// Matmul FLOPs of one block per token (forward), as its architecture counts them: the
+// mean over the blocks (a Qwen3-MoE model may mix routed and dense ones).
 double block_matmul_flops(const ModelShape& s) {
-  return 2.0 * static_cast<double>(s.architecture().block_active_matmul_params(s, 0));
+  const Architecture& arch = s.architecture();
+  std::int64_t sum = 0;
+  for (int l = 0; l < s.layers; ++l) sum += arch.block_active_matmul_params(s, l);
+  return 2.0 * static_cast<double>(sum) / static_cast<double>(std::max<std::int64_t>(1, s.layers));
 }
 
 // A measured block as a model of that block's shape, for its architecture to count.
@@ -37,6 +42,7 @@ ModelShape shape_of(const BlockTiming& b) {
     throw plan_error(fmt::format(
         "the profile has a block of architecture \"{}\", which this build does not have", b.architecture));
   ModelShape s;
+  s.layers = 1;
   s.model_type = std::string(arch->model_types().front());
   s.hidden = b.hidden, s.intermediate = b.intermediate, s.heads = b.heads, s.kv_heads = b.kv_heads;
   s.head_dim = b.head_dim, s.qk_norm = b.qk_norm;
@@ -47,7 +53,16 @@ ModelShape shape_of(const BlockTiming& b) {
   }
   return s;
 }
-double block_matmul_flops(const BlockTiming& b) { return block_matmul_flops(shape_of(b)); }
+double block_matmul_flops(const BlockTiming& b) {
+  try {
+    return block_matmul_flops(shape_of(b));
+  } catch (const std::bad_optional_access&) {
+    throw plan_error(
+        fmt::format("the profile's block of architecture \"{}\" lacks what that architecture needs "
+                    "(a Qwen3-MoE block: experts, top_k, moe_intermediate)",
+                    b.architecture));
+  }
+}
 
 bool same_block(const BlockTiming& b, const ModelShape& s) { return b.same_shape(block_key(s)); }
 

@@ -28,12 +28,19 @@ bool same_opt(const std::optional<double>& a, const std::optional<double>& b) {
   return a.has_value() == b.has_value() && (!a || *a == *b);
 }
 
+bool same_moe(const std::optional<MoeArgs>& a, const std::optional<MoeArgs>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || (a->experts == b->experts && a->top_k == b->top_k && a->intermediate == b->intermediate &&
+                a->sparse_step == b->sparse_step && a->dense_layers == b->dense_layers &&
+                a->norm_topk_prob == b->norm_topk_prob && a->router_aux_loss_coef == b->router_aux_loss_coef);
+}
+
 bool same(const ModelArgs& a, const ModelArgs& b) {
   const RopeScaling &r = a.rope_scaling, &s = b.rope_scaling;
-  return a.model_type == b.model_type && a.qk_norm == b.qk_norm && a.vocab_size == b.vocab_size &&
-         a.hidden == b.hidden && a.layers == b.layers && a.heads == b.heads && a.kv_heads == b.kv_heads &&
-         a.head_dim == b.head_dim && a.intermediate == b.intermediate && a.rope_theta == b.rope_theta &&
-         a.max_positions == b.max_positions && a.rms_eps == b.rms_eps &&
+  return same_moe(a.moe, b.moe) && a.model_type == b.model_type && a.qk_norm == b.qk_norm &&
+         a.vocab_size == b.vocab_size && a.hidden == b.hidden && a.layers == b.layers && a.heads == b.heads &&
+         a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.intermediate == b.intermediate &&
+         a.rope_theta == b.rope_theta && a.max_positions == b.max_positions && a.rms_eps == b.rms_eps &&
          a.tie_embeddings == b.tie_embeddings && a.attention_bias == b.attention_bias &&
          a.qkv_bias == b.qkv_bias && a.mlp_bias == b.mlp_bias && a.bos_token_id == b.bos_token_id &&
          a.eos_token_id == b.eos_token_id && a.pad_token_id == b.pad_token_id && r.type == s.type &&

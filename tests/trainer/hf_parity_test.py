@@ -361,6 +361,10 @@ def main():
             step = os.path.join(work, "out", "checkpoints", "step_1")
             errt = compare(name + " (round trip)", dump(work, step, data), step)
             trained = load_file(os.path.join(step, "model.safetensors"))
+            # The model class vLLM and transformers' pipelines pick: transformers' own.
+            written = json.load(open(os.path.join(step, "config.json")))["architectures"]
+            if written != model.config.architectures:
+                raise AssertionError(f"{name}: config.json names {written}, transformers {model.config.architectures}")
             moved = max((trained[k] - v).abs().max().item() for k, v in model.state_dict().items() if k in trained)
             if not moved > 0:
                 raise AssertionError(f"{name}: the checkpoint holds the untrained weights")
@@ -458,6 +462,13 @@ def main():
         t["model.layers.0.mlp.experts.down_proj"] = t["model.layers.0.mlp.experts.down_proj"][:7].contiguous()
         save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
+    def expert_twice(d):
+        one = load_file(os.path.join(d, "model.safetensors"))["model.layers.0.mlp.experts.0.gate_proj.weight"]
+        fused_layout(d)
+        t = load_file(os.path.join(d, "model.safetensors"))
+        t["model.layers.0.mlp.experts.0.gate_proj.weight"] = one
+        save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
     moe_refusals = [
         # transformers would add its auxiliary load-balancing loss; prime-rl and we do not.
         ("router logits", dict(edit_config=lambda c: c.update(output_router_logits=True)), '"output_router_logits"'),
@@ -479,6 +490,8 @@ def main():
             "model.layers.1.mlp.gate.weight",
         ),
         ("fused experts of another count", dict(edit_folder=fewer_fused_experts), "model.layers.0.mlp.experts.down_proj"),
+        # Expert 0's gate both by name and inside the fused tensor: which one is meant is unclear.
+        ("an expert twice", dict(edit_folder=expert_twice), "model.layers.0.mlp.experts.gate_up_proj"),
     ]
     for what, edits, needle in moe_refusals:
         try:

@@ -321,3 +321,34 @@ TEST_CASE("field decisions: check_support and check_rl_only do what the tables s
     CHECK_MESSAGE(found, e.path);
   }
 }
+
+TEST_CASE("field decisions: the routed experts' fields depend on the model, and so does ep") {
+  auto said = [](const SFTConfig& c, int world, const provenance_map& where = {}) {
+    std::set<std::pair<std::string, severity>> out;
+    for (const auto& diag : train::check_support(c, where, world)) out.emplace(diag.path, diag.level);
+    return out;
+  };
+  // A dense model: the router's settings would do nothing (errors), the kernel choice a note.
+  SFTConfig dense;
+  dense.model.moe_router_dtype = Dtype::bfloat16;
+  dense.model.debug = ModelDebugConfig{};
+  dense.model.debug->force_balanced_routing = true;
+  dense.model.moe_use_grouped_mm = false;
+  const auto d = said(dense, 1);
+  CHECK(d.contains({"model.moe_router_dtype", severity::error}));
+  CHECK(d.contains({"model.debug.force_balanced_routing", severity::error}));
+  CHECK(d.contains({"model.moe_use_grouped_mm", severity::note}));
+  // The same on a model with routed experts: used.
+  SFTConfig moe = dense;
+  moe.model.name = "primecfg/tiny-moe";
+  CHECK(said(moe, 1).empty());
+  // Several ranks: ep unset is prime-rl's "auto" (expert parallelism there), an error until
+  // the config says 1; "auto" written out is refused; ep = 1 written is fine.
+  SFTConfig two;
+  two.model.name = "primecfg/tiny-moe";
+  CHECK(said(two, 2).contains({"model.ep", severity::error}));
+  two.model.ep = ExpertParallel::auto_;
+  CHECK(said(two, 2).contains({"model.ep", severity::error}));
+  two.model.ep = 1;
+  CHECK(said(two, 2, {{"model.ep", provenance::in_file("a.toml", 2, 1)}}).empty());
+}

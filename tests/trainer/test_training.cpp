@@ -355,9 +355,8 @@ TEST_CASE(
   std::sort(counts.rbegin(), counts.rend());
   const double mean = (total - counts[0] - counts[1]) / 6;
   CHECK(m.at("max_vio").get<double>() == doctest::Approx((counts[2] - mean) / mean).epsilon(1e-5));
-  const double confidence = m.at("routing_confidence").get<double>();
-  CHECK(confidence > 2.0 / 8);  // the top 2 of 8 probabilities hold more than the average two
-  CHECK(confidence < 1.0);
+  // The top-2 probability mass before renormalisation (after it, every token's would be 1).
+  CHECK(m.at("routing_confidence").get<double>() < 1.0);
 
   // Balanced: every expert gets 48 slots, max_vio 0; with checkpointing, the same numbers.
   const auto balanced = moe("moe-balanced", false, true);

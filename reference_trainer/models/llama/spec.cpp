@@ -182,9 +182,10 @@ void read_config(ConfigReader& r, ModelArgs& a) {
 json::ordered write_config(const ModelArgs& a) {
   json::ordered out = {
       {"architectures",
-       {a.model_type == "llama"   ? "LlamaForCausalLM"
-        : a.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                  : "Qwen3ForCausalLM"}},
+       {a.model_type == "llama"       ? "LlamaForCausalLM"
+        : a.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+        : a.model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                      : "Qwen3ForCausalLM"}},
       {"model_type", a.model_type},
       {"vocab_size", a.vocab_size},
       {"hidden_size", a.hidden},

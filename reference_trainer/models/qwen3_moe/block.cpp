@@ -13,7 +13,7 @@ namespace primecfg::train {
 using torch::Tensor;
 
 Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup& find)
-    : attn_(layer, find), layer_(layer), routed_(args.moe->routed(layer)) {
+    : attn_(layer, find), layer_(layer), routed_(args.moe.value().routed(layer)) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   auto get = [&](std::string_view name) {
     Tensor t = find(p + std::string(name));
@@ -29,7 +29,7 @@ Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup
   }
   namespace n = qwen3_moe_names;
   router_ = get(n::router);
-  for (std::int64_t e = 0; e < args.moe->experts; ++e) {
+  for (std::int64_t e = 0; e < args.moe.value().experts; ++e) {
     w1_.push_back(get(n::expert(e, n::gate)));
     w3_.push_back(get(n::expert(e, n::up)));
     w2_.push_back(get(n::expert(e, n::down)));
@@ -47,8 +47,8 @@ Tensor Qwen3MoeBlock::forward(const BlockContext& c, const Tensor& x) const {
   // offloaded on its own); the grouped GEMM reads them stacked.
   MoeWeights w{router_, torch::stack(w1_), torch::stack(w3_), torch::stack(w2_)};
   MoeSettings s = c.moe ? *c.moe : MoeSettings{};
-  s.top_k = a.moe->top_k;
-  s.norm_topk_prob = a.moe->norm_topk_prob;
+  s.top_k = a.moe.value().top_k;
+  s.norm_topk_prob = a.moe.value().norm_topk_prob;
   const auto D = x.size(-1);
   MoeStats* stats = c.moe_stats ? &(*c.moe_stats)[static_cast<std::size_t>(layer_)] : nullptr;
   return x1 + moe_forward(w, s, g.reshape({-1, D}), stats).view_as(x1);

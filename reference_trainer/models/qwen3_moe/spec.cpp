@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace primecfg::train {
 
@@ -50,7 +51,11 @@ class Qwen3Moe final : public Architecture {
       }
     }
     m.norm_topk_prob = r.boolean("norm_topk_prob", false);
-    m.router_aux_loss_coef = r.positive("router_aux_loss_coef", 0.001);
+    if (const json::value* v = r.get("router_aux_loss_coef")) {
+      if (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>()))
+        r.fail_value("router_aux_loss_coef", *v, "must be a number at least 0");
+      m.router_aux_loss_coef = v->get<double>();
+    }
     // transformers adds router_aux_loss_coef x the load-balancing loss when this is true;
     // prime-rl never adds it, and neither does primecfg-train, so true would train
     // something else than it says.
@@ -141,7 +146,21 @@ class Qwen3Moe final : public Architecture {
     }
   }
 
+  // Counted, not listed: a block of 2^31 experts would be a list of billions of tensors.
+  double block_param_count(const ModelArgs& a, int l) const override {
+    std::vector<ParamShape> attn;
+    llama_family::attention_params(a, l, attn);
+    double n = 0;
+    for (const auto& p : attn) n += static_cast<double>(p.rows) * static_cast<double>(p.cols);
+    const double D = static_cast<double>(a.hidden);
+    const MoeArgs& m = a.moe.value();
+    if (!m.routed(l)) return n + 3 * D * static_cast<double>(a.intermediate);
+    return n + static_cast<double>(m.experts) * D * (1 + 3 * static_cast<double>(m.intermediate));
+  }
+
   // A token is multiplied by the router and by its top_k experts, not by the others.
+  // (prime-rl's MFU counts every block as routed; for the published Qwen3-MoE configs,
+  // which route in every block, the two agree.)
   i64 block_active_matmul_params(const ModelArgs& a, int l) const override {
     if (!a.moe.value().routed(l)) return Architecture::block_active_matmul_params(a, l);
     std::vector<ParamShape> attn;
