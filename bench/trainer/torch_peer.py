@@ -13,6 +13,11 @@ The loss is the plain one: full logits, then F.cross_entropy in FP32.
              config of the same sizes, random init, sdpa attention), its loss too.
   --impl liger: the same with Liger's kernels patched in first (RMSNorm, RoPE, SwiGLU,
              fused linear cross-entropy; liger-kernel must be importable).
+  Qwen3-MoE presets (--impl own): the routed blocks as reference_trainer/nn/moe.cpp runs
+             them: the router's GEMM and softmax in FP32, top-k, the weights renormalised
+             (norm_topk_prob), the slots sorted by expert and padded to multiples of 8
+             rows per group, torch._grouped_mm over the stacked experts, the outputs
+             weighted in FP32 and summed; --layers cuts the model to its first blocks.
   The training around the model is the same for every impl: bf16 weights, FP32
   masters and gradients, fused AdamW on the masters, the weights copied back.
 
@@ -35,16 +40,31 @@ PRESETS = {
     "Qwen/Qwen3-0.6B": (151936, 1024, 28, 16, 8, 128, 3072, 1e6, 1e-6, True, True),
     "meta-llama/Llama-3.2-1B": (128256, 2048, 16, 32, 8, 64, 8192, 5e5, 1e-5, False, True),
     "meta-llama/Llama-3.2-3B": (128256, 3072, 28, 24, 8, 128, 8192, 5e5, 1e-5, False, True),
+    "primecfg/tiny-moe": (260, 128, 2, 4, 2, 32, 384, 1e4, 1e-6, True, True),
+    "Qwen/Qwen3-30B-A3B": (151936, 2048, 48, 32, 4, 128, 6144, 1e6, 1e-6, True, False),
+}
+# Routed experts: experts, top_k, moe_intermediate, norm_topk_prob, dense blocks (mlp_only_layers).
+MOE = {
+    "primecfg/tiny-moe": (8, 2, 96, True, (1,)),
+    "Qwen/Qwen3-30B-A3B": (128, 8, 768, True, ()),
 }
 
 
-def matmul_params(a):
+def matmul_params(a, moe=None):
+    """What a token is multiplied by (MFU's N): a routed block counts its router and top_k experts."""
     vocab, d, layers, heads, kv, hd, inter = a[:7]
-    per_block = d * heads * hd + 2 * d * kv * hd + heads * hd * d + 3 * d * inter
-    return layers * per_block + vocab * d
+    attn = d * heads * hd + 2 * d * kv * hd + heads * hd * d
+    n = vocab * d
+    for l in range(layers):
+        if moe and l not in moe[4]:
+            experts, k, mi = moe[:3]
+            n += attn + experts * d + k * 3 * d * mi
+        else:
+            n += attn + 3 * d * inter
+    return n
 
 
-def build(a, device):
+def build(a, device, moe=None):
     vocab, d, layers, heads, kv, hd, inter, theta, eps, qk_norm, tied = a
     g = torch.Generator(device=device).manual_seed(0)
 
@@ -58,9 +78,14 @@ def build(a, device):
     if not tied:
         params["head"] = w(vocab, d)
     blocks = []
-    for _ in range(layers):
+    for l in range(layers):
         b = dict(in_norm=ones(d), wq=w(heads * hd, d), wk=w(kv * hd, d), wv=w(kv * hd, d), wo=w(d, heads * hd),
-                 post_norm=ones(d), w_gate=w(inter, d), w_up=w(inter, d), w_down=w(d, inter))
+                 post_norm=ones(d))
+        if moe and l not in moe[4]:
+            experts, _, mi = moe[:3]
+            b.update(router=w(experts, d), w1=w(experts, mi, d), w3=w(experts, mi, d), w2=w(experts, d, mi))
+        else:
+            b.update(w_gate=w(inter, d), w_up=w(inter, d), w_down=w(d, inter))
         if qk_norm:
             b["q_norm"] = ones(hd)
             b["k_norm"] = ones(hd)
@@ -75,10 +100,37 @@ def rope(x, cos, sin):
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def make_block(a):
+def routed_experts(g, router, w1, w3, w2, top_k, norm_topk_prob, align=8):
+    """nn/moe.cpp's grouped path: g [N, D] -> the weighted sum of each token's top_k experts."""
+    N, D = g.shape
+    E = router.shape[0]
+    probs = F.linear(g.float(), router.float()).softmax(-1)
+    weights, ids = probs.topk(top_k, dim=-1)
+    if norm_topk_prob:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    flat = ids.flatten()
+    order = flat.argsort(stable=True)
+    src = order // top_k
+    rows = g[src]
+    counts = torch.bincount(flat, minlength=E)
+    padded = ((counts + align - 1) // align * align).clamp(min=align)
+    ends = padded.cumsum(0)
+    group = torch.repeat_interleave(torch.arange(E, device=g.device), counts)
+    dst = (ends - padded)[group] + torch.arange(rows.shape[0], device=g.device) - (counts.cumsum(0) - counts)[group]
+    buf = rows.new_zeros(int(ends[-1]), D).index_copy(0, dst, rows)
+    offs = ends.to(torch.int32)
+    h = F.silu(torch._grouped_mm(buf, w1.transpose(-2, -1), offs=offs)) * torch._grouped_mm(
+        buf, w3.transpose(-2, -1), offs=offs)
+    out = torch._grouped_mm(h, w2.transpose(-2, -1), offs=offs)[dst]
+    scaled = (out.float() * weights.flatten()[order, None]).to(g.dtype)
+    return torch.zeros_like(g).index_add(0, src, scaled)
+
+
+def make_block(a, moe=None):
     vocab, d, layers, heads, kv, hd, inter, theta, eps, qk_norm, tied = a
 
-    def block(x, cos, sin, in_norm, wq, wk, wv, wo, post_norm, w_gate, w_up, w_down, q_norm=None, k_norm=None):
+    def block(x, cos, sin, in_norm, wq, wk, wv, wo, post_norm, w_gate=None, w_up=None, w_down=None, q_norm=None,
+              k_norm=None, router=None, w1=None, w3=None, w2=None):
         B, T, _ = x.shape
         h = F.rms_norm(x, (d,), in_norm, eps)
         q = (h @ wq.t()).view(B, T, heads, hd)
@@ -93,6 +145,8 @@ def make_block(a):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + o.transpose(1, 2).reshape(B, T, heads * hd) @ wo.t()
         g = F.rms_norm(x, (d,), post_norm, eps)
+        if router is not None:
+            return x + routed_experts(g.view(B * T, d), router, w1, w3, w2, moe[1], moe[3]).view(B, T, d)
         return x + (F.silu(g @ w_gate.t()) * (g @ w_up.t())) @ w_down.t()
 
     return block
@@ -170,6 +224,7 @@ def main():
     ap.add_argument("--ac", action="store_true", help="checkpoint every block (torch.utils.checkpoint)")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--trace", help="write a Chrome trace of the last two steps (torch.profiler)")
+    ap.add_argument("--layers", type=int, help="the model's first LAYERS blocks only (as model.debug.num_layers)")
     args = ap.parse_args()
 
     dev = torch.device(args.device)
@@ -177,11 +232,16 @@ def main():
     if args.impl != "own" and (args.compile or args.ac):
         ap.error("--compile and --ac apply to --impl own")
     a = PRESETS[args.model]
+    if args.layers:
+        a = a[:2] + (args.layers,) + a[3:]
+    moe = MOE.get(args.model)
+    if moe and args.impl != "own":
+        ap.error("the Qwen3-MoE presets run with --impl own")
     vocab, d, layers, heads, kv, hd, inter, theta, eps, qk_norm, tied = a
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     if args.impl == "own":
-        params, blocks = build(a, dev)
+        params, blocks = build(a, dev, moe)
         flat = list(params.values()) + [t for b in blocks for t in b.values()]
     else:
         model = hf_model(args.model, a, dev, args.impl == "liger")
@@ -189,7 +249,7 @@ def main():
     masters = [p.detach().float().clone() for p in flat]
     opt = torch.optim.AdamW(masters, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, fused=True)
 
-    block = make_block(a)
+    block = make_block(a, moe)
     lossf = loss_fn
     if args.compile:
         block = torch.compile(block)
@@ -277,7 +337,7 @@ def main():
                 hwm = float(line.split()[1]) * 1024
     med = statistics.median(times)
     tokens = B * T
-    flops_tok = 6 * matmul_params(a) + 12 * layers * heads * hd * T
+    flops_tok = 6 * matmul_params(a, moe) + 12 * layers * heads * hd * T
     h2d, d2h, duplex = pcie
     impl = {"own": "pytorch-compile" if args.compile else "pytorch-eager", "hf": "hf-transformers",
             "liger": "hf-transformers-liger"}[args.impl]
