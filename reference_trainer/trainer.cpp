@@ -130,37 +130,56 @@ void write_logits(Transformer& model, const data::MicroBatch& mb, const fs::path
 // averaged over the step's micro-batches. Also the step's slots per expert, over all
 // blocks and ranks.
 struct RoutingFigures {
-  std::vector<double> max_vio, confidence;  // this rank's, one per micro-batch
-  Tensor per_expert;                        // FP64 on the CPU
+  // Per micro-batch: the routed blocks' slots per expert [blocks, E] and top-k probability
+  // sums [blocks], where the router left them (read back once, at the step's end: not a
+  // device sync per block), and the tokens each block routed.
+  std::vector<Tensor> counts, confidence_sums;
+  std::vector<std::vector<std::int64_t>> tokens;
+  std::int64_t top_k = 0;
 
   void add(const std::vector<MoeStats>& stats, const MoeArgs& m) {
-    double vio = 0, conf = 0;
-    int blocks = 0;
+    std::vector<Tensor> c, p;
+    std::vector<std::int64_t> t;
     for (const auto& s : stats) {
       if (!s.tokens_per_expert.defined() || s.tokens == 0) continue;
-      const Tensor counts = s.tokens_per_expert.to(torch::kCPU).to(torch::kFloat64);
-      per_expert = per_expert.defined() ? per_expert + counts : counts;
-      const Tensor sorted = std::get<0>(counts.sort(0, /*descending=*/true));
-      const Tensor rest = m.experts > m.top_k ? sorted.narrow(0, m.top_k, m.experts - m.top_k) : sorted;
-      const double mean = rest.mean().item<double>();
-      vio += mean > 0 ? (rest.max().item<double>() - mean) / mean : 0.0;
-      conf += s.confidence_sum.to(torch::kCPU).item<double>() / static_cast<double>(s.tokens);
-      ++blocks;
+      c.push_back(s.tokens_per_expert);
+      p.push_back(s.confidence_sum);
+      t.push_back(s.tokens);
     }
-    if (blocks == 0) return;
-    max_vio.push_back(vio / blocks);
-    confidence.push_back(conf / blocks);
+    if (c.empty()) return;
+    counts.push_back(torch::stack(c));
+    confidence_sums.push_back(torch::stack(p));
+    tokens.push_back(std::move(t));
+    top_k = m.top_k;
   }
 
   template <class Sharding>
   void finish(StepMetrics& met, Sharding* sharding, torch::Device device) {
-    if (max_vio.empty()) return;
+    if (counts.empty()) return;
+    const Tensor all_counts = torch::stack(counts).to(torch::kCPU).to(torch::kFloat64);  // [M, blocks, E]
+    const Tensor all_sums = torch::stack(confidence_sums).to(torch::kCPU).to(torch::kFloat64);
+    const std::int64_t E = all_counts.size(2);
+    std::vector<double> max_vio, confidence;  // this rank's, one per micro-batch
+    for (std::int64_t mb = 0; mb < all_counts.size(0); ++mb) {
+      double vio = 0, conf = 0;
+      const std::int64_t blocks = all_counts.size(1);
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const Tensor sorted = std::get<0>(all_counts[mb][b].sort(0, /*descending=*/true));
+        const Tensor rest = E > top_k ? sorted.narrow(0, top_k, E - top_k) : sorted;
+        const double mean = rest.mean().item<double>();
+        vio += mean > 0 ? (rest.max().item<double>() - mean) / mean : 0.0;
+        conf += all_sums[mb][b].item<double>() / static_cast<double>(tokens[mb][b]);
+      }
+      max_vio.push_back(vio / static_cast<double>(blocks));
+      confidence.push_back(conf / static_cast<double>(blocks));
+    }
+    const Tensor per_expert = all_counts.sum({0, 1});
     const auto M = static_cast<std::int64_t>(max_vio.size());
     const int world = sharding ? sharding->world() : 1, rank = sharding ? sharding->rank() : 0;
     const auto f64 = torch::TensorOptions(torch::kFloat64);
     Tensor vio = torch::zeros({world, M}, f64);
     vio[rank] = torch::tensor(max_vio, f64);
-    Tensor conf = torch::tensor(confidence, f64), experts = per_expert.clone();
+    Tensor conf = torch::tensor(confidence, f64), experts = per_expert;
     if (sharding && world > 1) {
       for (auto [t, what] :
            {std::pair{&vio, "each rank's max_vio"}, std::pair{&conf, "the routing confidence"},
