@@ -61,20 +61,24 @@ Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, cons
   return x + project(o, w.wo, w.bo);
 }
 
-LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) : attn_(layer, find) {
+MlpWeights::MlpWeights(int layer, const ParamLookup& find) {
   namespace n = llama_names;
   auto get = block_lookup(layer, find);
-  w_gate_ = get(n::gate, ".weight"), b_gate_ = get(n::gate, ".bias");
-  w_up_ = get(n::up, ".weight"), b_up_ = get(n::up, ".bias");
-  w_down_ = get(n::down, ".weight"), b_down_ = get(n::down, ".bias");
+  w_gate = get(n::gate, ".weight"), b_gate = get(n::gate, ".bias");
+  w_up = get(n::up, ".weight"), b_up = get(n::up, ".bias");
+  w_down = get(n::down, ".weight"), b_down = get(n::down, ".bias");
 }
 
+Tensor mlp_residual(const BlockContext& c, const MlpWeights& w, const Tensor& post_norm, const Tensor& x1) {
+  Tensor g = fused::rms_norm(x1, post_norm, c.args->rms_eps);
+  Tensor m = fused::swiglu(project(g, w.w_gate, w.b_gate), project(g, w.w_up, w.b_up));
+  return x1 + project(m, w.w_down, w.b_down);
+}
+
+LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) : attn_(layer, find), mlp_(layer, find) {}
+
 Tensor LlamaBlock::forward(const BlockContext& c, const Tensor& x) const {
-  Tensor x1 = attention_residual(c, attn_, x);
-  // SwiGLU MLP
-  Tensor g = fused::rms_norm(x1, attn_.post_norm, c.args->rms_eps);
-  Tensor m = fused::swiglu(project(g, w_gate_, b_gate_), project(g, w_up_, b_up_));
-  return x1 + project(m, w_down_, b_down_);
+  return mlp_residual(c, mlp_, attn_.post_norm, attention_residual(c, attn_, x));
 }
 
 }  // namespace primecfg::train

@@ -22,6 +22,16 @@ struct AttentionWeights {
 // x + attention(rmsnorm(x)): the block's first residual.
 torch::Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, const torch::Tensor& x);
 
+// Block `layer`'s dense SwiGLU MLP; biases undefined where the architecture has none.
+struct MlpWeights {
+  torch::Tensor w_gate, w_up, w_down, b_gate, b_up, b_down;
+  MlpWeights(int layer, const ParamLookup& find);
+};
+
+// x1 + mlp(rmsnorm(x1)) with the post-attention norm's weight: the block's second residual.
+torch::Tensor mlp_residual(const BlockContext& c, const MlpWeights& w, const torch::Tensor& post_norm,
+                           const torch::Tensor& x1);
+
 class LlamaBlock final : public Block {
  public:
   // Takes handles to block `layer`'s parameters (they share the model's storage).
@@ -30,7 +40,7 @@ class LlamaBlock final : public Block {
 
  private:
   AttentionWeights attn_;
-  torch::Tensor w_gate_, w_up_, w_down_, b_gate_, b_up_, b_down_;
+  MlpWeights mlp_;
 };
 
 }  // namespace primecfg::train

@@ -93,19 +93,8 @@ class Llama final : public Architecture {
   }
 
   void block_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) const override {
-    namespace n = llama_names;
     llama_family::attention_params(a, l, out);
-    const i64 D = a.hidden, I = a.intermediate;
-    const std::string p = fmt::format("model.layers.{}.", l);
-    auto linear = [&](std::string_view name, i64 out_features, i64 in_features) {
-      out.push_back(
-          {p + std::string(name) + ".weight", out_features, in_features, l, ParamShape::Kind::matrix});
-      if (a.mlp_bias)
-        out.push_back({p + std::string(name) + ".bias", out_features, 1, l, ParamShape::Kind::bias});
-    };
-    linear(n::gate, I, D);
-    linear(n::up, I, D);
-    linear(n::down, D, I);
+    llama_family::mlp_params(a, l, out);
   }
 
   // models/llama/block.cpp's forward under autograd, with the CUDA kernels: fused RMSNorm
@@ -231,6 +220,21 @@ void attention_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) {
     add(n::k_norm, a.head_dim, 1, K::norm);
   }
   add(n::post_norm, D, 1, K::norm);
+}
+
+void mlp_params(const ModelArgs& a, int l, std::vector<ParamShape>& out) {
+  namespace n = llama_names;
+  const i64 D = a.hidden, I = a.intermediate;
+  const std::string p = fmt::format("model.layers.{}.", l);
+  auto linear = [&](std::string_view name, i64 out_features, i64 in_features) {
+    out.push_back(
+        {p + std::string(name) + ".weight", out_features, in_features, l, ParamShape::Kind::matrix});
+    if (a.mlp_bias)
+      out.push_back({p + std::string(name) + ".bias", out_features, 1, l, ParamShape::Kind::bias});
+  };
+  linear(n::gate, I, D);
+  linear(n::up, I, D);
+  linear(n::down, D, I);
 }
 
 // block.cpp's attention under autograd, with the CUDA kernels: fused RMSNorm saves its

@@ -22,6 +22,8 @@ strict_json::ordered write_config(const ModelArgs& a);
 // Block l's norms and attention parameters (input norm, q, k, v, o with their biases,
 // QK-norm, post-attention norm), in the trainer's order.
 void attention_params(const ModelArgs& a, int l, std::vector<ParamShape>& out);
+// Block l's dense SwiGLU MLP (gate, up, down with their biases), after the attention's.
+void mlp_params(const ModelArgs& a, int l, std::vector<ParamShape>& out);
 // What the attention half of the block saves per token, and its backward's peak.
 BlockMemory attention_memory(const ModelArgs& a, const BlockKernels& k);
 

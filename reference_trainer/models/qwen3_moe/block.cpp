@@ -1,6 +1,5 @@
 #include "models/qwen3_moe/block.hpp"
 
-#include "models/llama/names.hpp"
 #include "models/qwen3_moe/names.hpp"
 #include "nn/kernels/fused_ops.hpp"
 
@@ -13,18 +12,15 @@ namespace primecfg::train {
 using torch::Tensor;
 
 Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup& find)
-    : attn_(layer, find), layer_(layer), routed_(args.moe.value().routed(layer)) {
+    : attn_(layer, find), layer_(layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   auto get = [&](std::string_view name) {
     Tensor t = find(p + std::string(name));
     if (!t.defined()) throw std::logic_error(fmt::format("Qwen3MoeBlock: no parameter {}{}", p, name));
     return t;
   };
-  if (!routed_) {
-    namespace n = llama_names;
-    w_gate_ = get(std::string(n::gate) + ".weight");
-    w_up_ = get(std::string(n::up) + ".weight");
-    w_down_ = get(std::string(n::down) + ".weight");
+  if (!args.moe.value().routed(layer)) {
+    dense_.emplace(layer, find);
     return;
   }
   namespace n = qwen3_moe_names;
@@ -39,10 +35,8 @@ Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup
 Tensor Qwen3MoeBlock::forward(const BlockContext& c, const Tensor& x) const {
   const auto& a = *c.args;
   Tensor x1 = attention_residual(c, attn_, x);
+  if (dense_) return mlp_residual(c, *dense_, attn_.post_norm, x1);
   Tensor g = fused::rms_norm(x1, attn_.post_norm, a.rms_eps);
-  if (!routed_)
-    return x1 + torch::matmul(fused::swiglu(torch::matmul(g, w_gate_.t()), torch::matmul(g, w_up_.t())),
-                              w_down_.t());
   // The experts are separate parameters (transformers' per-expert tensors, each sharded and
   // offloaded on its own); the grouped GEMM reads them stacked.
   MoeWeights w{router_, torch::stack(w1_), torch::stack(w3_), torch::stack(w2_)};

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 namespace primecfg::train {
@@ -21,10 +22,9 @@ class Qwen3MoeBlock final : public Block {
  private:
   AttentionWeights attn_;
   int layer_;
-  bool routed_;
   torch::Tensor router_;
   std::vector<torch::Tensor> w1_, w3_, w2_;  // each expert's gate, up and down projections
-  torch::Tensor w_gate_, w_up_, w_down_;     // the dense MLP
+  std::optional<MlpWeights> dense_;          // the blocks in mlp_only_layers
 };
 
 }  // namespace primecfg::train

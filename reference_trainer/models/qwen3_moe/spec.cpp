@@ -4,7 +4,6 @@
 
 #include "model/config.hpp"
 #include "model/config_reader.hpp"
-#include "models/llama/names.hpp"
 #include "models/llama/spec.hpp"
 #include "models/qwen3_moe/names.hpp"
 
@@ -129,13 +128,7 @@ class Qwen3Moe final : public Architecture {
     auto matrix = [&](std::string_view name, i64 rows, i64 cols) {
       out.push_back({p + std::string(name), rows, cols, l, K::matrix});
     };
-    if (!a.moe.value().routed(l)) {
-      namespace n = llama_names;
-      matrix(std::string(n::gate) + ".weight", a.intermediate, D);
-      matrix(std::string(n::up) + ".weight", a.intermediate, D);
-      matrix(std::string(n::down) + ".weight", D, a.intermediate);
-      return;
-    }
+    if (!a.moe.value().routed(l)) return llama_family::mlp_params(a, l, out);
     namespace n = qwen3_moe_names;
     const MoeArgs& m = a.moe.value();
     matrix(n::router, m.experts, D);
