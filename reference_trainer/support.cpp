@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <system_error>
+#include <vector>
 
 namespace primecfg::train {
 
@@ -44,8 +46,8 @@ constexpr FieldDecision decisions[] = {
     {"model.compile", refused, "torch.compile"},
     {"model.compile.fullgraph", no_effect, "there is no torch.compile in LibTorch"},
     {"model.ac.freq", used, "which blocks are recomputed"},
-    {"model.ac.mode", refused, "selective activation checkpointing"},
-    {"model.ac.targets", no_effect, "only selective checkpointing reads it, and that is not implemented"},
+    {"model.ac.mode", used, "full recomputes whole blocks; selective the routed experts"},
+    {"model.ac.targets", refused, "selective recompute of targets other than routed_experts"},
     {"model.ac_offloading.pin_memory", used, "page-locked host buffers for the offloaded block inputs"},
     {"model.ac_offloading.max_inflight_activations", used, "the block inputs kept on the device at once"},
     {"model.fused_lm_head_token_chunk_size", used, "the loss chunking"},
@@ -305,8 +307,29 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
                     "are not checkpointed too, as prime-rl does; primecfg-train offloads the checkpointed "
                     "block inputs only: set freq = 1, or ac_offloading = \"None\"",
                     m.ac->freq));
-  if (m.ac && m.ac->mode == AcMode::selective)
-    c.refuse("model.ac.mode", "selective activation checkpointing " + not_impl + "; use mode = \"full\"");
+  if (m.ac && m.ac->mode == AcMode::selective) {
+    // prime-rl's targets; of them this trainer recomputes the routed experts only.
+    std::vector<std::string> others;
+    for (const std::string& t : m.ac->targets)
+      if (t != "routed_experts") others.push_back(fmt::format("\"{}\"", t));
+    if (!others.empty())
+      c.refuse("model.ac.targets",
+               fmt::format("selective recompute of {} {}; the one target it recomputes is "
+                           "\"routed_experts\" (or set mode = \"full\")",
+                           fmt::join(others, ", "), not_impl));
+    else if (resolved && !has_experts)
+      c.error(
+          "model.ac.targets",
+          fmt::format("\"routed_experts\": {} has no routed experts, so no block would recompute anything "
+                      "(prime-rl refuses a target no layer supports); use mode = \"full\"",
+                      m.name));
+    if (m.ac_offloading)
+      c.error(
+          "model.ac_offloading",
+          "moves the inputs of fully checkpointed blocks to host memory, and with ac.mode = \"selective\" "
+          "no block is; prime-rl's offloading of every saved tensor is not implemented: set ac.mode = "
+          "\"full\" or ac_offloading = \"None\"");
+  }
   if (m.trust_remote_code)
     c.refuse("model.trust_remote_code", "remote model code cannot run in a C++ trainer");
   if (m.optimization_dtype != Dtype::float32)

@@ -110,7 +110,8 @@ void write_logits(Transformer& model, const data::MicroBatch& mb, const fs::path
     Tensor same = d.unsqueeze(2).eq(d.unsqueeze(1));
     in.mask = same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
   }
-  Tensor logits = torch::matmul(model.hidden(in, false), model.lm_head().t()).to(torch::kFloat32);
+  Tensor logits =
+      torch::matmul(model.hidden(in, Recompute::nothing), model.lm_head().t()).to(torch::kFloat32);
   TensorBundle b;
   b.add("input_ids", ids);
   b.add("positions", positions);
@@ -472,8 +473,11 @@ class Trainer {
             lo.batch_size, lo.micro_batch_size, micro, sharding_->world(), sharding_->world()));
     }
     state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, sharding_.get());
-    ac_ = cfg_.model.ac.has_value();
-    ac_freq_ = ac_ ? cfg_.model.ac->freq : 1;
+    // support.cpp: selective mode is the routed experts' recompute, on a model that has them.
+    recompute_ = !cfg_.model.ac                             ? Recompute::nothing
+                 : cfg_.model.ac->mode == AcMode::selective ? Recompute::routed_experts
+                                                            : Recompute::blocks;
+    ac_freq_ = cfg_.model.ac ? cfg_.model.ac->freq : 1;
     if (const auto& off = cfg_.model.ac_offloading)  // support.cpp: only with ac, freq 1
       act_offload_ = std::make_unique<ActivationOffload>(
           setup_.device, args.layers,
@@ -554,8 +558,8 @@ class Trainer {
       const auto [in, targets] = inputs(mb);
       if (last) state.begin_last_micro_batch(mb.input_ids, sharding_ ? every_ranks_ids : mb.input_ids);
       auto forward_backward = [&](const Transformer::Inputs& x, const Tensor& t) {
-        Tensor loss = model.loss(model.hidden(x, ac_, ac_freq_, block_hooks, act_offload_.get()), t, scale,
-                                 ce_chunk_, state.loss_hooks(last), state.loss_chunks(t.numel()));
+        Tensor loss = model.loss(model.hidden(x, recompute_, ac_freq_, block_hooks, act_offload_.get()), t,
+                                 scale, ce_chunk_, state.loss_hooks(last), state.loss_chunks(t.numel()));
         if (last) state.before_backward();
         if (last && sharding_) sharding_->note_forward_end();
         loss.backward();
@@ -824,7 +828,7 @@ class Trainer {
   std::unique_ptr<ProcessGroup> pg_;  // a sharded run's ranks (none: one process)
   std::unique_ptr<Sharding> sharding_;
   std::unique_ptr<Pipeline<Strategy>> state_;
-  bool ac_ = false;
+  Recompute recompute_ = Recompute::nothing;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;
   std::unique_ptr<ActivationOffload> act_offload_;  // model.ac_offloading
   // The forward and backward as one CUDA graph: the tensors its capture read and wrote.

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   // autograd's fresh gradients each time, as the hand-over to the fused AdamW takes them.
   auto step = [&] {
     for (auto& p : model.params()) p.tensor.mutable_grad() = Tensor();
-    Tensor loss = model.loss(model.hidden(in, false), targets, scale, chunk);
+    Tensor loss = model.loss(model.hidden(in, Recompute::nothing), targets, scale, chunk);
     loss.backward();
     return loss;
   };
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     c10::cuda::CUDAStreamGuard guard(side);
     for (auto& p : model.params()) p.tensor.mutable_grad() = Tensor();
     graph.capture_begin();
-    static_loss = model.loss(model.hidden(in, false), targets, scale, chunk);
+    static_loss = model.loss(model.hidden(in, Recompute::nothing), targets, scale, chunk);
     static_loss.backward();
     graph.capture_end();
   }

@@ -24,9 +24,10 @@ struct ParamShape;
 
 // The kernels a block runs with, which decide what its forward saves.
 struct BlockKernels {
-  std::int64_t dtype_bytes = 2;  // of the activations
-  bool fused_norm = false;       // kernels.fused_rms_norm (saves its input, not FP32 copies)
-  bool fused_swiglu = false;     // kernels.fused_swiglu (does not save silu(gate))
+  std::int64_t dtype_bytes = 2;           // of the activations
+  bool fused_norm = false;                // kernels.fused_rms_norm (saves its input, not FP32 copies)
+  bool fused_swiglu = false;              // kernels.fused_swiglu (does not save silu(gate))
+  bool recompute_routed_experts = false;  // ac.mode = "selective" with "routed_experts": experts recomputed
 };
 
 // What an RMSNorm over `width` elements keeps per row for the backward, besides its FP32

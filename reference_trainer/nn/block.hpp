@@ -31,6 +31,9 @@ struct BlockContext {
   // Where block l's routing is counted (index l); null where nothing is counted (the
   // recompute of a checkpointed block, which would count its tokens twice).
   std::vector<MoeStats>* moe_stats = nullptr;
+  // Selective activation checkpointing of this block's routed experts (model.ac.mode =
+  // "selective" with target "routed_experts"): set per block by the model.
+  bool recompute_routed_experts = false;
 };
 
 class Block {

@@ -26,6 +26,12 @@ bool grouped_mm_available(const Tensor& weight) {
 
 namespace {
 
+bool is_stacked(const std::vector<Tensor>& w) { return w.size() == 1 && w[0].dim() == 3; }
+Tensor stacked(const std::vector<Tensor>& w) { return is_stacked(w) ? w[0] : torch::stack(w); }
+Tensor expert(const std::vector<Tensor>& w, i64 e) {
+  return is_stacked(w) ? w[0][e] : w[static_cast<std::size_t>(e)];
+}
+
 Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2) {
   return at::matmul(at::silu(at::matmul(rows, w1.t())) * at::matmul(rows, w3.t()), w2.t());
 }
@@ -37,10 +43,11 @@ Tensor run_loop(const MoeWeights& w, const Tensor& rows, const std::vector<i64>&
   for (std::size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
     const auto E = static_cast<i64>(e);
-    out.push_back(swiglu_expert(rows.narrow(0, start, counts[e]), w.w1[E], w.w3[E], w.w2[E]));
+    out.push_back(
+        swiglu_expert(rows.narrow(0, start, counts[e]), expert(w.w1, E), expert(w.w3, E), expert(w.w2, E)));
     start += counts[e];
   }
-  return out.empty() ? rows.new_zeros({0, w.w2.size(1)}) : at::cat(out);
+  return out.empty() ? rows.new_zeros({0, expert(w.w2, 0).size(0)}) : at::cat(out);
 }
 
 // The rows placed into groups of `group_rows[e]` rows each (padding rows zero), run
@@ -58,11 +65,90 @@ Tensor run_padded(const Tensor& rows, const std::vector<i64>& counts, const std:
   return experts(padded).index_select(0, index);
 }
 
+// The experts' part of the layer, what selective checkpointing of "routed_experts"
+// recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
+// from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
+// order), scaled by its routing weight (`slot_weights` [S], FP32).
+Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x, const Tensor& source,
+                   const std::vector<i64>& counts, const Tensor& slot_weights) {
+  const Tensor rows = x.index_select(0, source);
+  const auto E = static_cast<i64>(counts.size());
+  Tensor out;
+  if (!grouped) {
+    out = run_loop(w, rows, counts);
+  } else if (const Tensor w1 = stacked(w.w1); grouped_mm_available(w1)) {
+    // Groups padded to multiples of `align`, at least `align` rows even when empty (as
+    // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
+    std::vector<i64> start(static_cast<std::size_t>(E)), ends;
+    i64 total = 0;
+    for (i64 e = 0; e < E; ++e) {
+      start[e] = total;
+      total += std::max(align, (counts[e] + align - 1) / align * align);
+      ends.push_back(total);
+    }
+    const Tensor offs = torch::tensor(ends, torch::kInt64).to(x.device(), torch::kInt32);
+    const Tensor w3 = stacked(w.w3), w2 = stacked(w.w2);
+    out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
+      const Tensor h = at::silu(at::_grouped_mm(p, w1.transpose(-2, -1), offs)) *
+                       at::_grouped_mm(p, w3.transpose(-2, -1), offs);
+      return at::_grouped_mm(h, w2.transpose(-2, -1), offs);
+    });
+  } else {
+    // Every group padded to the largest: one batched matmul over the experts.
+    const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
+    std::vector<i64> start(static_cast<std::size_t>(E));
+    for (i64 e = 0; e < E; ++e) start[e] = e * most;
+    const Tensor w3 = stacked(w.w3), w2 = stacked(w.w2);
+    out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
+      const Tensor g = p.view({E, most, p.size(1)});
+      const Tensor h = at::silu(at::bmm(g, w1.transpose(1, 2))) * at::bmm(g, w3.transpose(1, 2));
+      return at::bmm(h, w2.transpose(1, 2)).reshape({E * most, -1});
+    });
+  }
+  return (out.to(torch::kFloat32) * slot_weights.unsqueeze(1)).to(x.scalar_type());
+}
+
+// run_experts under selective activation checkpointing: the forward keeps x, the
+// slots' tokens and weights (and their counts); the backward runs the experts again
+// with autograd on, so the experts' weight gradients accumulate into w's tensors there
+// (their post-accumulate hooks fire as usual) and x's and the weights' gradients go on.
+struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, Tensor slot_weights, Tensor source,
+                        const MoeWeights* w, bool grouped, i64 align, std::vector<i64> counts) {
+    ctx->save_for_backward({x, slot_weights, source});
+    ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
+    ctx->saved_data["grouped"] = grouped;
+    ctx->saved_data["align"] = align;
+    ctx->saved_data["counts"] = counts;
+    torch::NoGradGuard no_grad;
+    return run_experts(*w, grouped, align, x, source, counts, slot_weights);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto* w = reinterpret_cast<const MoeWeights*>(ctx->saved_data["weights"].toInt());
+    const std::vector<i64> counts = ctx->saved_data["counts"].toIntVector();
+    Tensor x = saved[0].detach().requires_grad_(ctx->needs_input_grad(0));
+    Tensor slot_weights = saved[1].detach().requires_grad_(ctx->needs_input_grad(1));
+    Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      y = run_experts(*w, ctx->saved_data["grouped"].toBool(), ctx->saved_data["align"].toInt(), x, saved[2],
+                      counts, slot_weights);
+    }
+    if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
+    return {x.grad(), slot_weights.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
 
 Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, MoeStats* stats) {
   const i64 N = x.size(0), E = w.router.size(0), k = s.top_k;
   TORCH_CHECK(k >= 1 && k <= E, "moe_forward: top_k ", k, " of ", E, " experts");
+  TORCH_CHECK(is_stacked(w.w1) || static_cast<i64>(w.w1.size()) == E, "moe_forward: ", w.w1.size(),
+              " gate projections for ", E, " experts");
   // The router: the gate GEMM in router_dtype, softmax in FP32.
   const Tensor logits = at::linear(x.to(s.router_dtype), w.router.to(s.router_dtype));
   const Tensor probs = at::softmax(logits.to(torch::kFloat32), -1);
@@ -89,47 +175,19 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   if (s.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
 
   // The slots sorted by expert (stable: a token's slots keep their order within an
-  // expert), the rows gathered in that order.
+  // expert), each slot's token and weight in that order.
   const Tensor flat = ids.flatten();
   const Tensor order = at::argsort(flat, /*stable=*/true);
   const Tensor source = at::floor_divide(order, k);
-  const Tensor rows = x.index_select(0, source);
+  const Tensor slot_weights = weights.flatten().index_select(0, order);
   const Tensor count_t = at::bincount(flat, {}, E).cpu();
   const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
 
-  Tensor out;
-  if (!s.grouped) {
-    out = run_loop(w, rows, counts);
-  } else if (grouped_mm_available(w.w1)) {
-    // Groups padded to multiples of `align`, at least `align` rows even when empty (as
-    // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
-    std::vector<i64> start(static_cast<std::size_t>(E)), ends;
-    i64 total = 0;
-    for (i64 e = 0; e < E; ++e) {
-      start[e] = total;
-      total += std::max(s.align, (counts[e] + s.align - 1) / s.align * s.align);
-      ends.push_back(total);
-    }
-    const Tensor offs = torch::tensor(ends, torch::kInt64).to(x.device(), torch::kInt32);
-    out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
-      const Tensor h = at::silu(at::_grouped_mm(p, w.w1.transpose(-2, -1), offs)) *
-                       at::_grouped_mm(p, w.w3.transpose(-2, -1), offs);
-      return at::_grouped_mm(h, w.w2.transpose(-2, -1), offs);
-    });
-  } else {
-    // Every group padded to the largest: one batched matmul over the experts.
-    const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
-    std::vector<i64> start(static_cast<std::size_t>(E));
-    for (i64 e = 0; e < E; ++e) start[e] = e * most;
-    out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
-      const Tensor g = p.view({E, most, p.size(1)});
-      const Tensor h = at::silu(at::bmm(g, w.w1.transpose(1, 2))) * at::bmm(g, w.w3.transpose(1, 2));
-      return at::bmm(h, w.w2.transpose(1, 2)).reshape({E * most, -1});
-    });
-  }
-  // Each slot's output scaled by its weight in FP32, summed into its token.
   const Tensor scaled =
-      (out.to(torch::kFloat32) * weights.flatten().index_select(0, order).unsqueeze(1)).to(x.scalar_type());
+      s.recompute_experts && torch::GradMode::is_enabled()
+          ? RecomputedExperts::apply(x, slot_weights, source, &w, s.grouped, s.align, counts)
+          : run_experts(w, s.grouped, s.align, x, source, counts, slot_weights);
+  // Each slot's weighted output summed into its token.
   return torch::zeros_like(x).index_add(0, source, scaled);
 }
 

@@ -16,6 +16,9 @@
 //            (bf16, compute capability 9.0: H100/H200), else one batched matmul over
 //            the groups padded to the largest (the CPU, FP32);
 //   loop     one matmul per expert with tokens (model.moe_use_grouped_mm = false).
+// With recompute_experts (selective activation checkpointing of prime-rl's
+// "routed_experts" target) the forward keeps only x, the routing and the sorted slots'
+// weights; the backward gathers the rows and runs the experts again.
 //
 // Internal to nn/ and the architectures that use it.
 #pragma once
@@ -23,13 +26,17 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace primecfg::train {
 
 struct MoeWeights {
   torch::Tensor router;  // [E, D], the gate (HF: mlp.gate.weight)
-  torch::Tensor w1, w3;  // [E, I, D], gate_proj and up_proj of every expert, stacked
-  torch::Tensor w2;      // [E, D, I], down_proj of every expert, stacked
+  // Each projection of every expert: one stacked tensor (w1, w3 [E, I, D]; w2 [E, D, I]),
+  // or E tensors, one per expert (the model's parameters; moe_forward stacks them where
+  // a grouped GEMM needs them, and under recompute_experts only for as long as it does).
+  std::vector<torch::Tensor> w1, w3;  // gate_proj, up_proj
+  std::vector<torch::Tensor> w2;      // down_proj
 };
 
 struct MoeSettings {
@@ -39,6 +46,7 @@ struct MoeSettings {
   bool grouped = true;                               // model.moe_use_grouped_mm
   bool force_balanced = false;                       // model.debug.force_balanced_routing
   std::int64_t align = 8;                            // rows a group is padded to a multiple of (grouped)
+  bool recompute_experts = false;                    // ac.mode = "selective" with "routed_experts"
 };
 
 // What the router did, summed over the calls since it was made (prime-rl's load-balance
@@ -51,7 +59,9 @@ struct MoeStats {
 };
 
 // y [N, D] for x [N, D] (differentiable in x and every weight; the router learns through
-// the routing weights). `stats`, when given, accumulates this call's routing.
+// the routing weights). `stats`, when given, accumulates this call's routing. Under
+// s.recompute_experts, `w` must outlive the autograd graph (the backward reads the
+// experts' weights through it, and their gradients accumulate there).
 torch::Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const torch::Tensor& x,
                           MoeStats* stats = nullptr);
 

@@ -84,7 +84,7 @@ const Tensor& Transformer::lm_head() const {
 // Forward
 // ---------------------------------------------------------------------------
 
-Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq,
+Tensor Transformer::hidden(const Inputs& in, Recompute recompute, std::int64_t ac_freq,
                            const BlockHooks& hooks, ActivationOffload* offload) {
   auto before = [&](std::int64_t block) {
     for (const BlockHook* h : hooks)
@@ -110,15 +110,18 @@ Tensor Transformer::hidden(const Inputs& in, bool checkpoint_blocks, std::int64_
   BlockContext ctx{&a,      cos.to(dtype_), sin.to(dtype_),
                    in.mask, &moe_settings_, a.moe ? &moe_stats_ : nullptr};
 
-  TORCH_CHECK(!offload || ac_freq == 1, "activation offloading needs every block checkpointed (ac_freq 1)");
+  TORCH_CHECK(!offload || (recompute == Recompute::blocks && ac_freq == 1),
+              "activation offloading needs every block checkpointed (ac_freq 1)");
   before(-1);
   Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
   after(-1, x);
   for (int l = 0; l < a.layers; ++l) {
     before(l);
     const Block& b = *blocks_[l];
-    const bool recompute = checkpoint_blocks && torch::GradMode::is_enabled() && l % ac_freq == 0;
-    x = recompute ? checkpointed_block(x, b, ctx, offload, l) : b.forward(ctx, x);
+    const bool applies = torch::GradMode::is_enabled() && l % ac_freq == 0;
+    ctx.recompute_routed_experts = applies && recompute == Recompute::routed_experts;
+    x = applies && recompute == Recompute::blocks ? checkpointed_block(x, b, ctx, offload, l)
+                                                  : b.forward(ctx, x);
     after(l, x);
   }
   before(a.layers);
@@ -143,7 +146,7 @@ std::vector<std::int64_t> Transformer::generate(std::vector<std::int64_t> ids, s
     auto opt = torch::TensorOptions().dtype(torch::kInt64);
     Inputs in{torch::tensor(ids, opt).view({1, T}).to(device_),
               torch::arange(T, opt).view({1, T}).to(device_), std::nullopt};
-    Tensor h = hidden(in, false).select(1, T - 1);
+    Tensor h = hidden(in, Recompute::nothing).select(1, T - 1);
     auto next = torch::matmul(h, lm_head().t()).argmax(-1).item<std::int64_t>();
     if (next == stop) break;
     ids.push_back(next);

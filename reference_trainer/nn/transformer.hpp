@@ -31,6 +31,13 @@ struct NamedParam {
   int block = -1;  // transformer block it belongs to; -1 for embedding / final norm / head
 };
 
+// What activation checkpointing (model.ac) recomputes in the backward.
+enum class Recompute {
+  nothing,
+  blocks,          // mode = "full": whole blocks
+  routed_experts,  // mode = "selective", target "routed_experts": the experts of routed blocks
+};
+
 class Transformer {
  public:
   // Called for each parameter as soon as its weights are drawn, in params() order:
@@ -80,10 +87,12 @@ class Transformer {
   // is called in list order; null entries are skipped.
   using BlockHooks = std::vector<const BlockHook*>;
 
-  // Final hidden states [B, T, D] after the last norm. With checkpoint_blocks every
-  // ac_freq-th block keeps only its input for backward; `offload` (activation
-  // offloading, which needs ac_freq = 1) keeps those inputs in host memory.
-  torch::Tensor hidden(const Inputs& in, bool checkpoint_blocks, std::int64_t ac_freq = 1,
+  // Final hidden states [B, T, D] after the last norm. `recompute` applies to every
+  // ac_freq-th block: Recompute::blocks keeps only the block's input for backward
+  // (`offload`, activation offloading, which needs ac_freq = 1, keeps those inputs in
+  // host memory); Recompute::routed_experts keeps a routed block's activations but
+  // those of its experts.
+  torch::Tensor hidden(const Inputs& in, Recompute recompute, std::int64_t ac_freq = 1,
                        const BlockHooks& hooks = {}, ActivationOffload* offload = nullptr);
   // Receives the LM head's share of the LM head weight's gradient, rows [first_row,
   // first_row + rows.size(0)) of it at a time. With tied embeddings that share is final

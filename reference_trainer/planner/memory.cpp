@@ -128,8 +128,9 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
 
 }  // namespace
 
-BlockMemory block_memory(const Workload& w) {
-  return w.s.architecture().block_memory(w.s, {w.dt, w.a.fused_rms_norm, w.a.fused_swiglu});
+BlockMemory block_memory(const Workload& w, bool recompute_routed_experts) {
+  return w.s.architecture().block_memory(
+      w.s, {w.dt, w.a.fused_rms_norm, w.a.fused_swiglu, recompute_routed_experts});
 }
 
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq) {
@@ -262,19 +263,26 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const i64 full_tok = bm.saved, ckpt_tok = D * dt;
   const i64 n_ckpt = checkpointed_blocks(s.layers, ac, w.ac_freq);
   const bool top_ckpt = ac && (s.layers - 1) % w.ac_freq == 0;
+  // Selective checkpointing of the routed experts (when not planned in full): those
+  // blocks keep their activations but the experts'.
+  const bool selective = !ac && w.selective_experts;
+  const i64 n_sel = checkpointed_blocks(s.layers, selective, w.ac_freq);
+  const bool top_sel = selective && (s.layers - 1) % w.ac_freq == 0;
+  const i64 sel_tok = selective ? block_memory(w, true).saved : full_tok;
   // Activation offloading keeps a window of block inputs on the device, in the forward
   // pass (the last ones) and in the backward pass (the one in use and those brought
   // back ahead of it): the same count either way.
   const bool offload = ac && w.ac_offload;
   const i64 kept = offload ? block_inputs_kept(n_ckpt, w.ac_inflight) : n_ckpt;
-  const i64 saved_all = N * (kept * ckpt_tok + (s.layers - n_ckpt) * full_tok);
-  const i64 saved_top = N * (top_ckpt ? ckpt_tok : full_tok);
+  const i64 saved_all = N * (kept * ckpt_tok + n_sel * sel_tok + (s.layers - n_ckpt - n_sel) * full_tok);
+  const i64 saved_top = N * (top_ckpt ? ckpt_tok : top_sel ? sel_tok : full_tok);
   b.add("activations", saved_all,
         offload
             ? fmt::format(
                   "checkpointed block inputs on the device: the window of {} (the rest in host memory)", kept)
-        : ac ? "checkpointed block inputs (+ blocks not checkpointed)"
-             : "what every block keeps for backward");
+        : ac        ? "checkpointed block inputs (+ blocks not checkpointed)"
+        : selective ? "what every block keeps for backward, the routed experts' activations recomputed"
+                    : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
   b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0),
         "the last block's full activations during its backward (+ recompute output)");

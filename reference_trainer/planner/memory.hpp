@@ -37,8 +37,11 @@ struct Workload {
   i64 dt = 2;            // compute dtype bytes
   i64 reduce_bytes = 4;  // model.reduce_dtype: element of a gradient reduce-scatter bucket
   i64 B = 1, T = 1, N = 1, batch = 1;
-  bool ac = false;
+  bool ac = false;  // ac.mode = "full"
   i64 ac_freq = 1;
+  // ac.mode = "selective" (target "routed_experts"): every ac_freq-th block recomputes its
+  // routed experts in the backward, when activation checkpointing is not planned in full.
+  bool selective_experts = false;
   // model.ac_offloading (which needs ac with freq 1): the block inputs beyond a window
   // of ac_inflight go to host memory, pinned when ac_pinned.
   bool ac_offload = false;
@@ -85,7 +88,7 @@ i64 largest_numel(const Workload& w);
 
 // One block's activation terms per token (its architecture's, model/architecture.hpp),
 // with the kernels and the dtype of this workload.
-BlockMemory block_memory(const Workload& w);
+BlockMemory block_memory(const Workload& w, bool recompute_routed_experts = false);
 
 // Blocks whose activations are checkpointed (none without model.ac).
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq);

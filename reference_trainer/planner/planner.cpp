@@ -266,7 +266,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
       },
       cfg.data);
   w.N = w.B * w.T;
-  w.ac = cfg.model.ac.has_value();
+  w.ac = cfg.model.ac && cfg.model.ac->mode == AcMode::full;
+  w.selective_experts = cfg.model.ac && cfg.model.ac->mode == AcMode::selective;
   w.ac_freq = cfg.model.ac ? std::max<i64>(1, cfg.model.ac->freq) : 1;
   if (const auto& off = cfg.model.ac_offloading) {
     w.ac_offload = true;
@@ -293,6 +294,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   p.batch = w.batch;
   p.optimizer = w.opt.name;
   p.ac = w.ac;
+  p.selective_experts = w.selective_experts;
   p.ac_freq = w.ac_freq;
   if (w.ac && w.ac_offload) {
     const i64 blocks = checkpointed_blocks(shape.layers, true, w.ac_freq);

@@ -227,6 +227,7 @@ struct Plan {
   std::string optimizer;
   bool ac = false;
   std::int64_t ac_freq = 1;
+  bool selective_experts = false;  // ac.mode = "selective": the routed experts recomputed
   // model.ac_offloading: the block inputs kept on the device (the window) and moved to
   // host memory, per micro-batch; 0 and 0 without it.
   std::int64_t ac_inputs_kept = 0, ac_inputs_offloaded = 0;

@@ -247,7 +247,10 @@ std::string format_text(const Plan& p, const Advice* advice) {
       p.micro_batch, p.seq_len, p.batch, a.compute_bytes == 2 ? "bf16" : "fp32", p.optimizer,
       p.ac ? (p.ac_freq == 1 ? std::string("on (every block)")
                              : fmt::format("on (every {} blocks)", p.ac_freq))
-           : "off",
+      : p.selective_experts
+          ? (p.ac_freq == 1 ? std::string("selective (the routed experts of every block)")
+                            : fmt::format("selective (the routed experts of every {} blocks)", p.ac_freq))
+          : "off",
       p.ac_inputs_kept ? fmt::format(", offloading (model.ac_offloading): {} block inputs to host memory, "
                                      "{} kept on the device",
                                      p.ac_inputs_offloaded, p.ac_inputs_kept)
@@ -464,6 +467,8 @@ std::string format_json(const Plan& p, const Advice* advice) {
       {"optimizer", p.optimizer},
       {"ac", p.ac},
       {"ac_freq", p.ac_freq},
+      {"ac_selective_targets",
+       p.selective_experts ? strict_json::ordered::array({"routed_experts"}) : strict_json::ordered::array()},
       {"ac_offloading", p.ac_inputs_kept ? strict_json::ordered{{"inputs_kept", p.ac_inputs_kept},
                                                                 {"inputs_offloaded", p.ac_inputs_offloaded}}
                                          : strict_json::ordered(nullptr)},

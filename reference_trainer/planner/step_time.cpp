@@ -238,6 +238,22 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
   // Per micro-batch.
   x.fwd = L * c.block_forward + c.head_forward;
   x.recompute = static_cast<double>(checkpointed_blocks(s.layers, ac, w.ac_freq)) * c.block_forward;
+  if (!ac && w.selective_experts && s.moe) {
+    // Selective checkpointing runs the routed experts' forward again: timed as their
+    // share of the blocks' matmul parameters (each routed token's three projections).
+    double experts = 0, all = 0;
+    for (int l = 0; l < s.layers; ++l) {
+      if (s.moe->routed(l))
+        experts += 3.0 * static_cast<double>(s.moe->top_k * s.hidden * s.moe->intermediate);
+      all += static_cast<double>(s.architecture().block_active_matmul_params(s, l));
+    }
+    x.recompute = static_cast<double>(checkpointed_blocks(s.layers, true, w.ac_freq)) * c.block_forward *
+                  (all > 0 ? experts / all : 0.0);
+    t.unsure.push_back(
+        "ac.mode = \"selective\": the routed experts' recompute is timed as their share of the blocks' "
+        "matmul "
+        "parameters");
+  }
   x.bwd = L * c.block_backward + c.head_backward;
   t.forward = M * x.fwd;
   t.recompute = M * x.recompute;

@@ -342,6 +342,21 @@ for offload in ("none", "optimizer", "full"):
 
 
 MOE = ["--model.name=primecfg/tiny-moe"]  # Qwen3-MoE: 8 experts, top-2, the second block dense
+SELECTIVE = ["--model.ac.mode=selective", '--model.ac.targets=["routed_experts"]']
+
+
+@case("2 ranks, Qwen3-MoE, selective checkpointing of routed_experts: the experts recomputed on gathered weights")
+def _(work):
+    # FSDP frees a block's gathered weights after its forward; the experts' recompute in
+    # the backward must run on the weights gathered again, or it reads freed storage.
+    ref = os.path.join(work, "one")
+    os.makedirs(ref)
+    ok(one(config(ref), *MOE, *EVERY_STEP), "one process without checkpointing")
+    ok(torchrun(2, config(work), *MOE, *SELECTIVE, "--model.ep=1", "--dist.bucket-mib=0.01", *EVERY_STEP),
+       "torchrun")
+    same_steps(metrics(ref), metrics(work), "2 ranks")
+    close_adam(ref, work, "2 ranks")
+
 
 for offload in ("none", "full"):
 

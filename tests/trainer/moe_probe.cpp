@@ -26,13 +26,16 @@ int main(int argc, char** argv) try {
     return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
   };
   auto setting = [&](const std::string& key) { return std::stoll(in.metadata().at(key)); };
-  MoeWeights w{get("router").requires_grad_(), get("w1").requires_grad_(), get("w3").requires_grad_(),
-               get("w2").requires_grad_()};
+  MoeWeights w{get("router").requires_grad_(),
+               {get("w1").requires_grad_()},
+               {get("w3").requires_grad_()},
+               {get("w2").requires_grad_()}};
   MoeSettings s;
   s.top_k = setting("top_k");
   s.norm_topk_prob = setting("norm_topk_prob") != 0;
   s.grouped = setting("grouped") != 0;
   s.force_balanced = setting("force_balanced") != 0;
+  s.recompute_experts = setting("recompute") != 0;
   torch::Tensor x = get("x").requires_grad_();
   MoeStats stats;
   torch::Tensor y = moe_forward(w, s, x, &stats);
@@ -49,9 +52,9 @@ int main(int argc, char** argv) try {
   add("y", y);
   add("dx", x.grad());
   add("drouter", w.router.grad());
-  add("dw1", w.w1.grad());
-  add("dw3", w.w3.grad());
-  add("dw2", w.w2.grad());
+  add("dw1", w.w1[0].grad());
+  add("dw3", w.w3[0].grad());
+  add("dw2", w.w2[0].grad());
   add("tokens_per_expert", stats.tokens_per_expert);
   add("confidence_sum", stats.confidence_sum.reshape({1}));
   safetensors::write(argv[2], out);

@@ -63,8 +63,9 @@ def reference(weights, x, dy, top_k, norm, balanced, dtype):
             "dw2": block.experts.down_proj.grad, "counts": torch.bincount(ids.flatten(), minlength=E)}
 
 
-def check(top_k, norm, grouped, balanced, seed):
-    what = f"top_k {top_k}, norm_topk_prob {norm}, {'grouped' if grouped else 'loop'}" + (", force_balanced" if balanced else "")
+def check(top_k, norm, grouped, balanced, seed, recompute=False):
+    what = (f"top_k {top_k}, norm_topk_prob {norm}, {'grouped' if grouped else 'loop'}" +
+            (", force_balanced" if balanced else "") + (", experts recomputed in backward" if recompute else ""))
     g = torch.Generator().manual_seed(seed)
     weights = {"router": torch.randn(E, D, generator=g), "w1": torch.randn(E, I, D, generator=g) / D ** 0.5,
                "w3": torch.randn(E, I, D, generator=g) / D ** 0.5, "w2": torch.randn(E, D, I, generator=g) / I ** 0.5}
@@ -72,7 +73,7 @@ def check(top_k, norm, grouped, balanced, seed):
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as d:
         save_file({**weights, "x": x, "dy": dy}, os.path.join(d, "in.safetensors"),
                   metadata={"top_k": str(top_k), "norm_topk_prob": str(int(norm)), "grouped": str(int(grouped)),
-                            "force_balanced": str(int(balanced))})
+                            "force_balanced": str(int(balanced)), "recompute": str(int(recompute))})
         p = subprocess.run([PROBE, os.path.join(d, "in.safetensors"), os.path.join(d, "out.safetensors")],
                            capture_output=True, text=True)
         if p.returncode != 0:
@@ -105,6 +106,9 @@ def main():
             check(top_k, norm, grouped, False, seed)
     check(2, True, True, True, 100)
     check(2, False, False, True, 101)
+    # Selective checkpointing of "routed_experts": the same gradients from the recompute.
+    check(2, True, True, False, 102, recompute=True)
+    check(3, False, False, False, 103, recompute=True)
 
 
 if __name__ == "__main__":

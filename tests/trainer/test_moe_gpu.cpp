@@ -24,15 +24,17 @@ struct Result {
 };
 
 Result run(const MoeWeights& init, const Tensor& x0, const Tensor& dy, bool grouped) {
-  MoeWeights w{init.router.clone().requires_grad_(), init.w1.clone().requires_grad_(),
-               init.w3.clone().requires_grad_(), init.w2.clone().requires_grad_()};
+  MoeWeights w{init.router.clone().requires_grad_(),
+               {init.w1[0].clone().requires_grad_()},
+               {init.w3[0].clone().requires_grad_()},
+               {init.w2[0].clone().requires_grad_()}};
   Tensor x = x0.clone().requires_grad_();
   MoeSettings s;
   s.top_k = 4;
   s.grouped = grouped;
   Tensor y = primecfg::train::moe_forward(w, s, x);
   (y.to(torch::kFloat32) * dy).sum().backward();
-  return {y.detach(), x.grad(), w.router.grad(), w.w1.grad(), w.w3.grad(), w.w2.grad()};
+  return {y.detach(), x.grad(), w.router.grad(), w.w1[0].grad(), w.w3[0].grad(), w.w2[0].grad()};
 }
 
 void close(const Tensor& got, const Tensor& want, const char* what) {
@@ -52,9 +54,11 @@ TEST_CASE("GPU MoE: the grouped experts (at::_grouped_mm on sm90) match the per-
   const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   const std::int64_t N = 4096, D = 512, I = 256, E = 32;
   torch::manual_seed(3);
-  MoeWeights w{torch::randn({E, D}, o), torch::randn({E, I, D}, o) / 22.6, torch::randn({E, I, D}, o) / 22.6,
-               torch::randn({E, D, I}, o) / 16};
-  if (!primecfg::train::grouped_mm_available(w.w1))
+  MoeWeights w{torch::randn({E, D}, o),
+               {torch::randn({E, I, D}, o) / 22.6},
+               {torch::randn({E, I, D}, o) / 22.6},
+               {torch::randn({E, D, I}, o) / 16}};
+  if (!primecfg::train::grouped_mm_available(w.w1[0]))
     MESSAGE("this GPU has no grouped GEMM (compute capability 9.x): the batched fallback is compared");
   const Tensor x = torch::randn({N, D}, o), dy = torch::randn({N, D}, o.dtype(torch::kFloat32));
   const Result g = run(w, x, dy, true), l = run(w, x, dy, false);

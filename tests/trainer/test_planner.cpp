@@ -10,6 +10,7 @@
 #include "options.hpp"
 #include "planner/machine.hpp"
 #include "planner/planner.hpp"
+#include "planner/profile.hpp"
 #include "trainer.hpp"
 #include "unfused_assumptions.hpp"
 
@@ -1228,4 +1229,40 @@ TEST_CASE(
   c.model.debug = ModelDebugConfig{.random_init = true};
   CHECK(init(c) == 0);
   CHECK(init(fake_config("primecfg/tiny", 64)) == 0);
+}
+
+// ac.mode = "selective" with "routed_experts" (prime-rl's selective checkpointing of the
+// experts): every ac_freq-th routed block keeps its activations but its experts'. By hand
+// for Qwen3-30B-A3B (D 2048, moe_intermediate 768, top-8, every block routed), per token
+// and block: the experts' rows, gate, up, silu, product and output in bf16, 8 x (2048 x 2
+// + 4 x 768 x 2 + 2048 x 2) = 114688 bytes, become each slot's token and FP32 weight, 8 x 12.
+TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing, not the experts") {
+  const auto s = plan::preset_shape("Qwen/Qwen3-30B-A3B").value();
+  auto cfg = fake_config("Qwen/Qwen3-30B-A3B", 1024);
+  auto a = exact();
+  const auto& prof = plan::shipped_profile();
+  REQUIRE(prof);
+  a.profile = &*prof;
+  const auto none = plan::make_plan(cfg, s, a);
+  cfg.model.ac = ActivationCheckpointConfig{};
+  cfg.model.ac->mode = AcMode::selective;
+  cfg.model.ac->targets = {"routed_experts"};
+  const auto every = plan::make_plan(cfg, s, a);
+  cfg.model.ac->freq = 2;
+  const auto half = plan::make_plan(cfg, s, a);
+  const std::int64_t per_block = 1024 * (8 * (2048 * 2 + 4 * 768 * 2 + 2048 * 2) - 8 * 12);
+  const auto acts = [](const plan::Plan& p) { return p.mode(Offload::none).gpu.term("activations"); };
+  CHECK(acts(none) - acts(every) == 48 * per_block);
+  CHECK(acts(none) - acts(half) == 24 * per_block);
+  CHECK(every.selective_experts);
+  CHECK_FALSE(every.ac);
+  // The recompute costs time: some, and less than recomputing whole blocks.
+  const auto& t_sel = every.mode(Offload::none).time;
+  cfg.model.ac->mode = AcMode::full;
+  cfg.model.ac->freq = 1;
+  const auto full = plan::make_plan(cfg, s, a);
+  REQUIRE(t_sel);
+  REQUIRE(full.mode(Offload::none).time);
+  CHECK(t_sel->recompute > 0);
+  CHECK(t_sel->recompute < full.mode(Offload::none).time->recompute);
 }

@@ -320,6 +320,41 @@ TEST_CASE("Qwen3-MoE: the three strategies give the same losses and weights, and
     CHECK(std::fabs(tail.losses[i] - whole.losses[10 + i]) <= 1e-5 * whole.losses[10 + i]);
 }
 
+// Selective checkpointing of the routed experts (ac.mode = "selective", targets =
+// ["routed_experts"]): the backward runs the experts again on the rows it gathers anew,
+// so the gradients are those of the forward that ran; on the CPU the recompute is the
+// same arithmetic, so the losses and weights are those of a run without checkpointing
+// to the bit, in `none` and in `full`, and the router counts each token once.
+TEST_CASE("Qwen3-MoE: selective checkpointing of routed_experts trains as without checkpointing") {
+  auto moe = [&](Offload mode, const char* dir, bool selective) {
+    auto c = small_config(mode, temp_dir(dir), OptimizerConfig{adamw_no_clip()});
+    c.model.name = "primecfg/tiny-moe";
+    c.model.ac_offloading = std::nullopt;
+    c.model.ac = std::nullopt;
+    if (selective) {
+      c.model.ac = ActivationCheckpointConfig{};
+      c.model.ac->mode = AcMode::selective;
+      c.model.ac->targets = {"routed_experts"};
+    }
+    return c;
+  };
+  auto tokens = [](const SFTConfig& c) {
+    std::ifstream in(c.output_dir / "metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return train::strict_json::parse(last).at("tokens_per_expert").dump();
+  };
+  for (Offload mode : {Offload::none, Offload::full}) {
+    const auto plain_cfg = moe(mode, "moe-no-ac", false), sel_cfg = moe(mode, "moe-selective", true);
+    auto plain = run_sft(plain_cfg, quiet());
+    auto selective = run_sft(sel_cfg, quiet());
+    REQUIRE(plain.losses.size() == 20);
+    CHECK(plain.losses == selective.losses);
+    CHECK(bit_identical(plain.weights, selective.weights));
+    CHECK(tokens(plain_cfg) == tokens(sel_cfg));
+  }
+}
+
 // The load-balance figures in metrics.jsonl are prime-rl's (get_load_balance_stats), and
 // model.debug.force_balanced_routing is honoured in the recomputed blocks of activation
 // checkpointing as in the forward (a recompute that routed otherwise would backpropagate

@@ -24,11 +24,11 @@ Qwen3MoeBlock::Qwen3MoeBlock(const ModelArgs& args, int layer, const ParamLookup
     return;
   }
   namespace n = qwen3_moe_names;
-  router_ = get(n::router);
+  experts_.router = get(n::router);
   for (std::int64_t e = 0; e < args.moe.value().experts; ++e) {
-    w1_.push_back(get(n::expert(e, n::gate)));
-    w3_.push_back(get(n::expert(e, n::up)));
-    w2_.push_back(get(n::expert(e, n::down)));
+    experts_.w1.push_back(get(n::expert(e, n::gate)));
+    experts_.w3.push_back(get(n::expert(e, n::up)));
+    experts_.w2.push_back(get(n::expert(e, n::down)));
   }
 }
 
@@ -38,14 +38,14 @@ Tensor Qwen3MoeBlock::forward(const BlockContext& c, const Tensor& x) const {
   if (dense_) return mlp_residual(c, *dense_, attn_.post_norm, x1);
   Tensor g = fused::rms_norm(x1, attn_.post_norm, a.rms_eps);
   // The experts are separate parameters (transformers' per-expert tensors, each sharded and
-  // offloaded on its own); the grouped GEMM reads them stacked.
-  MoeWeights w{router_, torch::stack(w1_), torch::stack(w3_), torch::stack(w2_)};
+  // offloaded on its own); moe_forward stacks them for the grouped GEMM.
   MoeSettings s = c.moe ? *c.moe : MoeSettings{};
   s.top_k = a.moe.value().top_k;
   s.norm_topk_prob = a.moe.value().norm_topk_prob;
+  s.recompute_experts = c.recompute_routed_experts;
   const auto D = x.size(-1);
   MoeStats* stats = c.moe_stats ? &(*c.moe_stats)[static_cast<std::size_t>(layer_)] : nullptr;
-  return x1 + moe_forward(w, s, g.reshape({-1, D}), stats).view_as(x1);
+  return x1 + moe_forward(experts_, s, g.reshape({-1, D}), stats).view_as(x1);
 }
 
 }  // namespace primecfg::train

@@ -22,9 +22,8 @@ class Qwen3MoeBlock final : public Block {
  private:
   AttentionWeights attn_;
   int layer_;
-  torch::Tensor router_;
-  std::vector<torch::Tensor> w1_, w3_, w2_;  // each expert's gate, up and down projections
-  std::optional<MlpWeights> dense_;          // the blocks in mlp_only_layers
+  MoeWeights experts_;               // the router and each expert's projections (the routed blocks)
+  std::optional<MlpWeights> dense_;  // the blocks in mlp_only_layers
 };
 
 }  // namespace primecfg::train

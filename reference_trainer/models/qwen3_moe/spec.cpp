@@ -206,15 +206,15 @@ class Qwen3Moe final : public Architecture {
     // product, and its expert's output (weighted afterwards).
     const i64 K = m.top_k, I = m.intermediate;
     const i64 router = D * 4 + m.experts * 4 + K * (4 + 8);
-    const i64 experts = K * (D * dt + 4 * I * dt + D * dt);
+    // Recomputed in the backward (selective checkpointing of "routed_experts"), the
+    // experts keep only each slot's token and weight.
+    const i64 experts = k.recompute_routed_experts ? K * (8 + 4) : K * (D * dt + 4 * I * dt + D * dt);
     // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
     const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
-    const bool any_routed = [&] {
-      for (i64 l = 0; l < s.layers; ++l)
-        if (m.routed(l)) return true;
-      return false;
-    }();
-    const i64 mlp = any_routed ? std::max(router + experts, dense) : dense;
+    // The largest of the kinds of block the model has.
+    bool any_routed = false, any_dense = false;
+    for (i64 l = 0; l < s.layers; ++l) (m.routed(l) ? any_routed : any_dense) = true;
+    const i64 mlp = std::max(any_routed ? router + experts : 0, any_dense ? dense : 0);
     // The MLP stage of the backward: the residual gradient, and per slot its row's and
     // two I-wide gradients.
     const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
