@@ -274,8 +274,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // back ahead of it): the same count either way.
   const bool offload = ac && w.ac_offload;
   const i64 kept = offload ? block_inputs_kept(n_ckpt, w.ac_inflight) : n_ckpt;
-  const i64 saved_all = N * (kept * ckpt_tok + n_sel * sel_tok + (s.layers - n_ckpt - n_sel) * full_tok);
-  const i64 saved_top = N * (top_ckpt ? ckpt_tok : top_sel ? sel_tok : full_tok);
+  // Blocks that keep all their activations keep their fixed bytes too.
+  const i64 whole = s.layers - n_ckpt - n_sel;
+  const i64 saved_all =
+      N * (kept * ckpt_tok + n_sel * sel_tok + whole * full_tok) + whole * bm.saved_per_block;
+  const i64 saved_top = top_ckpt ? N * ckpt_tok : top_sel ? N * sel_tok : N * full_tok + bm.saved_per_block;
   b.add("activations", saved_all,
         offload
             ? fmt::format(
@@ -284,8 +287,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
         : selective ? "what every block keeps for backward, the routed experts' activations recomputed"
                     : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
-  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0),
-        "the last block's full activations during its backward (+ recompute output)");
+  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + 2 * bm.saved_per_block,
+        bm.saved_per_block
+            ? "the last block's full activations during its backward (+ recompute output), its "
+              "experts stacked and their gradient"
+            : "the last block's full activations during its backward (+ recompute output)");
 
   // Per-micro-batch inputs: ids, positions, targets (int64), RoPE cos/sin tables.
   b.add("inputs", N * 8 * 3 + 2 * N * s.head_dim * dt, "token ids, positions, targets, RoPE tables");

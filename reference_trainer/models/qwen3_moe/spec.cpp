@@ -218,7 +218,11 @@ class Qwen3Moe final : public Architecture {
     // The MLP stage of the backward: the residual gradient, and per slot its row's and
     // two I-wide gradients.
     const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
-    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm))};
+    // The grouped GEMM reads the experts stacked ([E, I, D] per projection, nn/moe.cpp), a
+    // copy that autograd keeps for the backward unless the experts are recomputed there.
+    const i64 stacked = any_routed && !k.recompute_routed_experts ? 3 * m.experts * I * D * dt : 0;
+    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm)),
+            stacked};
   }
 };
 
