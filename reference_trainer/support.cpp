@@ -70,7 +70,7 @@ constexpr FieldDecision decisions[] = {
     {"model.moe_router_dtype", used,
      "the router's gate GEMM dtype (an error on a model without routed experts)"},
     {"model.moe_fused_kernel", refused, "a fused MoE kernel"},
-    {"model.freeze_moe_router", refused, "freezing the MoE router"},
+    {"model.freeze_moe_router", used, "the routers keep their loaded weights"},
     {"model.index_cache", refused, "sparse attention"},
 
     {"dist_timeout_seconds",
@@ -274,6 +274,7 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     const std::string none = fmt::format("{} has no routed experts, so this would do nothing", m.name);
     if (m.moe_router_dtype != Dtype::float32) c.error("model.moe_router_dtype", none);
     if (m.debug && m.debug->force_balanced_routing) c.error("model.debug.force_balanced_routing", none);
+    if (m.freeze_moe_router) c.error("model.freeze_moe_router", none);
     if (!m.moe_use_grouped_mm) c.note("model.moe_use_grouped_mm", none);
   }
   std::vector<MeshProblem> mesh;
@@ -350,8 +351,6 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     c.refuse("model.ep_comm_backend", "DeepEP " + not_impl + "; set ep_comm_backend = \"torch\"");
   if (m.moe_fused_kernel)
     c.refuse("model.moe_fused_kernel", "the fused MoE kernel " + not_impl + "; set false");
-  if (m.freeze_moe_router)
-    c.refuse("model.freeze_moe_router", "freezing the MoE router " + not_impl + "; set false");
   if (m.index_cache) c.refuse("model.index_cache", "sparse attention " + not_impl);
   if (m.conversion_dir) c.refuse("model.conversion_dir", "checkpoint conversion " + not_impl);
   if (m.compile && c.explicitly_set("model.compile"))

@@ -18,6 +18,7 @@
 #include "distributed/process_group.hpp"
 #include "distributed/sharding.hpp"
 #include "metrics.hpp"
+#include "model/architecture.hpp"
 #include "nn/activation_offload.hpp"
 #include "nn/hf_weights.hpp"
 #include "nn/kernels/fused_ops.hpp"
@@ -403,6 +404,7 @@ class Trainer {
                                              static_cast<std::uint64_t>(seed));
       model_->set_moe_settings(moe);
       if (from_hf) model_->load_hf_weights(*model.hf_dir);
+      freeze_routers();
       return;
     }
     // Sharded: each parameter is built (and loaded) whole, its piece kept, the whole
@@ -423,6 +425,23 @@ class Trainer {
     model_->set_moe_settings(moe);
     if (hf) hf->finish();
     sharding_->attach(*model_);
+    freeze_routers();
+  }
+
+  // model.freeze_moe_router (prime-rl's freeze_moe_router): every router keeps the weights
+  // it was loaded with, in every mode and sharded or not (NamedParam::frozen).
+  void freeze_routers() {
+    if (!cfg_.model.freeze_moe_router) return;
+    const Architecture& arch = model_->args().architecture();
+    int routers = 0;
+    for (NamedParam& p : model_->params())
+      if (arch.is_router(p.name)) p.frozen = true, ++routers;
+    // (The config check says so first; run_sft is also called without it.)
+    if (routers == 0)
+      throw run_error(
+          fmt::format("model.freeze_moe_router: {} has no router (model_type {}), so this would "
+                      "do nothing",
+                      cfg_.model.name, model_->args().model_type));
   }
 
   // How routed experts run: model.moe_use_grouped_mm, model.moe_router_dtype,

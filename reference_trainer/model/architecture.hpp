@@ -94,6 +94,10 @@ class Architecture {
   // by name; nullopt when the architecture has no such layout (the default).
   virtual std::optional<HfSlice> hf_fused_source(const ModelArgs& a, std::string_view name) const;
 
+  // Whether parameter `name` is a router's, which model.freeze_moe_router keeps as loaded
+  // (prime-rl freezes each MoE layer's router); none by default.
+  virtual bool is_router(std::string_view name) const;
+
   // The planner's terms for one block (nn/block.hpp's Block::forward under autograd).
   virtual BlockMemory block_memory(const ModelArgs& a, const BlockKernels& k) const = 0;
 };

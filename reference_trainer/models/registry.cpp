@@ -80,4 +80,6 @@ std::optional<HfSlice> Architecture::hf_fused_source(const ModelArgs&, std::stri
   return std::nullopt;
 }
 
+bool Architecture::is_router(std::string_view) const { return false; }
+
 }  // namespace primecfg::train

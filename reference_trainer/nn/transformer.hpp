@@ -29,6 +29,9 @@ struct NamedParam {
   std::string name;
   torch::Tensor tensor;
   int block = -1;  // transformer block it belongs to; -1 for embedding / final norm / head
+  // Kept as loaded (model.freeze_moe_router): its gradient is zeroed where it arrives
+  // (offload/shared/param_state.cpp) and every mode's update leaves it as it is.
+  bool frozen = false;
 };
 
 // What activation checkpointing (model.ac) recomputes in the backward.

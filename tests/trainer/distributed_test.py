@@ -345,6 +345,17 @@ MOE = ["--model.name=primecfg/tiny-moe"]  # Qwen3-MoE: 8 experts, top-2, the sec
 SELECTIVE = ["--model.ac.mode=selective", '--model.ac.targets=["routed_experts"]']
 
 
+@case("2 ranks, Qwen3-MoE, freeze_moe_router: the routers' zero gradients through FSDP, as one process")
+def _(work):
+    ref = os.path.join(work, "one")
+    os.makedirs(ref)
+    ok(one(config(ref, offload="full", clip=False), *MOE, "--model.freeze-moe-router", *EVERY_STEP), "one process")
+    ok(torchrun(2, config(work, offload="full", clip=False), *MOE, "--model.freeze-moe-router", "--model.ep=1",
+                "--dist.bucket-mib=0.01", *EVERY_STEP), "torchrun")
+    same_steps(metrics(ref), metrics(work), "2 ranks")
+    close_adam(ref, work, "2 ranks")
+
+
 @case("2 ranks, Qwen3-MoE, selective checkpointing of routed_experts: the experts recomputed on gathered weights")
 def _(work):
     # FSDP frees a block's gathered weights after its forward; the experts' recompute in

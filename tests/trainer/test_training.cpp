@@ -355,6 +355,46 @@ TEST_CASE("Qwen3-MoE: selective checkpointing of routed_experts trains as withou
   }
 }
 
+// model.freeze_moe_router (prime-rl's freeze_moe_router): each routed block's router
+// (mlp.gate.weight) keeps the weights it started with, in every mode, while everything else
+// trains; the modes agree as they do without it (none == optimizer to the bit).
+TEST_CASE("Qwen3-MoE: freeze_moe_router keeps the routers as loaded in every mode") {
+  auto moe = [&](Offload mode, const char* dir, bool freeze, std::int64_t steps) {
+    auto c = small_config(mode, temp_dir(dir), OptimizerConfig{adamw_no_clip()});
+    c.model.name = "primecfg/tiny-moe";
+    c.model.freeze_moe_router = freeze;
+    c.max_steps = steps;
+    return c;
+  };
+  const auto start = run_sft(moe(Offload::none, "moe-start", false, 0), quiet()).model_weights;
+  auto weights_of = [](const RunResult& r, const std::string& name) {
+    for (const auto& [n, w] : r.model_weights)
+      if (n == name) return w;
+    FAIL("no weight " << name);
+    return std::vector<float>{};
+  };
+  const std::string router = "model.layers.0.mlp.gate.weight",
+                    expert = "model.layers.0.mlp.experts.3.up_proj.weight";
+  std::vector<float> router0, expert0;
+  for (const auto& [n, w] : start) {
+    if (n == router) router0 = w;
+    if (n == expert) expert0 = w;
+  }
+  REQUIRE(!router0.empty());
+  // Without the setting the router trains (so the checks below can fail).
+  CHECK(weights_of(run_sft(moe(Offload::none, "moe-free", false, 5), quiet()), router) != router0);
+  std::vector<RunResult> runs;
+  for (Offload mode : {Offload::none, Offload::optimizer, Offload::full}) {
+    runs.push_back(run_sft(moe(mode, "moe-frozen", true, 5), quiet()));
+    INFO("offload " << static_cast<int>(mode));
+    CHECK(weights_of(runs.back(), router) == router0);
+    CHECK(weights_of(runs.back(), expert) != expert0);
+  }
+  CHECK(runs[0].losses == runs[1].losses);
+  CHECK(bit_identical(runs[0].weights, runs[1].weights));
+  CHECK(compare(runs[2], runs[0]).loss_rel < 1e-5);
+}
+
 // The load-balance figures in metrics.jsonl are prime-rl's (get_load_balance_stats), and
 // model.debug.force_balanced_routing is honoured in the recomputed blocks of activation
 // checkpointing as in the forward (a recompute that routed otherwise would backpropagate

@@ -165,6 +165,13 @@ class Qwen3Moe final : public Architecture {
     return n + m.experts * a.hidden + m.top_k * 3 * m.intermediate * a.hidden;
   }
 
+  // model.layers.{l}.mlp.gate.weight
+  bool is_router(std::string_view name) const override {
+    return name.rfind("model.layers.", 0) == 0 && name.size() > qwen3_moe_names::router.size() &&
+           name.ends_with(qwen3_moe_names::router) &&
+           name[name.size() - qwen3_moe_names::router.size() - 1] == '.';
+  }
+
   // transformers 5's layout: experts.gate_up_proj [E, 2I, D] (each expert's gate rows,
   // then its up rows) and experts.down_proj [E, D, I].
   std::optional<HfSlice> hf_fused_source(const ModelArgs& a, std::string_view name) const override {

@@ -303,7 +303,8 @@ void FullOffloadPipeline::update_host(std::size_t i, const Tensor& grad, const S
   const auto t_kernel = std::chrono::steady_clock::now();
   update_on_cpu_kernel(opt_, *pool_, s.master, grad, s.m1.defined() ? &s.m1 : nullptr,
                        s.m2.defined() ? &s.m2 : nullptr,
-                       bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr, c.lr, c.step);
+                       bf16 ? reinterpret_cast<std::uint16_t*>(out.data_ptr()) : nullptr,
+                       s.p->frozen ? 0.0 : c.lr, c.step);  // frozen: a zero gradient, a zero rate
   count_update(t_kernel, w.is_cpu() ? 0 : w.nbytes());
   if (w.is_cpu() && bf16) return;  // the kernel wrote the weights
   queue_upload([w, from = bf16 ? out : s.master] { w.copy_(from, /*non_blocking=*/true); },

@@ -282,15 +282,18 @@ void OptimizerOffloadPipeline::update_one_streamed(std::size_t i) {
   torch::NoGradGuard ng;
   ParamState& s = states_[i];
   updated_[i] = 1;
+  // A frozen parameter's update with a zero gradient and a zero rate leaves it as it is,
+  // its moments zero (its moments still stream, so the window's order stays the plan's).
+  const double lr = s.p->frozen ? 0.0 : lr_;
   if (moment_bytes(s) == 0) {
-    update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr_, step_,
+    update_on_device(opt_, *s.p, s.master, s.grad, nullptr, nullptr, lr, step_,
                      step_t_.defined() ? &step_t_ : nullptr);
     s.weight.copy_(s.master);
     return;
   }
   const DeviceMoments d = moments_for(i);
   Tensor m1 = d.m1, m2 = d.m2;
-  update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr_, step_,
+  update_on_device(opt_, *s.p, s.master, s.grad, &m1, m2.defined() ? &m2 : nullptr, lr, step_,
                    step_t_.defined() ? &step_t_ : nullptr);
   s.weight.copy_(s.master);
   if (d.from == DeviceMoments::From::tail) {
@@ -322,6 +325,7 @@ void OptimizerOffloadPipeline::update_group_streamed(std::vector<std::size_t> me
   std::vector<DeviceMoments> moments;
   for (auto i : members) {
     ParamState& s = states_[i];
+    TORCH_CHECK(!s.p->frozen, "OptimizerOffload: frozen ", s.p->name, " in an update group");
     updated_[i] = 1;
     grads.push_back(s.grad);
     masters.push_back(s.master);
@@ -488,7 +492,8 @@ void OptimizerOffloadPipeline::make_window_groups() {
   std::vector<int> block(states_.size(), -1);
   std::vector<std::size_t> bytes(states_.size(), 0);
   for (std::size_t i = 0; i < states_.size(); ++i) {
-    if (opt_.kind == OptKind::adamw) block[i] = states_[i].p->block;
+    // A frozen parameter alone: update_one_streamed gives it a zero rate.
+    if (opt_.kind == OptKind::adamw && !states_[i].p->frozen) block[i] = states_[i].p->block;
     bytes[i] = moment_bytes(states_[i]);
   }
   window_groups_ = update_groups(block, bytes, window_ring_.capacity() / 4);

@@ -32,23 +32,26 @@ void update_resident(std::vector<ParamState>& states, const OptSettings& opt, do
     // call per parameter).
     std::vector<Tensor> ps, gs, a, b;
     for (auto& s : states) {
+      if (s.p->frozen) continue;
       ps.push_back(s.master);
       gs.push_back(s.grad);
       a.push_back(s.m1);
       b.push_back(s.m2);
     }
     Tensor step_t = torch::full({}, static_cast<double>(step), states[0].master.options());
-    std::vector<Tensor> steps(states.size(), step_t);
+    std::vector<Tensor> steps(ps.size(), step_t);
     at::_fused_adamw_(ps, gs, a, b, {}, steps, lr, opt.beta1, opt.beta2, opt.weight_decay, opt.eps, false,
                       false);
   } else {
     for (auto& s : states)
-      update_on_device(opt, *s.p, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr,
-                       s.m2.defined() ? &s.m2 : nullptr, lr, step);
+      if (!s.p->frozen)
+        update_on_device(opt, *s.p, s.master, s.grad, s.m1.defined() ? &s.m1 : nullptr,
+                         s.m2.defined() ? &s.m2 : nullptr, lr, step);
   }
   // The new weights, in one multi-tensor launch.
   std::vector<Tensor> weights, masters;
   for (auto& s : states) {
+    if (s.p->frozen) continue;
     weights.push_back(s.weight);
     masters.push_back(s.master);
   }
@@ -58,8 +61,9 @@ void update_resident(std::vector<ParamState>& states, const OptSettings& opt, do
 bool ResidentUpdate::applies_to(Transformer& model, const OptSettings& opt) const {
   if (!PRIMECFG_HAVE_FUSED_ADAMW || !enabled_ || opt.kind != OptKind::adamw || !model.device().is_cuda())
     return false;
+  // (The kernel updates every parameter it is given: a frozen one takes the path above.)
   for (const auto& p : model.params())
-    if (p.tensor.scalar_type() != torch::kBFloat16) return false;
+    if (p.tensor.scalar_type() != torch::kBFloat16 || p.frozen) return false;
   return true;
 }
 
@@ -74,6 +78,7 @@ bool ResidentUpdate::applies(const std::vector<ParamState>& states, const OptSet
   };
   for (std::size_t i = 0; i < states.size(); ++i) {
     const auto& s = states[i];
+    if (s.p->frozen) return false;
     const std::int64_t n = s.master.numel();
     const bool grad =
         compute_grads ? dense((*compute_grads)[i], n, torch::kBFloat16) : dense(s.grad, n, torch::kFloat32);

@@ -86,6 +86,7 @@ void GradHooks::install(std::vector<ParamState>& states, HostTrace& trace, const
           ParamState& s = (*states_)[i];
           Tensor& g = s.p->tensor.mutable_grad();
           if (!g.defined()) return;
+          if (s.p->frozen) g.zero_();  // as if it had none: no share of the norm, moments stay zero
           const auto h_hook = HostTrace::now();
           if (dp_)
             dp_->add_grad(i, g);
