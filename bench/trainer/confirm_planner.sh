@@ -14,7 +14,9 @@
 # Environment: PRIMECFG_BIN  folder with a prebuilt primecfg-train (else build-bench is built)
 #              PY            python3 with torch (default /opt/torch/.venv/bin/python3)
 #              RESULTS       results folder (default outputs/confirm-planner)
-#              ROWS          "model:seq:mode:ac ..." (ac = ac or noac)
+#              ROWS          "model:seq:mode:ac[:flags] ..." (ac = ac, noac, or selective: the routed
+#                            experts recomputed; flags: more primecfg-train flags, comma-separated,
+#                            e.g. --model.debug.num-layers=4 to cut a model to its first blocks)
 #              BUDGET_S      seconds for all rows; rows that would not fit are skipped (420)
 #              PLAN_PROFILE  a machine profile for --plan (--plan-profile; else the shipped one)
 #
@@ -39,25 +41,29 @@ echo "== GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $G
 
 table=$RES/table.md
 {
-  echo "| model | seq | mode | ac | planner: fits (GPU, host) | predicted peak (GiB) | measured peak (GiB) | error | host: predicted peak (GiB) | host: measured VmHWM (GiB) | host error | step (s) | outcome |"
-  echo "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| model | seq | mode | ac | planner: fits (GPU, host) | predicted peak (GiB) | measured peak (GiB) | error | host: predicted peak (GiB) | host: measured VmHWM (GiB) | host error | predicted step (s) | step (s) | time error | outcome |"
+  echo "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 } >"$table"
 
 for row in $ROWS; do
-  IFS=: read -r model seq mode ac <<<"$row"
-  name=$(echo "$model-$seq-$mode-$ac" | tr '/' '_')
+  IFS=: read -r model seq mode ac flags <<<"$row"
+  name=$(echo "$model-$seq-$mode-$ac${flags:+-$flags}" | tr '/,=' '___' | tr -d '-' | cut -c1-120)
   args=(@ bench/trainer/fake.toml --model.name="$model" --model.offload="$mode" --data.seq-len="$seq"
-        --max-steps=5 --output-dir="$RES/$name")
+        --max-steps="${STEPS:-5}" --output-dir="$RES/$name")
   [ "$ac" = ac ] && args+=(--model.ac)
+  [ "$ac" = selective ] && args+=(--model.ac.mode=selective '--model.ac.targets=["routed_experts"]')
+  IFS=, read -r -a extra <<<"${flags:-}"
+  args+=("${extra[@]}")
   "$TRAIN" "${args[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" \
     ${PLAN_PROFILE:+--plan-profile="$PLAN_PROFILE"} >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
-  read -r predicted fits host_predicted < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
+  read -r predicted fits host_predicted step_predicted < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 row = next(m for m in plan["modes"] if m["offload"] == sys.argv[2])
 yn = lambda b: "yes" if b else "no"
+step = (row.get("time") or {}).get("step_s")
 print(f'{float(row["gpu"]["peak_gib"]):.2f}', f'GPU:{yn(row["gpu"]["fits"])},host:{yn(row["host"]["fits"])}',
-      f'{row["host"]["peak_bytes"] / 2**30:.2f}')
+      f'{row["host"]["peak_bytes"] / 2**30:.2f}', f'{step:.4f}' if step else "-")
 PY
   )
   if [ "$(left)" -lt 150 ]; then
@@ -68,16 +74,19 @@ PY
   timeout 240 "$TRAIN" "${args[@]}" >"$RES/$name.log" 2>&1
   rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB, planner fits: $fits"
-  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" "$host_predicted" >>"$table" <<'PY'
+  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" "$host_predicted" \
+    "$step_predicted" "${flags:-}" >>"$table" <<'PY'
 import json, os, sys
-out, rc, model, seq, mode, ac, fits, predicted, log, host_predicted = sys.argv[1:]
+out, rc, model, seq, mode, ac, fits, predicted, log, host_predicted, step_predicted, flags = sys.argv[1:]
 rows = []
 path = os.path.join(out, "metrics.jsonl")
 if os.path.exists(path):
     rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
 measured = max((r["peak_device_mem_gib"] for r in rows), default=None)
 hwm = max((r["peak_host_mem_gib"] for r in rows), default=None)
-step = sorted(r["step_time_s"] for r in rows[1:])[len(rows[1:]) // 2] if len(rows) > 1 else None
+# The median of the steps after the third (the first ones warm the allocator and kernels).
+later = [r["step_time_s"] for r in rows[3:]] or [r["step_time_s"] for r in rows[1:]]
+step = sorted(later)[len(later) // 2] if later else None
 text = open(log, errors="replace").read()
 if rc == "0":
     outcome = f"trained {len(rows)} steps"
@@ -89,9 +98,12 @@ err = f"{100 * (float(predicted) - measured) / measured:+.1f}%" if measured else
 host_err = (f"{100 * (float(host_predicted) - hwm) / hwm:+.1f}% ({float(host_predicted) - hwm:+.2f} GiB)"
             if hwm else "")
 fmt = lambda v, f: f.format(v) if v is not None else ""
-print(f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {fits} | {predicted} | "
+time_err = f"{100 * (float(step_predicted) - step) / step:+.1f}%" if step and step_predicted != "-" else ""
+ac_text = {"ac": "on", "selective": "selective (routed_experts)"}.get(ac, "off")
+what = model + (f" ({flags.replace(',', ' ')})" if flags else "")
+print(f"| {what} | {seq} | `{mode}` | {ac_text} | {fits} | {predicted} | "
       f"{fmt(measured, '{:.2f}')} | {err} | {host_predicted} | {fmt(hwm, '{:.2f}')} | {host_err} | "
-      f"{fmt(step, '{:.3f}')} | {outcome} |")
+      f"{step_predicted} | {fmt(step, '{:.4f}')} | {time_err} | {outcome} |")
 PY
   grep -iE "out of memory|planner|predict" "$RES/$name.log" | head -4
 done

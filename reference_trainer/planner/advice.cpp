@@ -170,6 +170,8 @@ std::vector<Combination> combinations(const SFTConfig& cfg, const Plan& p, const
                           .gpu_total = best->gpu_total,
                           .host_node = best->host_node,
                           .batch_multiple = micro_of(x) * w,
+                          .step = std::nullopt,
+                          .tokens_per_s = std::nullopt,
                           .changes = changes + (w != a.world)};
             if (best->time) {
               c.step = best->time->step;

@@ -60,9 +60,17 @@ void table(std::string& out, const std::vector<const MemoryPlan*>& cols,
 
 std::string shape_line(const Plan& p) {
   const auto& s = p.shape;
-  return fmt::format("{:.2f}M params: {} blocks, hidden {}, {}/{} heads x {}, MLP {}, vocab {}{}{}",
+  // A routed model's MLP is its experts (intermediate_size is its dense blocks' MLP).
+  std::string mlp = fmt::format("MLP {}", s.intermediate);
+  if (s.moe) {
+    bool dense = false;
+    for (int l = 0; l < s.layers; ++l) dense = dense || !s.moe->routed(l);
+    mlp = fmt::format("{} experts x {} (top {}){}", s.moe->experts, s.moe->intermediate, s.moe->top_k,
+                      dense ? fmt::format(", dense MLP {}", s.intermediate) : "");
+  }
+  return fmt::format("{:.2f}M params: {} blocks, hidden {}, {}/{} heads x {}, {}, vocab {}{}{}",
                      static_cast<double>(p.params) / 1e6, s.layers, s.hidden, s.heads, s.kv_heads, s.head_dim,
-                     s.intermediate, s.vocab_size, s.qk_norm ? ", QK-norm" : "",
+                     mlp, s.vocab_size, s.qk_norm ? ", QK-norm" : "",
                      s.tie_embeddings ? ", tied embeddings" : "");
 }
 
