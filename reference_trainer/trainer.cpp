@@ -492,10 +492,17 @@ class Trainer {
             lo.batch_size, lo.micro_batch_size, micro, sharding_->world(), sharding_->world()));
     }
     state_ = std::make_unique<Pipeline<Strategy>>(*model_, opt_, opts_, sharding_.get());
-    // support.cpp: selective mode is the routed experts' recompute, on a model that has them.
+    // Selective mode is the routed experts' recompute, on a model that has them (the config
+    // check says so first; run_sft is also called without it).
     recompute_ = !cfg_.model.ac                             ? Recompute::nothing
                  : cfg_.model.ac->mode == AcMode::selective ? Recompute::routed_experts
                                                             : Recompute::blocks;
+    if (recompute_ == Recompute::routed_experts &&
+        (!args.moe || cfg_.model.ac->targets != std::vector<std::string>{"routed_experts"}))
+      throw run_error(
+          fmt::format("model.ac.targets: selective checkpointing recomputes \"routed_experts\" "
+                      "alone, on a model with routed experts ({} has {})",
+                      cfg_.model.name, args.moe ? "them" : "none"));
     ac_freq_ = cfg_.model.ac ? cfg_.model.ac->freq : 1;
     if (const auto& off = cfg_.model.ac_offloading)  // support.cpp: only with ac, freq 1
       act_offload_ = std::make_unique<ActivationOffload>(
