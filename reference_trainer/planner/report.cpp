@@ -284,10 +284,12 @@ std::string format_text(const Plan& p, const Advice* advice) {
         human(a.bucket_bytes), p.reduce_bytes == 2 ? "bf16" : "fp32");
   const auto& act = p.activations;
   out += fmt::format(
-      "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token); all {} blocks {} "
+      "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token{}); all {} blocks {} "
       "without checkpointing, {} with it (+ one block recomputed in backward). CE chunk: {} tokens.\n",
-      act.tokens, human(act.per_block_full), act.tokens ? act.per_block_full / act.tokens : 0, p.shape.layers,
-      human(act.saved_without_ac), human(act.saved_with_ac), act.ce_chunk_tokens);
+      act.tokens, human(act.per_block_full),
+      act.tokens ? (act.per_block_full - act.per_block_fixed) / act.tokens : 0,
+      act.per_block_fixed ? fmt::format(", and {} of its experts stacked", human(act.per_block_fixed)) : "",
+      p.shape.layers, human(act.saved_without_ac), human(act.saved_with_ac), act.ce_chunk_tokens);
 
   std::vector<const MemoryPlan*> g, h;
   for (const auto& m : p.modes) {
