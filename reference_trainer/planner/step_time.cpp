@@ -251,8 +251,7 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
                   (all > 0 ? experts / all : 0.0);
     t.unsure.push_back(
         "ac.mode = \"selective\": the routed experts' recompute is timed as their share of the blocks' "
-        "matmul "
-        "parameters");
+        "matmul parameters");
   }
   x.bwd = L * c.block_backward + c.head_backward;
   t.forward = M * x.fwd;
