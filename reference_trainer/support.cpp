@@ -56,7 +56,7 @@ constexpr FieldDecision decisions[] = {
      "HSDP: how many replicas of the sharded state (distributed/fsdp.hpp)",
      {},
      "one process: the weights are whole, nothing is sharded"},
-    {"model.ep", refused, "expert parallelism"},
+    {"model.ep", used, "expert parallelism: the routed experts split over the ranks"},
     {"model.ep_comm_backend", refused, "DeepEP"},
     {"model.trust_remote_code", refused, "remote model code"},
     {"model.lora", refused, "LoRA"},
@@ -253,18 +253,16 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
 
   if (m.cp > 1)
     c.refuse("model.cp", fmt::format("context parallelism (cp = {}) {}; set cp = 1", m.cp, not_impl));
-  // ep = "auto" depends on the model (routed experts or not): the trainer and the planner
-  // resolve it once they have read the model, and refuse a degree above 1.
-  if (m.ep.is_number() && m.ep.number() > 1)
-    c.refuse("model.ep", fmt::format("expert parallelism (ep = {}) {}; set ep = 1", m.ep.number(), not_impl));
-  // The mesh's rules (distributed/mesh.cpp); the degrees refused above are not checked twice.
-  // Without the model, ep = "auto" is taken as 1 here (see above).
-  // ep = "auto" (prime-rl's default; 1 is this library's) is expert parallelism for a
-  // model with routed experts on several ranks. A model that does not resolve is
-  // reported where it is read.
+  // The mesh's rules (distributed/mesh.cpp), and expert parallelism's own. ep = "auto"
+  // (prime-rl's default; 1 is this library's) is expert parallelism for a model with
+  // routed experts on several ranks. A model that does not resolve is reported where it
+  // is read (ep = "auto" is then taken as 1 here).
   bool has_experts = false, resolved = false;
+  std::int64_t experts = 0;
   try {
-    has_experts = resolve_model(m.name).args.moe.has_value();
+    const auto moe = resolve_model(m.name).args.moe;
+    has_experts = moe.has_value();
+    experts = moe ? moe->experts : 0;
     resolved = true;
   } catch (const model_config_error&) {
   }
@@ -279,22 +277,26 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   }
   std::vector<MeshProblem> mesh;
   const MeshDims dims = resolve_mesh(MeshRequest::of(m, world, has_experts), mesh);
-  if (has_experts && !m.ep.is_number() && dims.ep > 1)
-    c.refuse("model.ep",
-             fmt::format("expert parallelism (ep = \"auto\" resolves to {} for {} on {} ranks, as in "
-                         "prime-rl) {}; set ep = 1",
-                         dims.ep, m.name, world, not_impl));
+  const std::string ep_is = m.ep.is_number() ? fmt::format("ep = {}", dims.ep)
+                                             : fmt::format("ep = \"auto\" (resolved to {})", dims.ep);
+  if (resolved && !has_experts && m.ep.is_number() && dims.ep > 1)
+    c.error("model.ep", fmt::format("{}, and {} has no routed experts to split over the ranks; set ep = 1",
+                                    ep_is, m.name));
+  else if (has_experts && dims.ep > 1 && experts % dims.ep != 0)
+    c.error("model.ep",
+            fmt::format("{} does not divide the {} routed experts of {}: each expert-parallel rank runs as "
+                        "many",
+                        ep_is, experts, m.name));
   else if (has_experts && world > 1 && !c.explicitly_set("model.ep") &&
            (m.impl == ModelImpl::custom || m.impl == ModelImpl::auto_))
-    c.error("model.ep",
-            fmt::format(
-                "unset, and {} has routed experts: prime-rl's default ep = \"auto\" would split them over "
-                "{} ranks (expert parallelism), this trainer's default 1 trains with FSDP alone; set ep = 1 "
-                "to say so (expert parallelism is not implemented)",
-                m.name, std::min(world / std::max<std::int64_t>(1, m.dp_replicate), std::int64_t{8})));
+    c.error(
+        "model.ep",
+        fmt::format("unset, and {} has routed experts: prime-rl's default ep = \"auto\" would split them "
+                    "over {} ranks (expert parallelism), this trainer's default 1 trains with FSDP alone; "
+                    "set ep = \"auto\" or a degree for expert parallelism, or ep = 1 for FSDP alone",
+                    m.name, std::min(world / std::max<std::int64_t>(1, m.dp_replicate), std::int64_t{8})));
   for (const auto& p : mesh)
-    if (!(p.field == "model.cp" && m.cp > 1) && !(p.field == "model.ep" && (dims.ep > 1 || m.ep.is_number())))
-      c.error(p.field, p.message);
+    if (!(p.field == "model.cp" && m.cp > 1)) c.error(p.field, p.message);
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
   if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
   if (m.vlm)

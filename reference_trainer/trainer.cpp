@@ -15,6 +15,7 @@
 #include "checkpoint/dir.hpp"
 #include "checkpoint/tensors.hpp"
 #include "data/loader.hpp"
+#include "distributed/group_exchange.hpp"
 #include "distributed/process_group.hpp"
 #include "distributed/sharding.hpp"
 #include "metrics.hpp"
@@ -272,20 +273,21 @@ class Trainer {
     // The config check has refused what the mesh cannot be (support.cpp). ep = "auto"
     // depends on whether the model has routed experts; a model that does not resolve
     // fails in load_model, with its own message.
-    bool has_experts = false;
+    std::optional<MoeArgs> moe;
     try {
-      has_experts = resolve_model(cfg_.model.name).args.moe.has_value();
+      moe = resolve_model(cfg_.model.name).args.moe;
     } catch (const model_config_error&) {
     }
-    const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, has_experts));
-    if (mesh.ep > 1)
+    const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, moe.has_value()));
+    // Expert parallelism splits routed experts; the config check says so first (support.cpp).
+    if (mesh.ep > 1 && !moe)
       throw run_error(
-          fmt::format("model.ep: expert parallelism ({} for a model with routed experts on {} ranks, as "
-                      "prime-rl resolves it) "
-                      "is not implemented by primecfg-train; set ep = 1",
-                      cfg_.model.ep.is_number() ? fmt::format("ep = {}", mesh.ep)
-                                                : fmt::format("ep = \"auto\", resolved to {}", mesh.ep),
-                      opts_.launch.world));
+          fmt::format("model.ep: ep = {}, and {} has no routed experts to split over the ranks; "
+                      "set ep = 1",
+                      mesh.ep, cfg_.model.name));
+    if (mesh.ep > 1 && moe->experts % mesh.ep != 0)
+      throw run_error(fmt::format("model.ep: ep = {} does not divide the {} routed experts of {}", mesh.ep,
+                                  moe->experts, cfg_.model.name));
     pg_ = std::make_unique<ProcessGroup>(opts_.launch, mesh, setup_.device,
                                          std::chrono::seconds(cfg_.dist_timeout_seconds),
                                          opts_.dist.backend == DistBackend::gloo);
@@ -422,7 +424,16 @@ class Trainer {
                                         if (hf) hf->load(p);
                                         sharding_->adopt(i, p);
                                       });
-    model_->set_moe_settings(moe);
+    if (pg_->mesh().ep > 1) {
+      // Expert parallelism: each block hands its tokens' rows to the ranks running their
+      // experts (nn/moe.hpp), over the expert-parallel group of the mesh.
+      experts_exchange_ = std::make_unique<GroupExchange>(*pg_, MeshDim::ep, "the experts' token exchange");
+      MoeSettings parallel = moe;
+      parallel.exchange = experts_exchange_.get();
+      model_->set_moe_settings(parallel);
+    } else {
+      model_->set_moe_settings(moe);
+    }
     if (hf) hf->finish();
     sharding_->attach(*model_);
     freeze_routers();
@@ -798,7 +809,11 @@ class Trainer {
     // The whole weights, for what reads them below. The gather is a collective: every
     // rank takes part, whether or not it prints (only rank 0 does), so the condition
     // is the config's and the options', the same on every rank.
-    if (sharding_ && (opts_.collect_weights || demo_data())) sharding_->gather_all();
+    if (sharding_ && (opts_.collect_weights || demo_data())) {
+      sharding_->gather_all();
+      // Every expert is here now: the demo (rank 0 alone) runs them without the others.
+      if (experts_exchange_) model_->set_moe_settings(moe_settings(model_->args()));
+    }
     if (opts_.collect_weights) {
       for (auto& s : state_->states()) {
         Tensor m = s.master.to(torch::kCPU).contiguous();
@@ -853,6 +868,7 @@ class Trainer {
   OptSettings opt_;
   std::unique_ptr<ProcessGroup> pg_;  // a sharded run's ranks (none: one process)
   std::unique_ptr<Sharding> sharding_;
+  std::unique_ptr<TokenExchange> experts_exchange_;  // expert parallelism (model.ep > 1)
   std::unique_ptr<Pipeline<Strategy>> state_;
   Recompute recompute_ = Recompute::nothing;
   std::int64_t ac_freq_ = 1, ce_chunk_ = 0;

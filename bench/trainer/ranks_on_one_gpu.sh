@@ -17,7 +17,8 @@
 # memory), trains STEPS steps and reads every rank's peak from rank 0's metrics.jsonl
 # (`peak_device_mem_gib_ranks`).
 #
-# Environment: ROWS      "model:seq:mode:ac:ranks ..." (ac = ac or noac)
+# Environment: ROWS      "model:seq:mode:ac:ranks[:flags] ..." (ac = ac or noac; flags: more
+#                        options, comma-separated, e.g. --model.ep=2,--model.debug.num-layers=4)
 #              STEPS     steps per row (3)
 #              BUDGET_S  seconds for all rows; later rows are skipped (540)
 #              PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh
@@ -40,16 +41,18 @@ echo "== GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $G
 
 table=$RES/table.md
 {
-  echo "| model | seq | mode | ac | ranks | predicted per rank (GiB) | measured, each rank (GiB) | error (largest rank) | step (s) | outcome |"
-  echo "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- |"
+  echo "| model | seq | mode | ac | ranks | flags | predicted per rank (GiB) | measured, each rank (GiB) | error (largest rank) | step (s) | outcome |"
+  echo "| --- | ---: | --- | --- | ---: | --- | ---: | --- | ---: | ---: | --- |"
 } >"$table"
 
 for row in $ROWS; do
-  IFS=: read -r model seq mode ac ranks <<<"$row"
-  name=$(echo "$model-$seq-$mode-$ac-$ranks" | tr '/' '_')
+  IFS=: read -r model seq mode ac ranks flags <<<"$row"
+  flags=${flags:-}
+  name=$(echo "$model-$seq-$mode-$ac-$ranks${flags:+-$flags}" | tr '/,=' '___' | tr -d '-' | cut -c1-120)
   args=(@ bench/trainer/fake.toml --model.name="$model" --model.offload="$mode" --data.seq-len="$seq"
         --data.batch-size="$ranks" --max-steps="$STEPS" --output-dir="$RES/$name")
   [ "$ac" = ac ] && args+=(--model.ac)
+  [ -n "$flags" ] && IFS=, read -r -a extra <<<"$flags" && args+=("${extra[@]}")
   "$TRAIN" "${args[@]}" --dist.backend=gloo --plan --plan-format=json --plan-world-size="$ranks" --plan-ranks-per-node="$ranks" \
     --plan-gpu-memory="$GPU_GIB" >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
   read -r predicted together host_fits < <("$PY" - "$RES/$name.plan.json" "$mode" "$ranks" <<'PY'
@@ -62,7 +65,7 @@ print(f"{gib:.3f}", f"{total * int(sys.argv[3]):.1f}", "yes" if row["host"]["fit
 PY
   )
   if awk -v t="$together" -v g="$GPU_GIB" 'BEGIN { exit !(t > g) }' || [ "$host_fits" = no ]; then
-    echo "| $model | $seq | \`$mode\` | ${ac/noac/off} | $ranks | $predicted | | | | skipped: $ranks ranks need $together GiB of GPU together, host fits: $host_fits |" >>"$table"
+    echo "| $model | $seq | \`$mode\` | ${ac/noac/off} | $ranks | ${flags//,/ } | $predicted | | | | skipped: $ranks ranks need $together GiB of GPU together, host fits: $host_fits |" >>"$table"
     echo "SKIP $name (together $together GiB, host fits $host_fits)"
     continue
   fi
@@ -77,9 +80,9 @@ PY
     >"$RES/$name.log" 2>&1
   rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB per rank"
-  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$ranks" "$predicted" >>"$table" <<'PY'
+  "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$ranks" "$predicted" "${flags//,/ }" >>"$table" <<'PY'
 import json, os, sys
-out, rc, model, seq, mode, ac, ranks, predicted = sys.argv[1:]
+out, rc, model, seq, mode, ac, ranks, predicted, flags = sys.argv[1:]
 path = os.path.join(out, "metrics.jsonl")
 rows = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 per_rank = [max(r["peak_device_mem_gib_ranks"][i] for r in rows) for i in range(int(ranks))] if rows else []
@@ -87,10 +90,8 @@ step = sorted(r["step_time_s"] for r in rows[1:])[len(rows[1:]) // 2] if len(row
 measured = " / ".join(f"{v:.2f}" for v in per_rank)
 err = f"{100 * (float(predicted) - max(per_rank)) / max(per_rank):+.2f}%" if per_rank else ""
 outcome = f"trained {len(rows)} steps" if rc == "0" else f"exit {rc}"
-print(f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {ranks} | {predicted} | {measured} | "
-      f"{err} | {step:.1f} | {outcome} |" if step else
-      f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {ranks} | {predicted} | {measured} | "
-      f"{err} | | {outcome} |")
+head = f"| {model} | {seq} | `{mode}` | {'on' if ac == 'ac' else 'off'} | {ranks} | {flags} | {predicted} | {measured} | "
+print(head + (f"{err} | {step:.1f} | {outcome} |" if step else f"{err} | | {outcome} |"))
 PY
   [ "$rc" = 0 ] || tail -5 "$RES/$name.log"
 done

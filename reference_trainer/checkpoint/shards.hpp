@@ -2,7 +2,9 @@
 // any other number:
 //   one process:  optimizer.safetensors, each tensor in its parameter's shape;
 //   N ranks:      optimizer-RRRRR-of-NNNNN.safetensors, one per rank, each tensor the
-//                 rank's 1-D piece of the flattened parameter (distributed/shard_layout.hpp).
+//                 rank's 1-D piece of the flattened parameter, as the saving run's mesh
+//                 placed it (distributed/piece_layout.hpp: with expert parallelism a
+//                 routed expert's pieces are on some ranks only, the others' are empty).
 // Tensors are named master.<param>, m1.<param>, m2.<param>. Reading takes, for every
 // tensor, the elements this process holds out of whichever files have them; every
 // file must hold exactly the tensors of this run's model and optimizer.
@@ -21,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -48,10 +51,14 @@ inline torch::ScalarType torch_dtype(const safetensors::file& f, const safetenso
   return torch::kFloat32;
 }
 
+// The piece of states[i]'s parameter that saving rank r wrote (several ranks saved).
+using SavedPiece = std::function<ShardSpan(std::size_t i, int r)>;
+
 // Reads the optimizer state that `saved_world` ranks wrote into `dir` into `states`
 // (all of each tensor, or this rank's piece of it).
 inline void read_optimizer_state(const std::filesystem::path& dir, int saved_world,
-                                 std::vector<ParamState>& states, std::string_view optimizer) {
+                                 std::vector<ParamState>& states, std::string_view optimizer,
+                                 const SavedPiece& saved_piece) {
   std::vector<safetensors::file> files;
   for (int r = 0; r < saved_world; ++r) {
     files.push_back(safetensors::file::open(dir / optimizer_file_name(r, saved_world)));
@@ -64,18 +71,19 @@ inline void read_optimizer_state(const std::filesystem::path& dir, int saved_wor
   }
   // Every file holds exactly this run's tensors, each in the shape its writer had.
   std::set<std::string> names;
-  for (auto& s : states)
-    for (auto& [name, t] : optimizer_tensors(s)) {
+  for (std::size_t i = 0; i < states.size(); ++i)
+    for (auto& [name, t] : optimizer_tensors(states[i])) {
       names.insert(name);
-      const std::int64_t numel = s.p->tensor.numel();
-      for (auto& f : files) {
+      const ParamState& s = states[i];
+      for (std::size_t r = 0; r < files.size(); ++r) {
+        const safetensors::file& f = files[r];
         const auto* info = f.find(name);
         if (!info)
           throw run_error(fmt::format("{}: tensor {} missing (checkpoint of another model or optimizer?)",
                                       f.path().string(), name));
         torch_dtype(f, *info);
         std::vector<std::int64_t> want(s.p->tensor.sizes().begin(), s.p->tensor.sizes().end());
-        if (saved_world > 1) want = {ShardSpan::of(numel, 0, saved_world).per_rank};
+        if (saved_world > 1) want = {saved_piece(i, static_cast<int>(r)).per_rank};
         if (info->shape != want)
           throw run_error(fmt::format("{}: tensor {} has shape [{}], this model needs [{}] ({} rank{})",
                                       f.path().string(), name, fmt::join(info->shape, ", "),
@@ -89,28 +97,37 @@ inline void read_optimizer_state(const std::filesystem::path& dir, int saved_wor
                                     f.path().string(), t.name));
 
   torch::NoGradGuard ng;
-  for (auto& s : states) {
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    ParamState& s = states[i];
     const std::int64_t numel = s.p->tensor.numel();
     // The elements [first, first + count) of the flattened parameter are this process's.
     const std::int64_t first = s.shard ? s.shard->offset : 0;
     const std::int64_t count = s.shard ? s.shard->length : numel;
-    const std::int64_t saved_piece = ShardSpan::of(numel, 0, saved_world).per_rank;
     for (auto& [name, dst] : optimizer_tensors(s)) {
       Tensor flat_dst = dst.view({-1});
       if (s.shard) flat_dst.zero_();  // the padding
-      for (std::int64_t e = first; e < first + count;) {
-        const int r = saved_world == 1 ? 0 : static_cast<int>(e / saved_piece);
-        const std::int64_t in_file = saved_world == 1 ? e : e - r * saved_piece;
-        const std::int64_t n = std::min(first + count - e, saved_world == 1 ? count : saved_piece - in_file);
-        const auto* info = files[static_cast<std::size_t>(r)].find(name);
+      // Each saved piece's elements that are also this process's; the saved pieces of a
+      // parameter cover it once, whatever mesh placed them.
+      std::int64_t copied = 0;
+      for (int r = 0; r < saved_world; ++r) {
+        const ShardSpan saved = saved_world == 1 ? ShardSpan::of(numel, 0, 1) : saved_piece(i, r);
+        const std::int64_t from = std::max(first, saved.offset);
+        const std::int64_t to = std::min(first + count, saved.offset + saved.length);
+        if (to <= from) continue;
+        const safetensors::file& f = files[static_cast<std::size_t>(r)];
+        const auto* info = f.find(name);
         Tensor src = torch::from_blob(const_cast<std::byte*>(info->data), {info->numel()}, torch::kFloat32)
-                         .narrow(0, in_file, n);
+                         .narrow(0, from - saved.offset, to - from);
         if (!torch::isfinite(src).all().item<bool>())
-          throw run_error(fmt::format("{}: tensor {} holds NaN or infinite values",
-                                      files[static_cast<std::size_t>(r)].path().string(), name));
-        flat_dst.narrow(0, e - first, n).copy_(src);
-        e += n;
+          throw run_error(fmt::format("{}: tensor {} holds NaN or infinite values", f.path().string(), name));
+        flat_dst.narrow(0, from - first, to - from).copy_(src);
+        copied += to - from;
       }
+      if (copied != count)
+        throw run_error(
+            fmt::format("{}: the {} optimizer files hold {} of the {} elements of {} this rank "
+                        "needs (their ranks' pieces do not cover the parameter)",
+                        dir.string(), saved_world, copied, count, name));
     }
   }
 }

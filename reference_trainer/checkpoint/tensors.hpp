@@ -9,6 +9,7 @@
 #include "checkpoint/dir.hpp"
 #include "checkpoint/shards.hpp"
 #include "checkpoint/weight_files.hpp"
+#include "distributed/piece_layout.hpp"
 #include "distributed/sharding.hpp"
 #include "nn/hf_weights.hpp"
 #include "nn/transformer.hpp"
@@ -182,6 +183,9 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
   // first replica (HSDP's other replicas hold the same pieces).
   const int piece = dp ? dp->shard_rank() : 0, pieces = dp ? dp->shard_world() : 1;
   const bool writes_pieces = !dp || dp->replica() == 0;
+  // How the pieces were placed (distributed/piece_layout.hpp): the shard group's ranks
+  // and the expert-parallel degree say it.
+  const int ep = dp ? dp->group().mesh().ep : 1;
   const fs::path tmp = root / fmt::format(".step_{}.tmp", pos.step);
   auto on_rank0 = [&](std::string_view what, const std::function<void()>& fn) {
     if (!dp) return fn();
@@ -251,7 +255,8 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
       write_one_at_a_time(file, layout, [&](std::size_t i) { return tensors[i]; },
                           {{"optimizer", std::string(opt.name())},
                            {"rank", std::to_string(piece)},
-                           {"world_size", std::to_string(pieces)}});
+                           {"world_size", std::to_string(pieces)},
+                           {"ep", std::to_string(ep)}});
       if (dp) piece_sum = sum_file(file);
     }
     if (rank == 0) {
@@ -263,7 +268,8 @@ void save_checkpoint(const fs::path& root, Transformer& model, Pipeline& state, 
                           {"scheduler_step", std::to_string(pos.scheduler_step)},
                           {"offload", std::string(Pipeline::strategy::name)},
                           {"optimizer", std::string(opt.name())},
-                          {"world_size", std::to_string(pieces)}});
+                          {"world_size", std::to_string(pieces)},
+                          {"ep", std::to_string(ep)}});
     }
   } catch (const std::exception& e) {
     if (!dp) {
@@ -335,11 +341,12 @@ inline void all_consumed(const safetensors::file& f, const std::set<std::string>
                                   f.path().string(), t.name));
 }
 
-// How many ranks wrote a checkpoint (trainer_state.safetensors' world_size; 1 when
-// absent: a checkpoint of one process before sharded runs existed).
-inline int saved_world(const fs::path& dir) {
+// A positive integer of trainer_state.safetensors' metadata (1 when absent: a
+// checkpoint from before the key existed): world_size, how many ranks wrote the
+// optimizer pieces; ep, the expert-parallel degree that placed them.
+inline int saved_count(const fs::path& dir, const std::string& key) {
   auto sf = safetensors::file::open(dir / "trainer_state.safetensors");
-  auto it = sf.metadata().find("world_size");
+  auto it = sf.metadata().find(key);
   if (it == sf.metadata().end()) return 1;
   int n = 0;
   try {
@@ -348,8 +355,23 @@ inline int saved_world(const fs::path& dir) {
   }
   if (n < 1 || std::to_string(n) != it->second)
     throw run_error(
-        fmt::format("{}: world_size = \"{}\" is not a positive integer", sf.path().string(), it->second));
+        fmt::format("{}: {} = \"{}\" is not a positive integer", sf.path().string(), key, it->second));
   return n;
+}
+
+// The mesh that placed a checkpoint's optimizer pieces (its first replica): `world` ranks
+// splitting the dense weights, `ep` of them the experts; an error names what cannot be.
+inline MeshDims saved_mesh(const fs::path& dir, const ModelArgs& args) {
+  MeshDims m;
+  m.dp_shard = saved_count(dir, "world_size");
+  m.ep = saved_count(dir, "ep");
+  const std::int64_t experts = args.moe ? args.moe->experts : 0;
+  if (m.ep > 1 && (m.dp_shard % m.ep != 0 || experts % m.ep != 0))
+    throw run_error(
+        fmt::format("{}: ep = {} with world_size = {} and a model of {} routed experts: not a "
+                    "layout a run can have saved",
+                    (dir / "trainer_state.safetensors").string(), m.ep, m.dp_shard, experts));
+  return m;
 }
 
 template <offload_pipeline Pipeline>
@@ -411,7 +433,12 @@ TrainPosition load_checkpoint(const fs::path& dir, std::int64_t step, Transforme
             "{}: has no optimizer state (saved with ckpt.skip_optimizer); set ckpt.skip_optimizer = true to "
             "resume from its weights with fresh optimizer moments",
             dir.string()));
-      read_optimizer_state(dir, saved_world(dir), state.states(), opt.name());
+      const MeshDims saved = saved_mesh(dir, model.args());
+      const std::vector<ParamShape> shapes = model.args().params();
+      const std::int64_t experts = model.args().moe ? model.args().moe->experts : 0;
+      read_optimizer_state(dir, saved.world(), state.states(), opt.name(), [&](std::size_t i, int r) {
+        return piece_of(saved, r, shapes[i].numel(), shapes[i].expert, experts);
+      });
     } else {
       state.masters_from_model();  // asked for: masters are the weights, moments start at zero
     }

@@ -1,5 +1,7 @@
 #include "distributed/fsdp.hpp"
 
+#include "distributed/piece_layout.hpp"
+
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -35,9 +37,16 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
   const torch::TensorOptions weights = o.weights;
   const double bucket_mib = o.bucket_mib;
   const std::vector<ParamShape> shapes = args.params();  // the model's params(), in order
+  const MeshDims& mesh = group.mesh();
+  const std::int64_t experts = args.moe ? args.moe->experts : 0;
+  if (mesh.ep > 1 && (experts == 0 || experts % mesh.ep != 0))
+    throw std::logic_error(fmt::format("Fsdp: ep = {} for a model of {} routed experts", mesh.ep, experts));
   std::int64_t total = 0;
   for (const auto& p : shapes) {
-    spans_.push_back(ShardSpan::of(p.numel(), shard_rank(), shard_world()));
+    const bool split = mesh.ep > 1 && p.expert >= 0;
+    among_.push_back(split ? MeshDim::expert_fsdp : MeshDim::fsdp);
+    held_.push_back(holds_expert(mesh, rank(), p.expert, experts));
+    spans_.push_back(piece_of(mesh, rank(), p.numel(), p.expert, experts));
     weight_offset_.push_back(total);
     total += spans_.back().per_rank;
   }
@@ -56,11 +65,14 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
     unit_of_[i] = p.name == "model.embed_tokens.weight" ? 0
                   : p.block >= 0                        ? 1 + static_cast<std::size_t>(p.block)
                                                         : layers + 1;
-    units_[unit_of_[i]].params.push_back(i);
-    units_[unit_of_[i]].bytes += p.numel() * static_cast<std::int64_t>(weight_shards_.element_size());
+    Unit& unit = units_[unit_of_[i]];
+    unit.params.push_back(i);
+    if (!held_[i]) continue;
+    ++unit.held;
+    unit.bytes += p.numel() * static_cast<std::int64_t>(weight_shards_.element_size());
   }
   for (auto& u : units_) {
-    u.missing = u.params.size();
+    u.missing = u.held;
     u.state = Unit::released;
   }
   hook_.before = [this](int block) {
@@ -91,19 +103,27 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
   };
 
   // Buckets of about bucket_mib of full-size gradients in the reduce dtype, the last
-  // parameters first (backward's order).
+  // parameters first (backward's order); the experts that expert parallelism splits in
+  // buckets of their own (reduce-scattered over other ranks), the ones this rank does
+  // not hold in none.
   const double limit = bucket_mib * 1024 * 1024;
   const double elem = static_cast<double>(c10::elementSize(reduce_dtype_));
   bucket_of_.assign(shapes.size(), 0);
-  double bytes = 0;
+  struct Open {
+    std::optional<std::size_t> bucket;
+    double bytes = 0;
+  } open[2];
   for (std::size_t k = shapes.size(); k-- > 0;) {
-    if (buckets_.empty() || bytes >= limit) {
+    if (!held_[k]) continue;
+    Open& o = open[among_[k] == MeshDim::expert_fsdp];
+    if (!o.bucket || o.bytes >= limit) {
       buckets_.emplace_back();
-      bytes = 0;
+      buckets_.back().among = among_[k];
+      o = {buckets_.size() - 1, 0};
     }
-    buckets_.back().params.push_back(k);
-    bucket_of_[k] = buckets_.size() - 1;
-    bytes += static_cast<double>(spans_[k].padded(shard_world())) * elem;
+    buckets_[*o.bucket].params.push_back(k);
+    bucket_of_[k] = *o.bucket;
+    o.bytes += static_cast<double>(spans_[k].padded(members(k))) * elem;
   }
   for (auto& b : buckets_) b.missing = b.params.size();
   inputs_.resize(shapes.size());
@@ -154,27 +174,41 @@ void Fsdp::start(std::size_t u) {
   const bool allocated = unit.state == Unit::rows;
   torch::NoGradGuard ng;
   auto& params = model_->params();
-  std::vector<Tensor> ins;
   unit.outs.clear();
-  for (auto i : unit.params) {
-    const ShardSpan& s = spans_[i];
-    if (!allocated) alloc_bytes(params[i].tensor);
-    // The same bytes without autograd's version counter: refilling a weight that a
-    // saved graph holds is not an in-place change of what it computed with. A padded
-    // parameter is gathered apart and copied in when it has arrived.
-    Tensor data = params[i].tensor.variable_data();
-    const bool direct = s.padded(shard_world()) == s.numel && data.is_contiguous();
-    ins.push_back(weight_shard(i));
-    unit.outs.push_back(direct ? data.view({-1})
-                               : torch::empty({s.padded(shard_world())}, weight_shards_.options()));
+  unit.moving.clear();
+  unit.pending.clear();
+  // One all-gather of the dense weights over the shard group, one of this rank's
+  // experts over the ranks that split them.
+  for (const MeshDim among : {MeshDim::fsdp, MeshDim::expert_fsdp}) {
+    std::vector<Tensor> ins, outs;
+    std::vector<std::size_t> moving;
+    for (auto i : unit.params) {
+      if (!held_[i] || among_[i] != among) continue;
+      const ShardSpan& s = spans_[i];
+      if (!allocated) alloc_bytes(params[i].tensor);
+      // The same bytes without autograd's version counter: refilling a weight that a
+      // saved graph holds is not an in-place change of what it computed with. A padded
+      // parameter is gathered apart and copied in when it has arrived.
+      Tensor data = params[i].tensor.variable_data();
+      const std::int64_t padded = s.padded(members(i));
+      const bool direct = padded == s.numel && data.is_contiguous();
+      ins.push_back(weight_shard(i));
+      outs.push_back(direct ? data.view({-1}) : torch::empty({padded}, weight_shards_.options()));
+      moving.push_back(i);
+    }
+    if (moving.empty()) continue;
+    unit.pending.push_back(
+        group_.all_gather_start(outs, ins,
+                                fmt::format("the all-gather of {}'s {} ({} to {})",
+                                            u == 0                   ? std::string("the embedding")
+                                            : u + 1 == units_.size() ? std::string("the LM head")
+                                                                     : fmt::format("block {}", u - 1),
+                                            among == MeshDim::fsdp ? "weights" : "experts",
+                                            params[moving.front()].name, params[moving.back()].name),
+                                among));
+    unit.outs.insert(unit.outs.end(), outs.begin(), outs.end());
+    unit.moving.insert(unit.moving.end(), moving.begin(), moving.end());
   }
-  unit.pending =
-      group_.all_gather_start(unit.outs, ins,
-                              fmt::format("the all-gather of {}'s weights ({} to {})",
-                                          u == 0                   ? std::string("the embedding")
-                                          : u + 1 == units_.size() ? std::string("the LM head")
-                                                                   : fmt::format("block {}", u - 1),
-                                          params[unit.params.front()].name, params[unit.params.back()].name));
   unit.state = Unit::in_flight;
   if (allocated) return;
   whole_now_ += unit.bytes;
@@ -239,15 +273,17 @@ void Fsdp::gather(std::size_t u) {
   ahead_ += unit.state == Unit::in_flight;  // started before it was needed
   start(u);
   if (unit.state != Unit::in_flight) return;
-  unit.pending.wait();
+  for (auto& p : unit.pending) p.wait();
+  unit.pending.clear();
   torch::NoGradGuard ng;
   auto& params = model_->params();
   for (std::size_t k = 0; k < unit.outs.size(); ++k) {
-    const std::size_t i = unit.params[k];
+    const std::size_t i = unit.moving[k];
     Tensor data = params[i].tensor.variable_data().view({-1});
     if (unit.outs[k].data_ptr() != data.data_ptr()) data.copy_(unit.outs[k].narrow(0, 0, spans_[i].numel));
   }
   unit.outs.clear();
+  unit.moving.clear();
   unit.state = Unit::whole;
 }
 
@@ -298,6 +334,11 @@ std::vector<std::pair<std::string, double>> Fsdp::take_metrics() {
 }
 
 void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
+  if (!held_[i])
+    throw std::logic_error(
+        fmt::format("Fsdp::add_grad: a gradient of {}, which another expert-parallel rank "
+                    "runs (its forward must hand the tokens there)",
+                    model_->params()[i].name));
   if (world() == 1) {
     // One rank in all: its piece is the whole gradient, and the reduce-scatter (and the
     // all-reduce across replicas) would sum one term, which in model.reduce_dtype holds
@@ -311,7 +352,7 @@ void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
     return;
   }
   const ShardSpan& s = spans_[i];
-  const std::int64_t padded = s.padded(shard_world());
+  const std::int64_t padded = s.padded(members(i));
   Tensor in;
   if (grad.scalar_type() == reduce_dtype_ && padded == s.numel && grad.is_contiguous()) {
     in = grad.view({-1});  // kept alive here until its bucket went out
@@ -325,7 +366,19 @@ void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
   launch_ready();
   // The unit's backward is done once its last gradient is in: its weights go.
   Unit& unit = units_[unit_of_[i]];
-  if (--unit.missing == 0 && !unit.root) release(unit_of_[i]);
+  if (--unit.missing == 0) {
+    hand_empty(unit_of_[i]);
+    if (!unit.root) release(unit_of_[i]);
+  }
+}
+
+void Fsdp::hand_empty(std::size_t u) {
+  for (auto i : units_[u].params) {
+    if (held_[i] || handed_[i]) continue;
+    handed_[i] = true;
+    Tensor none = torch::empty({0}, weight_shards_.options().dtype(reduce_dtype_));
+    sink_(i, none);
+  }
 }
 
 void Fsdp::launch_ready() {
@@ -346,7 +399,8 @@ void Fsdp::launch(std::size_t b) {
     r.outs.push_back(r.flat.narrow(0, at, spans_[i].per_rank));
     at += spans_[i].per_rank;
   }
-  r.pending = group_.reduce_scatter_start(r.outs, r.ins, "the reduce-scatter of " + bucket_name(b));
+  r.pending =
+      group_.reduce_scatter_start(r.outs, r.ins, "the reduce-scatter of " + bucket_name(b), bucket.among);
   ++reduces_;
   // The bucket before has been summing while backward went on; its pieces are needed
   // now, so that no more than two buckets (inputs and outputs) are alive at once.
@@ -392,14 +446,16 @@ void Fsdp::flush() {
     for (auto i : buckets_[b].params)
       if (!inputs_[i].defined())
         inputs_[i] =
-            torch::zeros({spans_[i].padded(shard_world())}, weight_shards_.options().dtype(reduce_dtype_));
+            torch::zeros({spans_[i].padded(members(i))}, weight_shards_.options().dtype(reduce_dtype_));
     buckets_[b].missing = 0;
   }
   launch_ready();
   finish_reduce();
+  for (std::size_t u = 0; u < units_.size(); ++u) hand_empty(u);
   next_ = 0;
   for (auto& b : buckets_) b.missing = b.params.size();
-  for (auto& u : units_) u.missing = u.params.size();
+  for (auto& u : units_) u.missing = u.held;
+  std::fill(handed_.begin(), handed_.end(), false);
 }
 
 void Fsdp::gather_weights() {
@@ -409,16 +465,42 @@ void Fsdp::gather_weights() {
 
 void Fsdp::gather_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
+  // The experts other expert-parallel ranks hold, whole here too (until the next release).
+  torch::NoGradGuard ng;
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    if (held_[i]) continue;
+    const Tensor& t = model_->params()[i].tensor;
+    alloc_bytes(t);
+    t.variable_data().copy_(whole_expert(i));
+  }
+}
+
+Tensor Fsdp::whole_expert(std::size_t i) {
+  // Each piece of it is on one rank of the shard group (its expert-parallel place, its
+  // place along dp_shard_mod_ep): each rank puts its piece where it goes, zeros elsewhere,
+  // and the sum over the shard group is the whole (x + 0 is exact in any dtype).
+  torch::NoGradGuard ng;
+  const NamedParam& p = model_->params()[i];
+  const ShardSpan& s = spans_[i];
+  Tensor whole = torch::zeros({s.numel}, weight_shards_.options());
+  if (s.length > 0) whole.narrow(0, s.offset, s.length).copy_(weight_shard(i).narrow(0, 0, s.length));
+  whole_peak_ = std::max(whole_peak_, whole_now_ + static_cast<std::int64_t>(whole.nbytes()));
+  group_.all_reduce_sum(
+      whole, fmt::format("the gather of {} from the expert-parallel rank holding it", p.name), MeshDim::fsdp);
+  return whole.view(p.tensor.sizes());
 }
 
 Tensor Fsdp::whole_weight(std::size_t i) {
+  // An expert that expert parallelism splits: by every rank alike, whether it is whole
+  // on this one or not (a collective's callers must agree).
+  if (among_[i] == MeshDim::expert_fsdp) return whole_expert(i);
   const std::size_t u = unit_of_[i];
   if (units_[u].state == Unit::in_flight) gather(u);
   const NamedParam& p = model_->params()[i];
   if (units_[u].state == Unit::whole) return p.tensor.detach();
   torch::NoGradGuard ng;
   const ShardSpan& s = spans_[i];
-  std::vector<Tensor> outs{torch::empty({s.padded(shard_world())}, weight_shards_.options())},
+  std::vector<Tensor> outs{torch::empty({s.padded(members(i))}, weight_shards_.options())},
       ins{weight_shard(i)};
   whole_peak_ = std::max(whole_peak_, whole_now_ + static_cast<std::int64_t>(outs[0].nbytes()));
   group_.all_gather_start(outs, ins, fmt::format("the all-gather of {} for a checkpoint", p.name)).wait();

@@ -28,6 +28,18 @@
 // Buckets and gathers are fixed (consecutive parameters) and go out in the same order
 // on every rank, so the ranks' collectives always match.
 //
+// With expert parallelism (model.ep > 1) a routed expert's weights, state and gradient
+// live on the ranks of one expert-parallel place only, split over dp_shard_mod_ep
+// (distributed/piece_layout.hpp); a block's gather fetches the dense weights over the
+// shard group and this rank's experts over dp_shard_mod_ep, the other experts' storage
+// stays empty (the block's forward hands their tokens to the ranks that hold them), and
+// the experts' gradients are reduce-scattered in buckets of their own over
+// dp_shard_mod_ep. A rank's gradient of an expert holds every token of its
+// expert-parallel group that was routed there, so the sum over the rest of the ranks is
+// the gradient of the whole batch, as for a dense weight (prime-rl divides both by the
+// whole data-parallel degree). The sink gets an empty piece for the experts this rank
+// does not hold.
+//
 // Internal to primecfg-train.
 #pragma once
 
@@ -71,7 +83,13 @@ class Fsdp {
   // Parameter i (model.params() order) as this rank holds it: every one is split over
   // dp_shard_cp and copied over dp_replicate.
   const ShardSpan& span(std::size_t i) const { return spans_[i]; }
-  MeshPlacement placement(std::size_t) const { return {{MeshDim::fsdp}, MeshDim::replicate}; }
+  MeshPlacement placement(std::size_t i) const {
+    if (among_[i] == MeshDim::expert_fsdp) return {{MeshDim::ep, MeshDim::expert_fsdp}, MeshDim::replicate};
+    return {{MeshDim::fsdp}, MeshDim::replicate};
+  }
+  // Whether this rank holds a piece of parameter i (false: a routed expert that another
+  // expert-parallel rank runs).
+  bool holds(std::size_t i) const { return held_[i]; }
   // This rank's piece of parameter i's weights (the model's dtype, on its device): the
   // weights at rest, and where the offload pipeline writes the updated ones.
   Tensor weight_shard(std::size_t i) const;
@@ -146,19 +164,29 @@ class Fsdp {
  private:
   struct Bucket {
     std::vector<std::size_t> params;
-    std::size_t missing = 0;  // gradients not in yet this backward
+    MeshDim among = MeshDim::fsdp;  // the ranks it is reduce-scattered over
+    std::size_t missing = 0;        // gradients not in yet this backward
   };
+  // The ranks that split parameter i, and their number.
+  int members(std::size_t i) const { return group_.size(among_[i]); }
+  // The sink gets an empty piece of each parameter of unit u that this rank does not
+  // hold, once a backward.
+  void hand_empty(std::size_t u);
+  // The whole of a routed expert that one expert-parallel rank holds, on every rank.
+  Tensor whole_expert(std::size_t i);
   // The parameters gathered together: 0 the embedding, 1 + l block l, layers + 1 the
   // final norm and the LM head (a tied head is the embedding).
   struct Unit {
     std::vector<std::size_t> params;
-    bool root = false;  // gathered through the step
+    std::size_t held = 0;  // of which this rank holds pieces (all but other ranks' experts)
+    bool root = false;     // gathered through the step
     // whole: the parameters hold the weights; rows: allocated, only the lookup's rows hold them.
     enum State { released, rows, in_flight, whole } state = whole;
-    std::size_t missing = 0;        // gradients not in yet this backward
-    std::int64_t bytes = 0;         // whole weights
-    ProcessGroup::Pending pending;  // the all-gather while in flight
-    std::vector<Tensor> outs;       // its outputs (padded ones apart)
+    std::size_t missing = 0;                     // gradients not in yet this backward
+    std::int64_t bytes = 0;                      // whole weights this rank gathers
+    std::vector<ProcessGroup::Pending> pending;  // the all-gathers while in flight (dense, experts)
+    std::vector<std::size_t> moving;             // the parameters they gather, in order
+    std::vector<Tensor> outs;                    // ... and their outputs (padded ones apart)
   };
   std::size_t unit_of_block(int block) const;
   void start(std::size_t u);   // the all-gather starts
@@ -181,6 +209,8 @@ class Fsdp {
   torch::ScalarType reduce_dtype_;
   bool reshard_after_forward_;
   std::vector<ShardSpan> spans_;
+  std::vector<MeshDim> among_;               // parameter -> the ranks that split it (fsdp, expert_fsdp)
+  std::vector<bool> held_;                   // parameter -> whether this rank holds a piece of it
   std::vector<std::int64_t> weight_offset_;  // parameter -> its piece in weight_shards_
   Tensor weight_shards_;
   std::vector<bool> adopted_;
@@ -192,7 +222,7 @@ class Fsdp {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::vector<Tensor> inputs_;  // per parameter: its padded gradient, waiting for its bucket
-  std::vector<bool> handed_;    // one rank: the gradients handed to the sink this backward
+  std::vector<bool> handed_;    // the gradients handed to the sink this backward (one rank; empty pieces)
   std::size_t next_ = 0;        // the next bucket to go out
   // The bucket whose reduce-scatter is in flight, with what it reads and writes.
   struct Reduce {

@@ -339,9 +339,11 @@ void ProcessGroup::all_to_all(torch::Tensor& output, const torch::Tensor& input,
   try {
     // c10d's split sizes are first-dimension rows, as ours; an empty piece is allowed.
     std::vector<std::int64_t> out_split(output_rows), in_split(input_rows);
-    at::Tensor in = input.contiguous();
-    const bool direct = output.is_contiguous();
-    at::Tensor out = direct ? output : torch::empty_like(output, at::MemoryFormat::Contiguous);
+    // Gloo's all-to-all has no CUDA path: ranks sharing a GPU exchange through host memory.
+    const bool staged = gloo_ && input.is_cuda();
+    at::Tensor in = staged ? input.cpu() : input.contiguous();
+    const bool direct = output.is_contiguous() && !staged;
+    at::Tensor out = direct ? output : torch::empty(output.sizes(), output.options().device(in.device()));
     backend(among)->alltoall_base(out, in, out_split, in_split)->wait();
     if (!direct) output.copy_(out);
   } catch (const std::exception& e) {
@@ -350,15 +352,15 @@ void ProcessGroup::all_to_all(torch::Tensor& output, const torch::Tensor& input,
 }
 
 ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tensor>& outputs,
-                                                         std::vector<torch::Tensor>& inputs,
-                                                         std::string what) {
+                                                         std::vector<torch::Tensor>& inputs, std::string what,
+                                                         MeshDim among) {
   Pending p;
-  if (shard_world() == 1) {
+  if (size(among) == 1) {
     for (std::size_t i = 0; i < inputs.size(); ++i) outputs[i].copy_(inputs[i]);
     return p;
   }
   try {
-    p.works_.push_back(backend(MeshDim::fsdp)->reduce_scatter_tensor_coalesced(outputs, inputs));
+    p.works_.push_back(backend(among)->reduce_scatter_tensor_coalesced(outputs, inputs));
   } catch (const std::exception& e) {
     fail(what, e);
   }
@@ -368,9 +370,10 @@ ProcessGroup::Pending ProcessGroup::reduce_scatter_start(std::vector<torch::Tens
 }
 
 ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>& outputs,
-                                                     std::vector<torch::Tensor>& inputs, std::string what) {
+                                                     std::vector<torch::Tensor>& inputs, std::string what,
+                                                     MeshDim among) {
   Pending p;
-  if (shard_world() == 1) {
+  if (size(among) == 1) {
     for (std::size_t i = 0; i < inputs.size(); ++i) outputs[i].copy_(inputs[i]);
     return p;
   }
@@ -379,9 +382,9 @@ ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>&
       // Gloo's coalesced all-gather has no CUDA path (it would hand device pointers to
       // its transport); its single-tensor one stages through pinned host memory.
       for (std::size_t i = 0; i < inputs.size(); ++i)
-        p.works_.push_back(backend(MeshDim::fsdp)->_allgather_base(outputs[i], inputs[i]));
+        p.works_.push_back(backend(among)->_allgather_base(outputs[i], inputs[i]));
     } else {
-      p.works_.push_back(backend(MeshDim::fsdp)->allgather_into_tensor_coalesced(outputs, inputs));
+      p.works_.push_back(backend(among)->allgather_into_tensor_coalesced(outputs, inputs));
     }
   } catch (const std::exception& e) {
     fail(what, e);

@@ -103,18 +103,19 @@ class ProcessGroup {
     std::vector<c10::intrusive_ptr<c10d::Work>> works_;
     std::string what_;
   };
-  // Within the shard group, started: they run while the caller goes on, and their
-  // inputs and outputs must stay alive until wait() returns. In a shard group of one
+  // Within this rank's group along `among` (the shard group, or the ranks that split one
+  // expert-parallel rank's experts), started: they run while the caller goes on, and
+  // their inputs and outputs must stay alive until wait() returns. In a group of one
   // they are copies queued on the current stream, with no backend call (whose launch,
   // streams and events cost host time for nothing; docs/performance.md).
-  // All-gather (FSDP's prefetch): outputs[i] has shard_world() * inputs[i].numel()
-  // elements, every shard rank's input in shard-rank order.
+  // All-gather (FSDP's prefetch): outputs[i] has size(among) * inputs[i].numel()
+  // elements, every member's input in member order.
   Pending all_gather_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                           std::string what);
-  // Reduce-scatter (FSDP's gradient buckets): inputs[i] has shard_world() *
-  // outputs[i].numel() elements; shard rank r gets the sum of piece r.
+                           std::string what, MeshDim among = MeshDim::fsdp);
+  // Reduce-scatter (FSDP's gradient buckets): inputs[i] has size(among) *
+  // outputs[i].numel() elements; member r gets the sum of piece r.
   Pending reduce_scatter_start(std::vector<torch::Tensor>& outputs, std::vector<torch::Tensor>& inputs,
-                               std::string what);
+                               std::string what, MeshDim among = MeshDim::fsdp);
 
   // --- over the store --------------------------------------------------------------
   // Rank 0 runs `fn` and hands its result (or its error) to every rank: what only one

@@ -28,6 +28,9 @@ struct BlockKernels {
   bool fused_norm = false;                // kernels.fused_rms_norm (saves its input, not FP32 copies)
   bool fused_swiglu = false;              // kernels.fused_swiglu (does not save silu(gate))
   bool recompute_routed_experts = false;  // ac.mode = "selective" with "routed_experts": experts recomputed
+  // Expert parallelism (model.ep): a rank runs experts / ep of each block's routed experts,
+  // on the rows the ranks send it (as many as its own tokens' slots, when routing is balanced).
+  std::int64_t expert_parallel = 1;
 };
 
 // What an RMSNorm over `width` elements keeps per row for the backward, besides its FP32

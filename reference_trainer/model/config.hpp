@@ -47,6 +47,9 @@ struct ParamShape {
   std::int64_t rows = 0, cols = 1;  // cols = 1 for vectors (norms, biases)
   int block = -1;                   // transformer block, -1 outside the blocks
   Kind kind = Kind::matrix;
+  // Routed expert of its block that the parameter belongs to, -1 for the rest: what
+  // expert parallelism splits over the ranks (distributed/piece_layout.hpp).
+  std::int64_t expert = -1;
   std::int64_t numel() const { return rows * cols; }
   bool is_matrix() const { return kind == Kind::matrix; }
 };

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #ifdef PRIMECFG_WITH_CUDA
@@ -27,22 +28,27 @@ bool grouped_mm_available(const Tensor& weight) {
 namespace {
 
 bool is_stacked(const std::vector<Tensor>& w) { return w.size() == 1 && w[0].dim() == 3; }
-Tensor stacked(const std::vector<Tensor>& w) { return is_stacked(w) ? w[0] : torch::stack(w); }
 Tensor expert(const std::vector<Tensor>& w, i64 e) {
   return is_stacked(w) ? w[0][e] : w[static_cast<std::size_t>(e)];
+}
+// Experts [first, first + n) of one projection, stacked.
+Tensor stacked(const std::vector<Tensor>& w, i64 first, i64 n) {
+  if (is_stacked(w)) return first == 0 && n == w[0].size(0) ? w[0] : w[0].narrow(0, first, n);
+  if (first == 0 && n == static_cast<i64>(w.size())) return torch::stack(w);
+  return torch::stack(at::TensorList(w).slice(static_cast<std::size_t>(first), static_cast<std::size_t>(n)));
 }
 
 Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2) {
   return at::matmul(at::silu(at::matmul(rows, w1.t())) * at::matmul(rows, w3.t()), w2.t());
 }
 
-// One matmul per expert that has tokens: `counts` rows each, in expert order.
-Tensor run_loop(const MoeWeights& w, const Tensor& rows, const std::vector<i64>& counts) {
+// One matmul per expert that has tokens: `counts` rows each of experts first, first + 1, ...
+Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::vector<i64>& counts) {
   std::vector<Tensor> out;
   i64 start = 0;
   for (std::size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
-    const auto E = static_cast<i64>(e);
+    const i64 E = first + static_cast<i64>(e);
     out.push_back(
         swiglu_expert(rows.narrow(0, start, counts[e]), expert(w.w1, E), expert(w.w3, E), expert(w.w2, E)));
     start += counts[e];
@@ -65,18 +71,15 @@ Tensor run_padded(const Tensor& rows, const std::vector<i64>& counts, const std:
   return experts(padded).index_select(0, index);
 }
 
-// The experts' part of the layer, what selective checkpointing of "routed_experts"
-// recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
-// from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
-// order), scaled by its routing weight (`slot_weights` [S], FP32).
-Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x, const Tensor& source,
-                   const std::vector<i64>& counts, const Tensor& slot_weights) {
-  const Tensor rows = x.index_select(0, source);
+// The experts' MLPs on rows sorted by expert: counts[e] rows of expert first + e each,
+// in that order.
+Tensor run_mlps(const MoeWeights& w, i64 first, bool grouped, i64 align, const Tensor& rows,
+                const std::vector<i64>& counts) {
   const auto E = static_cast<i64>(counts.size());
   Tensor out;
   if (!grouped) {
-    out = run_loop(w, rows, counts);
-  } else if (const Tensor w1 = stacked(w.w1); grouped_mm_available(w1)) {
+    out = run_loop(w, first, rows, counts);
+  } else if (const Tensor w1 = stacked(w.w1, first, E); grouped_mm_available(w1)) {
     // Groups padded to multiples of `align`, at least `align` rows even when empty (as
     // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
     std::vector<i64> start(static_cast<std::size_t>(E)), ends;
@@ -86,8 +89,8 @@ Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x
       total += std::max(align, (counts[e] + align - 1) / align * align);
       ends.push_back(total);
     }
-    const Tensor offs = torch::tensor(ends, torch::kInt64).to(x.device(), torch::kInt32);
-    const Tensor w3 = stacked(w.w3), w2 = stacked(w.w2);
+    const Tensor offs = torch::tensor(ends, torch::kInt64).to(rows.device(), torch::kInt32);
+    const Tensor w3 = stacked(w.w3, first, E), w2 = stacked(w.w2, first, E);
     out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
       const Tensor h = at::silu(at::_grouped_mm(p, w1.transpose(-2, -1), offs)) *
                        at::_grouped_mm(p, w3.transpose(-2, -1), offs);
@@ -98,14 +101,28 @@ Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x
     const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
     std::vector<i64> start(static_cast<std::size_t>(E));
     for (i64 e = 0; e < E; ++e) start[e] = e * most;
-    const Tensor w3 = stacked(w.w3), w2 = stacked(w.w2);
+    const Tensor w3 = stacked(w.w3, first, E), w2 = stacked(w.w2, first, E);
     out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
       const Tensor g = p.view({E, most, p.size(1)});
       const Tensor h = at::silu(at::bmm(g, w1.transpose(1, 2))) * at::bmm(g, w3.transpose(1, 2));
       return at::bmm(h, w2.transpose(1, 2)).reshape({E * most, -1});
     });
   }
+  return out;
+}
+
+// Each slot's output scaled by its routing weight (FP32), in x's dtype.
+Tensor weighted(const Tensor& out, const Tensor& slot_weights, const Tensor& x) {
   return (out.to(torch::kFloat32) * slot_weights.unsqueeze(1)).to(x.scalar_type());
+}
+
+// The experts' part of the layer, what selective checkpointing of "routed_experts"
+// recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
+// from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
+// order), scaled by its routing weight (`slot_weights` [S], FP32).
+Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x, const Tensor& source,
+                   const std::vector<i64>& counts, const Tensor& slot_weights) {
+  return weighted(run_mlps(w, 0, grouped, align, x.index_select(0, source), counts), slot_weights, x);
 }
 
 // run_experts under selective activation checkpointing: the forward keeps x, the
@@ -141,6 +158,83 @@ struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
     return {x.grad(), slot_weights.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
+
+// run_mlps under selective activation checkpointing, with expert parallelism: the
+// forward keeps the rows this rank received; the backward runs its experts again.
+struct RecomputedMlps : torch::autograd::Function<RecomputedMlps> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor rows, const MoeWeights* w, i64 first,
+                        bool grouped, i64 align, std::vector<i64> counts) {
+    ctx->save_for_backward({rows});
+    ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
+    ctx->saved_data["first"] = first;
+    ctx->saved_data["grouped"] = grouped;
+    ctx->saved_data["align"] = align;
+    ctx->saved_data["counts"] = counts;
+    torch::NoGradGuard no_grad;
+    return run_mlps(*w, first, grouped, align, rows, counts);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* w = reinterpret_cast<const MoeWeights*>(ctx->saved_data["weights"].toInt());
+    Tensor rows = ctx->get_saved_variables()[0].detach().requires_grad_(ctx->needs_input_grad(0));
+    Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      y = run_mlps(*w, ctx->saved_data["first"].toInt(), ctx->saved_data["grouped"].toBool(),
+                   ctx->saved_data["align"].toInt(), rows, ctx->saved_data["counts"].toIntVector());
+    }
+    if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
+    return {rows.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// run_experts with expert parallelism (moe.hpp): the slots' rows to the ranks that run
+// their experts and the outputs back, each way one all-to-all.
+Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Tensor& x, const Tensor& source,
+                            const std::vector<i64>& counts, const Tensor& slot_weights) {
+  TokenExchange& ex = *s.exchange;
+  const i64 P = ex.ranks(), E = static_cast<i64>(counts.size());
+  TORCH_CHECK(E % P == 0, "moe_forward: ", E, " experts over ", P, " expert-parallel ranks");
+  const i64 local = E / P, first = ex.index() * local;
+  // Member j runs experts [j local, (j + 1) local): the sorted slots go to the members in
+  // order. First each member learns how many rows of each of its experts come from each.
+  const std::vector<i64> ones(static_cast<std::size_t>(P), 1);
+  const Tensor send_counts = torch::tensor(counts, torch::kInt64).view({P, local}).to(x.device());
+  Tensor recv_counts = torch::empty_like(send_counts);
+  ex.all_to_all(recv_counts, send_counts, ones, ones);
+  recv_counts = recv_counts.cpu();
+  const i64* rc = recv_counts.data_ptr<i64>();  // [P, local]: member j's rows for each expert here
+  std::vector<i64> send_rows(static_cast<std::size_t>(P), 0), recv_rows(static_cast<std::size_t>(P), 0),
+      here(static_cast<std::size_t>(local), 0);
+  for (i64 j = 0; j < P; ++j)
+    for (i64 e = 0; e < local; ++e) {
+      send_rows[j] += counts[j * local + e];
+      recv_rows[j] += rc[j * local + e];
+      here[e] += rc[j * local + e];
+    }
+  // The received rows come member by member, each member's by expert; the experts want
+  // them expert by expert: `order` is that regrouping, `back` its inverse.
+  std::vector<i64> start(static_cast<std::size_t>(P * local)), order, back;
+  for (i64 k = 0, at = 0; k < P * local; ++k) start[k] = std::exchange(at, at + rc[k]);
+  for (i64 e = 0; e < local; ++e)
+    for (i64 j = 0; j < P; ++j)
+      for (i64 r = 0; r < rc[j * local + e]; ++r) order.push_back(start[j * local + e] + r);
+  back.resize(order.size());
+  for (std::size_t k = 0; k < order.size(); ++k)
+    back[static_cast<std::size_t>(order[k])] = static_cast<i64>(k);
+  const auto on_device = [&](const std::vector<i64>& v) {
+    return torch::tensor(v, torch::kInt64).to(x.device());
+  };
+
+  const Tensor received = exchange_rows(ex, x.index_select(0, source), send_rows, recv_rows);
+  const Tensor rows = received.index_select(0, on_device(order));
+  const Tensor out = s.recompute_experts && torch::GradMode::is_enabled()
+                         ? RecomputedMlps::apply(rows, &w, first, s.grouped, s.align, here)
+                         : run_mlps(w, first, s.grouped, s.align, rows, here);
+  const Tensor returned = exchange_rows(ex, out.index_select(0, on_device(back)), recv_rows, send_rows);
+  return weighted(returned, slot_weights, x);
+}
 
 }  // namespace
 
@@ -184,7 +278,8 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
 
   const Tensor scaled =
-      s.recompute_experts && torch::GradMode::is_enabled()
+      s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
+      : s.recompute_experts && torch::GradMode::is_enabled()
           ? RecomputedExperts::apply(x, slot_weights, source, &w, s.grouped, s.align, counts)
           : run_experts(w, s.grouped, s.align, x, source, counts, slot_weights);
   // Each slot's weighted output summed into its token.

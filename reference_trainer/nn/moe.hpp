@@ -20,8 +20,17 @@
 // "routed_experts" target) the forward keeps only x, the routing and the sorted slots'
 // weights; the backward gathers the rows and runs the experts again.
 //
+// Expert parallelism (an `exchange` of P ranks): this rank runs experts
+// [index x E / P, (index + 1) x E / P) only. The sorted slots' rows go to the ranks that
+// run their experts (one all-to-all, after one of the per-expert counts), are regrouped
+// there by expert, run, and come back by the reverse all-to-all; the routing weights
+// are applied where the token is, as without it. The backward exchanges the gradients
+// the same ways. Under recompute_experts the received rows are what is kept.
+//
 // Internal to nn/ and the architectures that use it.
 #pragma once
+
+#include "nn/token_exchange.hpp"
 
 #include <torch/torch.h>
 
@@ -47,6 +56,9 @@ struct MoeSettings {
   bool force_balanced = false;                       // model.debug.force_balanced_routing
   std::int64_t align = 8;                            // rows a group is padded to a multiple of (grouped)
   bool recompute_experts = false;                    // ac.mode = "selective" with "routed_experts"
+  // Expert parallelism (model.ep > 1): the ranks the experts are split over, which must
+  // outlive the backward; null: every expert runs here.
+  TokenExchange* exchange = nullptr;
 };
 
 // What the router did, summed over the calls since it was made (prime-rl's load-balance

@@ -4,6 +4,7 @@
 // pipeline (planner/memory_model.hpp); no code here tests the mode.
 #include "planner/memory.hpp"
 
+#include "distributed/piece_layout.hpp"
 #include "distributed/shard_layout.hpp"
 #include "nn/activation_window.hpp"
 #include "nn/loss_chunking.hpp"
@@ -42,6 +43,17 @@ i64 pinned_bytes(const Workload& w, i64 bytes) {
 }
 
 i64 shard_numel(i64 numel, i64 world) { return ShardSpan::of(numel, 0, world).per_rank; }
+
+i64 piece_numel(const Workload& w, const ParamShape& p) {
+  if (w.mesh.ep == 1 || p.expert < 0) return shard_numel(p.numel(), w.shard_world);
+  return piece_of(w.mesh, 0, p.numel(), p.expert, w.experts).per_rank;
+}
+
+i64 piece_members(const Workload& w, const ParamShape& p) {
+  return w.mesh.ep == 1 || p.expert < 0 ? w.shard_world : w.mesh.dp_shard_mod_ep();
+}
+
+bool gathered(const Workload& w, const ParamShape& p) { return holds_expert(w.mesh, 0, p.expert, w.experts); }
 
 int moment_count(const OptInfo& o, const ParamShape& p) {
   return moment_buffers(o.kind, o.momentum, muon_handles(p));
@@ -130,7 +142,7 @@ i64 update_transient(const OptInfo& o, const ParamShape& p) {
 
 BlockMemory block_memory(const Workload& w, bool recompute_routed_experts) {
   return w.s.architecture().block_memory(
-      w.s, {w.dt, w.a.fused_rms_norm, w.a.fused_swiglu, recompute_routed_experts});
+      w.s, {w.dt, w.a.fused_rms_norm, w.a.fused_swiglu, recompute_routed_experts, w.mesh.ep});
 }
 
 i64 checkpointed_blocks(i64 layers, bool ac, i64 freq) {
@@ -160,8 +172,9 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   i64 max_padded_block = 0, max_padded_root = 0;  // the largest bucket's parameter, by where it is
   std::vector<i64> block_weights(static_cast<std::size_t>(std::max<i64>(s.layers, 0)), 0);
   for (const auto& p : w.params) {
-    const i64 n = shard_numel(p.numel(), world);
-    const i64 whole = round_up(p.numel() * dt, blk);
+    const i64 n = piece_numel(w, p), members = piece_members(w, p);
+    // A routed expert another expert-parallel rank runs is never whole here.
+    const i64 whole = gathered(w, p) ? round_up(p.numel() * dt, blk) : 0;
     weights += whole;
     if (p.block >= 0 && p.block < s.layers)
       block_weights[static_cast<std::size_t>(p.block)] += whole;
@@ -173,9 +186,10 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     weight_shard += round_up(n * dt, blk);
     max_n = std::max(max_n, p.numel());
     i64& padded = p.block >= 0 && p.block < s.layers ? max_padded_block : max_padded_root;
-    padded = std::max(padded, n * world);
+    padded = std::max(padded, n * members);
     // A padded parameter is gathered into a buffer of its own, then copied into place.
-    if (n * world != p.numel()) gather_temp = std::max(gather_temp, round_up(n * world * dt, blk));
+    if (n > 0 && n * members != p.numel())
+      gather_temp = std::max(gather_temp, round_up(n * members * dt, blk));
   }
   for (const i64 bw : block_weights) largest_block = std::max(largest_block, bw);
   if (!sharded) {
@@ -292,6 +306,24 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
             ? "the last block's full activations during its backward (+ recompute output), its "
               "experts stacked and their gradient"
             : "the last block's full activations during its backward (+ recompute output)");
+
+  // Expert parallelism: in a routed block's forward (and its recompute) the rows its
+  // rank received are in flight beside their regrouped copy; at balanced routing as many
+  // as its own tokens' slots. Unbalanced routing can send a rank up to every slot of its
+  // expert-parallel group, ep times as many rows for its experts to keep for backward:
+  // that bound is stated, not planned (debug.force_balanced_routing rules it out).
+  if (w.mesh.ep > 1 && s.moe) {
+    const i64 rows = N * s.moe->top_k, I = s.moe->intermediate;
+    b.add(
+        "ep_exchange", 2 * rows * D * dt,
+        "expert parallelism: a block's received rows and their copy regrouped by expert (balanced routing)");
+    i64 routed = 0;
+    for (i64 l = 0; l < s.layers; ++l) routed += s.moe->routed(l) ? 1 : 0;
+    b.add("ep_unbalanced", (w.mesh.ep - 1) * rows * (2 * D + 4 * I) * dt * (ac ? 1 : routed),
+          fmt::format("not planned: what the experts would keep beyond balanced routing if one rank received "
+                      "every slot of its {} ranks",
+                      w.mesh.ep));
+  }
 
   // Per-micro-batch inputs: ids, positions, targets (int64), RoPE cos/sin tables.
   b.add("inputs", N * 8 * 3 + 2 * N * s.head_dim * dt, "token ids, positions, targets, RoPE tables");
@@ -424,7 +456,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // Sharded runs: the blocks held whole (blocks_whole) while blocks run; without
   // resharding, from the last block's forward to its backward.
   const std::string held = sharded && !w.reshard_after_forward ? "blocks_whole" : "";
-  if (sharded) b.phase("forward_block", with({"activations", "mask", "inputs", "blocks_whole"}));
+  if (sharded)
+    b.phase("forward_block", with({"activations", "mask", "inputs", "blocks_whole", "ep_exchange"}));
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk", held, by_vocabulary ? "head_share_sum" : ""}));
   // The gradient buckets (absent at world 1) fill from the gradient hooks: the blocks'
@@ -439,7 +472,7 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const std::string in_hooks = update_at == UpdateAt::gradient_hooks ? "step_transient" : "";
   b.phase("backward_block", with({"activations_below_top", "mask_below_top", "mask_top", "inputs",
                                   "block_recompute", "backward_temps", "embed_grad_held", in_hooks,
-                                  "grad_buckets", "blocks_whole", "grads_head", "grads_top"}));
+                                  "grad_buckets", "blocks_whole", "grads_head", "grads_top", "ep_exchange"}));
   // Held gradients grow as the activations shrink: the first block's backward, with
   // every block's gradient (its own counted whole) and only its own activations.
   if (handed)
@@ -475,7 +508,7 @@ MemoryPlan host_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     i64 largest = largest_numel(w) * w.dt;
     const DeviceState on_device = mode.device_state();
     if (w.ckpt_optimizer && (on_device.masters || on_device.moments))
-      for (const auto& p : w.params) largest = std::max(largest, 4 * shard_numel(p.numel(), w.shard_world));
+      for (const auto& p : w.params) largest = std::max(largest, 4 * piece_numel(w, p));
     b.add("checkpoint", largest, "host copy of the largest tensor a checkpoint writes (one at a time)");
   }
   std::vector<std::string> state = {"runtime", "data"};

@@ -6,6 +6,7 @@
 // planner/memory_model.hpp, which includes this header. docs/memory-planner.md derives every term.
 #pragma once
 
+#include "distributed/mesh.hpp"
 #include "model/architecture.hpp"
 #include "optim/state.hpp"
 #include "planner/planner.hpp"
@@ -57,6 +58,10 @@ struct Workload {
   // The ranks that split the state: the world, or one shard group of HSDP's
   // (world / model.dp_replicate).
   i64 shard_world = 1;
+  // The mesh those ranks are (expert parallelism: model.ep), and the model's routed
+  // experts per block (0: none).
+  MeshDims mesh;
+  i64 experts = 0;
 };
 
 // Adds up one plan: its terms, each phase as the sum of the terms it names (names
@@ -80,6 +85,14 @@ i64 pinned_bytes(const Workload& w, i64 bytes);
 // which is the largest and the size every rank allocates (distributed/shard_layout.hpp).
 // The parameter itself at world 1.
 i64 shard_numel(i64 numel, i64 world);
+// The same for parameter p on the workload's mesh (distributed/piece_layout.hpp): with
+// expert parallelism rank 0 holds pieces of the first experts / ep routed experts only
+// (every rank as many), split over dp_shard_mod_ep, and none of the others.
+i64 piece_numel(const Workload& w, const ParamShape& p);
+// The ranks that split p (the all-gather's and the reduce-scatter's members), and
+// whether rank 0 gathers it whole for the forward (not a routed expert another runs).
+i64 piece_members(const Workload& w, const ParamShape& p);
+bool gathered(const Workload& w, const ParamShape& p);
 // FP32 moment buffers of one parameter (optim/state.hpp, as the trainer allocates them).
 int moment_count(const OptInfo& o, const ParamShape& p);
 // The compute-dtype bytes of the whole model, and the elements of its largest parameter.

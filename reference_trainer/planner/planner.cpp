@@ -239,15 +239,12 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
       resolve_mesh(MeshRequest::of(cfg.model, a.world, /*has_experts=*/shape.moe.has_value()), problems);
   for (const auto& pr : problems)
     throw plan_error(fmt::format("{}: {} (the world size is {})", pr.field, pr.message, a.world_source));
-  // prime-rl's ep = "auto" splits routed experts over up to 8 ranks: planned here as FSDP
-  // alone, it would be another run than prime-rl's.
-  if (mesh.ep > 1)
-    throw plan_error(
-        fmt::format("model.ep: expert parallelism ({} for this model with routed experts on {} "
-                    "ranks) is not implemented by primecfg-train; set ep = 1",
-                    cfg.model.ep.is_number() ? fmt::format("ep = {}", mesh.ep)
-                                             : fmt::format("ep = \"auto\", resolved to {}", mesh.ep),
-                    a.world));
+  // Expert parallelism (ep = "auto" too, as prime-rl resolves it) splits routed experts.
+  w.experts = shape.moe ? shape.moe->experts : 0;
+  if (mesh.ep > 1 && (w.experts == 0 || w.experts % mesh.ep != 0))
+    throw plan_error(fmt::format("model.ep: ep = {} does not divide the {} routed experts of the model",
+                                 mesh.ep, w.experts));
+  w.mesh = mesh;
   w.shard_world = mesh.fsdp();
   std::visit(
       [&](const auto& d) {

@@ -382,12 +382,81 @@ for offload in ("none", "full"):
         close_adam(ref, work, "2 ranks")
 
 
-@case("2 ranks, Qwen3-MoE, ep = \"auto\" or unset (prime-rl's auto): refused naming model.ep")
+@case("2 ranks, Qwen3-MoE, ep unset (prime-rl's \"auto\") or not dividing the experts: an error naming model.ep")
 def _(work):
-    for ep, needle in ((["--model.ep=auto"], "resolves to 2"), ([], "prime-rl's default ep = \"auto\"")):
+    for ep, needle in (([], "prime-rl's default ep = \"auto\""), (["--model.ep=3"], "ep = 3")):
         p = torchrun(2, config(work), *MOE, *ep)
         if p.returncode == 0 or "model.ep" not in p.stderr or needle not in p.stderr:
             raise AssertionError(f"{ep}: exit {p.returncode}:\n{p.stderr[-2000:]}")
+
+
+# Expert parallelism: each rank runs 8 / ep of tiny-moe's experts, the tokens travel to
+# them and back by all-to-all; every step and the final weights, masters and moments
+# (each expert's pieces from the ranks that hold them) match one process.
+def moe_reference(offload, extra=()):
+    key = ("moe", offload, tuple(extra))
+    if key not in _references:
+        work = tempfile.mkdtemp(dir=ROOT)
+        ok(one(config(work, offload=offload, clip=offload != "full"), *MOE, *extra, *EVERY_STEP), "one process")
+        _references[key] = work
+    return _references[key]
+
+
+for world, ep_flags, offload in (
+    (2, ["--model.ep=2"], "none"),
+    (2, ["--model.ep=auto"], "optimizer"),
+    (2, ["--model.ep=2"], "full"),
+    (4, ["--model.ep=4"], "optimizer"),
+    (4, ["--model.ep=2"], "full"),  # each expert split over dp_shard_mod_ep = 2 ranks
+    (4, ["--model.ep=2", "--model.dp-replicate=2"], "none"),  # HSDP: replicas of an ep = 2 group
+):
+
+    @case(f"{world} ranks, Qwen3-MoE, {' '.join(ep_flags)}, offload = {offload}: every step and the final state "
+          "match one process")
+    def _(work, world=world, ep_flags=ep_flags, offload=offload):
+        ref = moe_reference(offload)
+        ok(torchrun(world, config(work, offload=offload, clip=offload != "full"), *MOE, *ep_flags,
+                    "--dist.bucket-mib=0.01", *EVERY_STEP), "torchrun")
+        same_steps(metrics(ref), metrics(work), f"{world} ranks")
+        close_adam(ref, work, f"{world} ranks")
+        names = os.listdir(os.path.join(work, "out", "checkpoints", "step_4"))
+        if names.count("model.safetensors") != 1:
+            raise AssertionError(f"the weights are not one whole file: {sorted(names)}")
+
+
+for ac, flags in (("full", ["--model.ac.freq=1"]), ("selective", SELECTIVE)):
+
+    @case(f"2 ranks, Qwen3-MoE, ep = 2 with {ac} activation checkpointing: the exchange runs again in the "
+          "recompute, as one process")
+    def _(work, flags=flags):
+        ref = moe_reference("optimizer")
+        ok(torchrun(2, config(work), *MOE, "--model.ep=2", *flags, *EVERY_STEP), "torchrun")
+        same_steps(metrics(ref), metrics(work), "2 ranks")
+        close_adam(ref, work, "2 ranks")
+
+
+@case("2 ranks, Qwen3-MoE, ep = 2, unbalanced routing (the per-expert loop): as one process")
+def _(work):
+    # With moe_use_grouped_mm = false an expert without tokens gets no gradient at all: its
+    # rank must still hand the ranks' collectives what they expect.
+    ref = moe_reference("optimizer", ["--model.moe-use-grouped-mm=false"])
+    ok(torchrun(2, config(work), *MOE, "--model.ep=2", "--model.moe-use-grouped-mm=false", *EVERY_STEP), "torchrun")
+    same_steps(metrics(ref), metrics(work), "2 ranks")
+    close_adam(ref, work, "2 ranks")
+
+
+for saved, resumed in (((4, "4"), (2, "2")), ((2, "2"), (1, "1")), ((1, "1"), (4, "2")), ((2, "1"), (4, "4"))):
+
+    @case(f"Qwen3-MoE saved by {saved[0]} ranks with ep = {saved[1]}, resumed on {resumed[0]} with ep = "
+          f"{resumed[1]}: continues as one process does")
+    def _(work, saved=saved, resumed=resumed):
+        ref = moe_reference("optimizer")
+        launch = lambda n, cfg, ep: one(cfg, *MOE, *EVERY_STEP) if n == 1 else torchrun(
+            n, cfg, *MOE, f"--model.ep={ep}", *EVERY_STEP)
+        ok(launch(saved[0], config(work, steps=2), saved[1]), f"first part on {saved[0]}")
+        ok(launch(resumed[0], config(work, steps=4, resume=2), resumed[1]), f"resume on {resumed[0]}")
+        same_steps(metrics(ref), metrics(work), "resumed", first=3)
+        close_adam(ref, work, "resumed")
 
 
 def whole_bytes(work):

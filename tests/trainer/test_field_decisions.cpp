@@ -343,12 +343,27 @@ TEST_CASE("field decisions: the routed experts' fields depend on the model, and 
   moe.model.name = "primecfg/tiny-moe";
   CHECK(said(moe, 1).empty());
   // Several ranks: ep unset is prime-rl's "auto" (expert parallelism there), an error until
-  // the config says 1; "auto" written out is refused; ep = 1 written is fine.
+  // the config says which; "auto" written out is expert parallelism, as is 2; 1 is FSDP alone.
   SFTConfig two;
   two.model.name = "primecfg/tiny-moe";
   CHECK(said(two, 2).contains({"model.ep", severity::error}));
+  const provenance_map written{{"model.ep", provenance::in_file("a.toml", 2, 1)}};
   two.model.ep = ExpertParallel::auto_;
-  CHECK(said(two, 2).contains({"model.ep", severity::error}));
-  two.model.ep = 1;
-  CHECK(said(two, 2, {{"model.ep", provenance::in_file("a.toml", 2, 1)}}).empty());
+  CHECK(said(two, 2, written).empty());
+  for (const int ep : {1, 2}) {
+    two.model.ep = ep;
+    CHECK(said(two, 2, written).empty());
+  }
+  // Expert parallelism's own rules, each naming model.ep: a degree that does not divide the
+  // experts (tiny-moe has 8), and one on a model without routed experts.
+  two.model.ep = 3;
+  CHECK(said(two, 3, written).contains({"model.ep", severity::error}));
+  two.model.ep = 16;
+  CHECK(said(two, 16, written).contains({"model.ep", severity::error}));
+  two.model.ep = 8;
+  CHECK(said(two, 8, written).empty());
+  SFTConfig dense_ep = two;
+  dense_ep.model.name = "primecfg/tiny";
+  dense_ep.model.ep = 2;
+  CHECK(said(dense_ep, 2, written).contains({"model.ep", severity::error}));
 }

@@ -1,7 +1,9 @@
 // The routed experts' grouped path on a CUDA device (nn/moe.hpp): at::_grouped_mm on
 // bf16 weights where the GPU has it (compute capability 9.x), against the per-expert
-// loop on the same bf16 inputs, values and gradients. Skips without CUDA; says so where
-// the GPU lacks grouped GEMM (the batched fallback is then what runs, also checked).
+// loop on the same bf16 inputs, values and gradients; and expert parallelism's path (the
+// rows sent, regrouped, run and sent back) over an exchange of one rank, against the
+// same experts without it. Skips without CUDA; says so where the GPU lacks grouped GEMM
+// (the batched fallback is then what runs, also checked).
 //
 // Tolerance: each path rounds its matmul outputs to bf16 (8 significant bits) once per
 // GEMM, three in a row, in a different order of summation: against each other an
@@ -23,7 +25,18 @@ struct Result {
   Tensor y, dx, drouter, dw1, dw3, dw2;
 };
 
-Result run(const MoeWeights& init, const Tensor& x0, const Tensor& dy, bool grouped) {
+// An expert-parallel group of one rank: what it sends is what it receives.
+struct Loopback final : primecfg::train::TokenExchange {
+  int ranks() const override { return 1; }
+  int index() const override { return 0; }
+  void all_to_all(Tensor& out, const Tensor& in, const std::vector<std::int64_t>&,
+                  const std::vector<std::int64_t>&) override {
+    out.copy_(in);
+  }
+};
+
+Result run(const MoeWeights& init, const Tensor& x0, const Tensor& dy, bool grouped,
+           primecfg::train::TokenExchange* exchange = nullptr) {
   MoeWeights w{init.router.clone().requires_grad_(),
                {init.w1[0].clone().requires_grad_()},
                {init.w3[0].clone().requires_grad_()},
@@ -32,6 +45,7 @@ Result run(const MoeWeights& init, const Tensor& x0, const Tensor& dy, bool grou
   MoeSettings s;
   s.top_k = 4;
   s.grouped = grouped;
+  s.exchange = exchange;
   Tensor y = primecfg::train::moe_forward(w, s, x);
   (y.to(torch::kFloat32) * dy).sum().backward();
   return {y.detach(), x.grad(), w.router.grad(), w.w1[0].grad(), w.w3[0].grad(), w.w2[0].grad()};
@@ -68,4 +82,30 @@ TEST_CASE("GPU MoE: the grouped experts (at::_grouped_mm on sm90) match the per-
   close(g.dw1, l.dw1, "dw1");
   close(g.dw3, l.dw3, "dw3");
   close(g.dw2, l.dw2, "dw2");
+}
+
+TEST_CASE(
+    "GPU MoE: expert parallelism's dispatch and combine over one rank give the experts' own results, bf16") {
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device: expert-parallel path test skipped");
+    return;
+  }
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const std::int64_t N = 2048, D = 256, I = 128, E = 16;
+  torch::manual_seed(5);
+  MoeWeights w{torch::randn({E, D}, o),
+               {torch::randn({E, I, D}, o) / 16},
+               {torch::randn({E, I, D}, o) / 16},
+               {torch::randn({E, D, I}, o) / 11.3}};
+  const Tensor x = torch::randn({N, D}, o), dy = torch::randn({N, D}, o.dtype(torch::kFloat32));
+  Loopback one;
+  const Result p = run(w, x, dy, true, &one), g = run(w, x, dy, true);
+  // The same GEMMs on the same rows in the same order: equal but for the order of the
+  // atomic adds that sum each token's slots.
+  close(p.y, g.y, "y");
+  close(p.dx, g.dx, "dx");
+  close(p.drouter, g.drouter, "drouter");
+  close(p.dw1, g.dw1, "dw1");
+  close(p.dw3, g.dw3, "dw3");
+  close(p.dw2, g.dw2, "dw2");
 }

@@ -1269,3 +1269,38 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
   CHECK(t_sel->recompute > 0);
   CHECK(t_sel->recompute < full.mode(Offload::none).time->recompute);
 }
+
+// Expert parallelism (model.ep), by hand for Qwen3-30B-A3B (48 blocks, each routed: 128
+// experts of 3 x 768 x 2048, top-8) on 8 ranks. Per rank the FP32 state is the same
+// bytes (FSDP splits every expert in 8; ep = 8 gives each rank 16 experts whole, neither
+// padded), but a block gathered for the forward holds 16 experts instead of 128, and the
+// experts' stacked copy that autograd keeps is of those 16.
+TEST_CASE("planner: expert parallelism gathers and stacks a rank's experts only; its rules name model.ep") {
+  const auto s = plan::preset_shape("Qwen/Qwen3-30B-A3B").value();
+  auto cfg = fake_config("Qwen/Qwen3-30B-A3B", 1024);
+  auto a = exact();
+  a.world = 8;
+  cfg.model.ep = 1;
+  const auto fsdp = plan::make_plan(cfg, s, a).mode(Offload::none).gpu;
+  cfg.model.ep = 8;
+  const auto ep = plan::make_plan(cfg, s, a).mode(Offload::none).gpu;
+  for (const char* term : {"masters", "moments", "weight_shard"}) {
+    INFO(term);
+    CHECK(fsdp.term(term) == ep.term(term));
+  }
+  const std::int64_t expert = 3LL * 768 * 2048 * 2;  // bf16, one expert's three projections
+  CHECK(fsdp.term("blocks_whole") - ep.term("blocks_whole") == 2 * 112 * expert);
+  CHECK(fsdp.term("activations") - ep.term("activations") == 48 * 112 * expert);
+  // The exchange: a block's received rows and their regrouped copy, 1024 tokens x 8 slots.
+  CHECK(ep.term("ep_exchange") == 2LL * 1024 * 8 * 2048 * 2);
+  CHECK(fsdp.term("ep_exchange") == 0);
+  CHECK(ep.peak < fsdp.peak);
+  // "auto" is min(ranks / dp_replicate, 8), as prime-rl resolves it: the same plan as 8.
+  cfg.model.ep = ExpertParallel::auto_;
+  CHECK(plan::make_plan(cfg, s, a).mode(Offload::none).gpu.peak == ep.peak);
+  // 3 divides neither 8 ranks nor 128 experts; 16 is more than the ranks of a replica.
+  for (const std::int64_t bad : {3, 16}) {
+    cfg.model.ep = bad;
+    CHECK_THROWS_WITH_AS(plan::make_plan(cfg, s, a), doctest::Contains("model.ep"), plan::plan_error);
+  }
+}

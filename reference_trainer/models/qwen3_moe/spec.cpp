@@ -133,9 +133,9 @@ class Qwen3Moe final : public Architecture {
     const MoeArgs& m = a.moe.value();
     matrix(n::router, m.experts, D);
     for (i64 e = 0; e < m.experts; ++e) {
-      matrix(n::expert(e, n::gate), m.intermediate, D);
-      matrix(n::expert(e, n::up), m.intermediate, D);
-      matrix(n::expert(e, n::down), D, m.intermediate);
+      out.push_back({p + n::expert(e, n::gate), m.intermediate, D, l, K::matrix, e});
+      out.push_back({p + n::expert(e, n::up), m.intermediate, D, l, K::matrix, e});
+      out.push_back({p + n::expert(e, n::down), D, m.intermediate, l, K::matrix, e});
     }
   }
 
@@ -214,8 +214,11 @@ class Qwen3Moe final : public Architecture {
     const i64 K = m.top_k, I = m.intermediate;
     const i64 router = D * 4 + m.experts * 4 + K * (4 + 8);
     // Recomputed in the backward (selective checkpointing of "routed_experts"), the
-    // experts keep only each slot's token and weight.
-    const i64 experts = k.recompute_routed_experts ? K * (8 + 4) : K * (D * dt + 4 * I * dt + D * dt);
+    // experts keep only each slot's token and weight, and with expert parallelism the
+    // rows received (which they recompute from).
+    const i64 received = k.expert_parallel > 1 ? D * dt : 0;
+    const i64 experts =
+        k.recompute_routed_experts ? K * (8 + 4 + received) : K * (D * dt + 4 * I * dt + D * dt);
     // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
     const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
     // The largest of the kinds of block the model has.
@@ -226,8 +229,10 @@ class Qwen3Moe final : public Architecture {
     // two I-wide gradients.
     const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
     // The grouped GEMM reads the experts stacked ([E, I, D] per projection, nn/moe.cpp), a
-    // copy that autograd keeps for the backward unless the experts are recomputed there.
-    const i64 stacked = any_routed && !k.recompute_routed_experts ? 3 * m.experts * I * D * dt : 0;
+    // copy that autograd keeps for the backward unless the experts are recomputed there;
+    // with expert parallelism, of this rank's experts only.
+    const i64 stacked =
+        any_routed && !k.recompute_routed_experts ? 3 * (m.experts / k.expert_parallel) * I * D * dt : 0;
     return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm)),
             stacked};
   }

@@ -3,8 +3,8 @@
 // accumulators live in host memory and the CPU worker runs the update, so the GPU
 // keeps only the compute weights; gradients go down through a pinned staging ring and
 // new bf16 weights come up through another.
-#include "planner/memory_model.hpp"
 #include "offload/shared/ring_size.hpp"
+#include "planner/memory_model.hpp"
 
 #include "nn/loss_chunking.hpp"
 
@@ -44,7 +44,7 @@ class FullOffloadMemory final : public MemoryModel {
     auto pin = [&](i64 bytes) { return pinned_bytes(w, bytes); };
     i64 masters = 0, grads = 0, moments = 0;
     for (const auto& p : w.params) {
-      const i64 n = shard_numel(p.numel(), w.shard_world);  // the FP32 state: this rank's shard
+      const i64 n = piece_numel(w, p);  // the FP32 state: this rank's piece
       // bf16-model masters stay in pageable memory; fp32 weights upload straight from
       // pinned masters.
       masters += dt == 2 || !pinned ? 4 * n : pin(4 * n);

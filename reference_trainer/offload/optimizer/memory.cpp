@@ -2,8 +2,8 @@
 // (optimizer_offload.cpp): masters and gradient accumulators stay on the GPU, the
 // moments live in host memory (pinned on CUDA) and stream through a device window
 // for the update.
-#include "planner/memory_model.hpp"
 #include "offload/shared/ring_size.hpp"
+#include "planner/memory_model.hpp"
 
 #include <algorithm>
 
@@ -31,8 +31,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
     const bool split_tail = updates_in_hooks(w);
     i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
     for (const auto& p : w.params) {
-      const i64 bytes =
-          4 * shard_numel(p.numel(), w.shard_world) * moment_count(w.opt, p);  // the rank's shard
+      const i64 bytes = 4 * piece_numel(w, p) * moment_count(w.opt, p);  // the rank's piece
       if (split_tail && p.name == "model.embed_tokens.weight") {
         tail_moments = bytes;
         continue;
@@ -60,8 +59,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
 
   HostTerms host_terms(const Workload& w, Builder& b) const override {
     i64 moments = 0;
-    for (const auto& p : w.params)
-      moments += moment_count(w.opt, p) * pinned_bytes(w, 4 * shard_numel(p.numel(), w.shard_world));
+    for (const auto& p : w.params) moments += moment_count(w.opt, p) * pinned_bytes(w, 4 * piece_numel(w, p));
     b.add("moments", moments, w.a.cuda ? "optimizer moments, pinned" : "optimizer moments");
     return {{"moments"}, {}};
   }
