@@ -93,6 +93,8 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"activations", "activations (on the device)"},
       {"activations_below_top", "  of which below the last block"},
       {"block_recompute", "last block in backward"},
+      {"ep_exchange", "expert parallelism: rows exchanged"},
+      {"ep_unbalanced", "  not planned: worst routing adds"},
       {"inputs", "inputs + RoPE tables"},
       {"mask", "attention masks"},
       {"mask_below_top", "  masks below the last block"},

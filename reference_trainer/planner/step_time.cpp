@@ -254,6 +254,30 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
         "matmul parameters");
   }
   x.bwd = L * c.block_backward + c.head_backward;
+  // Expert parallelism: each routed block sends its slots' rows out and back (forward,
+  // and again in a recompute) and their gradients (backward), the share for the other
+  // ranks of the group crossing NVLink; at balanced routing, not overlapped with compute.
+  double exchange = 0;
+  if (w.mesh.ep > 1 && s.moe && w.a.world > 1) {
+    double routed = 0, recomputed = 0;
+    for (int l = 0; l < s.layers; ++l)
+      if (s.moe->routed(l)) {
+        routed += 1;
+        recomputed += ac && l % w.ac_freq == 0 ? 1 : 0;
+      }
+    const double ep = static_cast<double>(w.mesh.ep);
+    const bool in_node = w.mesh.ep <= w.a.per_node();  // a group is consecutive ranks
+    const double one_way = static_cast<double>(w.N * s.moe->top_k * s.hidden * w.dt) * (ep - 1) / ep /
+                           ((in_node ? p.collectives.intra_node_gbs : p.collectives.inter_node_gbs) * kGB);
+    x.fwd += 2 * routed * one_way;
+    x.bwd += 2 * routed * one_way;
+    x.recompute += 2 * recomputed * one_way;
+    exchange = 2 * (2 * routed + recomputed) * one_way;
+    t.unsure.push_back(fmt::format(
+        "expert parallelism: the all-to-all timed at balanced routing and the stated bandwidth ({}), "
+        "not overlapped with compute; not measured",
+        p.collectives.source));
+  }
   t.forward = M * x.fwd;
   t.recompute = M * x.recompute;
   t.backward = M * x.bwd;
@@ -272,20 +296,24 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
 
   // Sharded runs: each gather moves the other ranks' pieces of the bf16 weights, each
   // reduce-scatter theirs of the gradients; HSDP all-reduces the pieces across replicas.
+  // With expert parallelism a rank gathers only its own experts, from dp_shard_mod_ep.
   double gather_f = 0;
   if (w.a.sharded() && (w.a.world > 1)) {
     const bool one_node = w.a.world <= w.a.per_node();
     const double bw = (one_node ? p.collectives.intra_node_gbs : p.collectives.inter_node_gbs) * kGB;
-    const double others = (x.shard - 1) / x.shard;
-    const double weights = params * static_cast<double>(w.dt);
-    gather_f = weights * others / bw;
+    double moved = 0;  // elements of the others' pieces a rank receives in one pass
+    for (const auto& q : w.params) {
+      const double members = static_cast<double>(piece_members(w, q));
+      if (gathered(w, q)) moved += static_cast<double>(q.numel()) * (members - 1) / members;
+    }
+    gather_f = moved * static_cast<double>(w.dt) / bw;
     x.gather_b = w.reshard_after_forward ? gather_f : 0;
-    x.reduce = params * static_cast<double>(w.reduce_bytes) * others / bw;
+    x.reduce = moved * static_cast<double>(w.reduce_bytes) / bw;
     const double replicas = static_cast<double>(w.a.world) / x.shard;
     if (replicas > 1)
       x.reduce += 2 * x.rank_params * static_cast<double>(w.reduce_bytes) * (replicas - 1) / replicas /
                   (p.collectives.inter_node_gbs * kGB);
-    t.collectives = M * (gather_f + x.gather_b + x.reduce);
+    t.collectives = M * (gather_f + x.gather_b + x.reduce + exchange);
     t.unsure.push_back(
         fmt::format("collectives at a stated bandwidth ({}), not measured", p.collectives.source));
   }
