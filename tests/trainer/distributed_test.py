@@ -435,6 +435,15 @@ for ac, flags in (("full", ["--model.ac.freq=1"]), ("selective", SELECTIVE)):
         close_adam(ref, work, "2 ranks")
 
 
+@case("2 ranks, Qwen3-MoE, ep = 2 with debug.force_balanced_routing: as one process routing the same way")
+def _(work):
+    balanced = ["--model.debug.force-balanced-routing"]
+    ref = moe_reference("optimizer", balanced)
+    ok(torchrun(2, config(work), *MOE, "--model.ep=2", *balanced, *EVERY_STEP), "torchrun")
+    same_steps(metrics(ref), metrics(work), "2 ranks")
+    close_adam(ref, work, "2 ranks")
+
+
 @case("2 ranks, Qwen3-MoE, ep = 2, unbalanced routing (the per-expert loop): as one process")
 def _(work):
     # With moe_use_grouped_mm = false an expert without tokens gets no gradient at all: its
