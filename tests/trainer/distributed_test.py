@@ -31,6 +31,7 @@ usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -393,6 +394,28 @@ def _(work):
 # Expert parallelism: each rank runs 8 / ep of tiny-moe's experts, the tokens travel to
 # them and back by all-to-all; every step and the final weights, masters and moments
 # (each expert's pieces from the ranks that hold them) match one process.
+def loads_in_transformers(model_dir):
+    """transformers reads every tensor of an expert-parallel run's checkpoint, none missing
+    or left over, and each is the file's."""
+    import transformers
+
+    m, info = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                                output_loading_info=True)
+    if any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
+        raise AssertionError(f"transformers loading {model_dir}: {info}")
+    saved = load_file(os.path.join(model_dir, "model.safetensors"))
+    got = m.state_dict()
+    for name, t in saved.items():
+        want = got.get(name)
+        if want is None:  # transformers 5 holds a block's experts fused: gate_up_proj [E, 2I, D], down_proj [E, D, I]
+            head, e, proj = re.fullmatch(r"(.*\.mlp\.experts)\.(\d+)\.(\w+)_proj\.weight", name).groups()
+            fused, e = got[f"{head}.{'down' if proj == 'down' else 'gate_up'}_proj"], int(e)
+            i = t.shape[0]
+            want = fused[e] if proj == "down" else fused[e, :i] if proj == "gate" else fused[e, i:]
+        if not torch.equal(want.float(), t.float()):
+            raise AssertionError(f"transformers' {name} is not the checkpoint's")
+
+
 def moe_reference(offload, extra=()):
     key = ("moe", offload, tuple(extra))
     if key not in _references:
@@ -422,6 +445,10 @@ for world, ep_flags, offload in (
         names = os.listdir(os.path.join(work, "out", "checkpoints", "step_4"))
         if names.count("model.safetensors") != 1:
             raise AssertionError(f"the weights are not one whole file: {sorted(names)}")
+        if world == 4 and offload == "optimizer":
+            loads_in_transformers(os.path.join(work, "out", "checkpoints", "step_4"))
+
+
 
 
 for ac, flags in (("full", ["--model.ac.freq=1"]), ("selective", SELECTIVE)):
