@@ -1,5 +1,6 @@
 #include "distributed/fsdp.hpp"
 
+#include "base/storage_bytes.hpp"
 #include "distributed/piece_layout.hpp"
 
 #include <fmt/format.h>
@@ -8,26 +9,6 @@
 #include <algorithm>
 
 namespace primecfg::train {
-
-namespace {
-
-// A parameter's bytes freed, or given back, under autograd's feet: the tensor keeps
-// its sizes and its place in every saved graph, only its storage goes (as FSDP2 does
-// with storage.resize_). Reading it while freed is what the hooks rule out.
-void free_bytes(const Tensor& t) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-}
-
-void alloc_bytes(const Tensor& t) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  const auto n = static_cast<std::size_t>(t.numel()) * t.element_size();
-  s->set_data_ptr_noswap(s->allocator()->allocate(n));
-  s->set_nbytes(n);
-}
-
-}  // namespace
 
 Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
     : group_(group),

@@ -44,9 +44,10 @@ inline std::int64_t rms_norm_saved(std::int64_t width, std::int64_t dtype_bytes,
 struct BlockMemory {
   std::int64_t saved = 0;           // what the forward keeps for the backward
   std::int64_t backward_temps = 0;  // the gradients in flight inside its backward, at their peak
-  // Bytes a block keeps for its backward whatever its tokens (Qwen3-MoE: its experts'
-  // weights stacked for the grouped GEMM); as much again for their gradient in its backward.
-  std::int64_t saved_per_block = 0;
+  // Bytes a block holds while it runs, whatever its tokens, and not between its forward and
+  // its backward (Qwen3-MoE: its experts' weights stacked for the grouped GEMM); as much
+  // again for their gradient in its backward.
+  std::int64_t in_use_per_block = 0;
 };
 
 // Where a parameter lies in a checkpoint that fuses several of them into one tensor

@@ -1,5 +1,7 @@
 #include "nn/moe.hpp"
 
+#include "base/storage_bytes.hpp"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -36,6 +38,52 @@ Tensor stacked(const std::vector<Tensor>& w, i64 first, i64 n) {
   if (is_stacked(w)) return first == 0 && n == w[0].size(0) ? w[0] : w[0].narrow(0, first, n);
   if (first == 0 && n == static_cast<i64>(w.size())) return torch::stack(w);
   return torch::stack(at::TensorList(w).slice(static_cast<std::size_t>(first), static_cast<std::size_t>(n)));
+}
+
+// The three projections of experts [first, first + n) stacked for a grouped GEMM, and
+// whether that is a copy (the model holds them per expert) or the weights themselves.
+struct Stacks {
+  Tensor w1, w3, w2;
+  bool copied = false;
+};
+Stacks stack_experts(const MoeWeights& w, i64 first, i64 n) {
+  return {stacked(w.w1, first, n), stacked(w.w3, first, n), stacked(w.w2, first, n), !is_stacked(w.w1)};
+}
+
+// Autograd keeps the stacked copy for the GEMMs' backward: 3 E I D elements a routed block
+// (1.13 GiB in bf16 at Qwen3-30B-A3B), for every block from its forward to its backward.
+// Instead the copy's bytes go once the GEMMs are queued, and come back, stacked again from
+// the experts' weights, when the gradient of `out` (the GEMMs' result) arrives, just
+// before their backward reads them (base/storage_bytes.hpp). The experts' weights are
+// those of the forward then: FSDP gathers them again before the block's backward, and no
+// mode updates a weight before its block's backward is done.
+void release_until_backward(const Stacks& s, const MoeWeights& w, i64 first, const Tensor& out) {
+  if (!s.copied || !out.requires_grad()) return;
+  // What the hook needs of each copy: its bytes (held by the GEMMs' saved tensors, weakly
+  // here, so that they go with the GEMMs' backward), its shape and which weights fill it.
+  struct Refill {
+    c10::weak_intrusive_ptr<c10::StorageImpl> bytes;
+    std::vector<i64> sizes;
+    torch::TensorOptions options;
+    const std::vector<Tensor>* experts;
+  };
+  std::vector<Refill> refills;
+  for (const auto& [stack, experts] :
+       {std::pair{&s.w1, &w.w1}, std::pair{&s.w3, &w.w3}, std::pair{&s.w2, &w.w2}}) {
+    refills.push_back(
+        {stack->storage().getWeakStorageImpl(), stack->sizes().vec(), stack->options(), experts});
+    free_bytes(*stack);
+  }
+  out.register_hook([refills = std::move(refills), first](const Tensor&) {
+    torch::NoGradGuard no_grad;
+    for (const Refill& r : refills) {
+      c10::intrusive_ptr<c10::StorageImpl> bytes = r.bytes.lock();
+      if (!bytes) continue;  // nothing saved it (no weight gradient is asked for)
+      const Tensor stack = torch::empty({0}, r.options).set_(c10::Storage(bytes), 0, r.sizes);
+      alloc_bytes(stack);
+      for (i64 e = 0; e < stack.size(0); ++e) stack[e].copy_(expert(*r.experts, first + e));
+    }
+  });
 }
 
 Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2) {
@@ -79,7 +127,7 @@ Tensor run_mlps(const MoeWeights& w, i64 first, bool grouped, i64 align, const T
   Tensor out;
   if (!grouped) {
     out = run_loop(w, first, rows, counts);
-  } else if (const Tensor w1 = stacked(w.w1, first, E); grouped_mm_available(w1)) {
+  } else if (const Stacks st = stack_experts(w, first, E); grouped_mm_available(st.w1)) {
     // Groups padded to multiples of `align`, at least `align` rows even when empty (as
     // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
     std::vector<i64> start(static_cast<std::size_t>(E)), ends;
@@ -90,23 +138,23 @@ Tensor run_mlps(const MoeWeights& w, i64 first, bool grouped, i64 align, const T
       ends.push_back(total);
     }
     const Tensor offs = torch::tensor(ends, torch::kInt64).to(rows.device(), torch::kInt32);
-    const Tensor w3 = stacked(w.w3, first, E), w2 = stacked(w.w2, first, E);
     out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
-      const Tensor h = at::silu(at::_grouped_mm(p, w1.transpose(-2, -1), offs)) *
-                       at::_grouped_mm(p, w3.transpose(-2, -1), offs);
-      return at::_grouped_mm(h, w2.transpose(-2, -1), offs);
+      const Tensor h = at::silu(at::_grouped_mm(p, st.w1.transpose(-2, -1), offs)) *
+                       at::_grouped_mm(p, st.w3.transpose(-2, -1), offs);
+      return at::_grouped_mm(h, st.w2.transpose(-2, -1), offs);
     });
+    release_until_backward(st, w, first, out);
   } else {
     // Every group padded to the largest: one batched matmul over the experts.
     const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
     std::vector<i64> start(static_cast<std::size_t>(E));
     for (i64 e = 0; e < E; ++e) start[e] = e * most;
-    const Tensor w3 = stacked(w.w3, first, E), w2 = stacked(w.w2, first, E);
     out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
       const Tensor g = p.view({E, most, p.size(1)});
-      const Tensor h = at::silu(at::bmm(g, w1.transpose(1, 2))) * at::bmm(g, w3.transpose(1, 2));
-      return at::bmm(h, w2.transpose(1, 2)).reshape({E * most, -1});
+      const Tensor h = at::silu(at::bmm(g, st.w1.transpose(1, 2))) * at::bmm(g, st.w3.transpose(1, 2));
+      return at::bmm(h, st.w2.transpose(1, 2)).reshape({E * most, -1});
     });
+    release_until_backward(st, w, first, out);
   }
   return out;
 }

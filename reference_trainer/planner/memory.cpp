@@ -290,9 +290,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   const i64 kept = offload ? block_inputs_kept(n_ckpt, w.ac_inflight) : n_ckpt;
   // Blocks that keep all their activations keep their fixed bytes too.
   const i64 whole = s.layers - n_ckpt - n_sel;
-  const i64 saved_all =
-      N * (kept * ckpt_tok + n_sel * sel_tok + whole * full_tok) + whole * bm.saved_per_block;
-  const i64 saved_top = top_ckpt ? N * ckpt_tok : top_sel ? N * sel_tok : N * full_tok + bm.saved_per_block;
+  const i64 saved_all = N * (kept * ckpt_tok + n_sel * sel_tok + whole * full_tok);
+  const i64 saved_top = top_ckpt ? N * ckpt_tok : top_sel ? N * sel_tok : N * full_tok;
   b.add("activations", saved_all,
         offload
             ? fmt::format(
@@ -301,8 +300,11 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
         : selective ? "what every block keeps for backward, the routed experts' activations recomputed"
                     : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
-  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + 2 * bm.saved_per_block,
-        bm.saved_per_block
+  // What a block holds only while it runs (a routed block's experts stacked): the block
+  // in forward holds it, the block in backward it and its gradient.
+  b.add("block_in_use", bm.in_use_per_block, "the running block's experts stacked for the grouped GEMM");
+  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + 2 * bm.in_use_per_block,
+        bm.in_use_per_block
             ? "the last block's full activations during its backward (+ recompute output), its "
               "experts stacked and their gradient"
             : "the last block's full activations during its backward (+ recompute output)");
@@ -456,8 +458,9 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // Sharded runs: the blocks held whole (blocks_whole) while blocks run; without
   // resharding, from the last block's forward to its backward.
   const std::string held = sharded && !w.reshard_after_forward ? "blocks_whole" : "";
-  if (sharded)
-    b.phase("forward_block", with({"activations", "mask", "inputs", "blocks_whole", "ep_exchange"}));
+  if (sharded || bm.in_use_per_block > 0)
+    b.phase("forward_block", with({"activations", "mask", "inputs", sharded ? "blocks_whole" : "",
+                                   "ep_exchange", "block_in_use"}));
   b.phase("forward", with({"activations", "mask", "inputs", "final_norm", "hidden", "ce_grad_h", "ce_grad_w",
                            "ce_chunk", held, by_vocabulary ? "head_share_sum" : ""}));
   // The gradient buckets (absent at world 1) fill from the gradient hooks: the blocks'

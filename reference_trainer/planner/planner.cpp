@@ -308,8 +308,8 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   auto& act = p.activations;
   act.tokens = w.N;
   const BlockMemory block = block_memory(w);
-  act.per_block_fixed = block.saved_per_block;
-  act.per_block_full = w.N * block.saved + act.per_block_fixed;
+  act.per_block_in_use = block.in_use_per_block;
+  act.per_block_full = w.N * block.saved;
   act.per_block_checkpointed = w.N * shape.hidden * w.dt;
   act.saved_without_ac = shape.layers * act.per_block_full;
   const i64 n_ckpt = checkpointed_blocks(shape.layers, true, w.ac_freq);

@@ -213,7 +213,7 @@ struct ModePlan {
 struct ActivationSummary {
   std::int64_t tokens = 0;                  // micro_batch_size x seq_len
   std::int64_t per_block_full = 0;          // what one block keeps for backward
-  std::int64_t per_block_fixed = 0;         // of which whatever its tokens (routed experts stacked)
+  std::int64_t per_block_in_use = 0;        // held only while a block runs (routed experts stacked)
   std::int64_t per_block_checkpointed = 0;  // what a checkpointed block keeps (its input)
   std::int64_t saved_without_ac = 0;        // all blocks, model.ac off
   std::int64_t saved_with_ac = 0;           // all blocks, model.ac with the config's freq (1 if unset)

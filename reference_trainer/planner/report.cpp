@@ -93,6 +93,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"activations", "activations (on the device)"},
       {"activations_below_top", "  of which below the last block"},
       {"block_recompute", "last block in backward"},
+      {"block_in_use", "running block: experts stacked"},
       {"ep_exchange", "expert parallelism: rows exchanged"},
       {"ep_unbalanced", "  not planned: worst routing adds"},
       {"inputs", "inputs + RoPE tables"},
@@ -288,9 +289,10 @@ std::string format_text(const Plan& p, const Advice* advice) {
   out += fmt::format(
       "\nActivations of one micro-batch ({} tokens): one block keeps {} ({} B/token{}); all {} blocks {} "
       "without checkpointing, {} with it (+ one block recomputed in backward). CE chunk: {} tokens.\n",
-      act.tokens, human(act.per_block_full),
-      act.tokens ? (act.per_block_full - act.per_block_fixed) / act.tokens : 0,
-      act.per_block_fixed ? fmt::format(", and {} of its experts stacked", human(act.per_block_fixed)) : "",
+      act.tokens, human(act.per_block_full), act.tokens ? act.per_block_full / act.tokens : 0,
+      act.per_block_in_use
+          ? fmt::format("; while it runs, {} of its experts stacked", human(act.per_block_in_use))
+          : "",
       p.shape.layers, human(act.saved_without_ac), human(act.saved_with_ac), act.ce_chunk_tokens);
 
   std::vector<const MemoryPlan*> g, h;

@@ -14,6 +14,9 @@
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#if defined(PRIMECFG_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace {
 
@@ -108,4 +111,51 @@ TEST_CASE(
   close(p.dw1, g.dw1, "dw1");
   close(p.dw3, g.dw3, "dw3");
   close(p.dw2, g.dw2, "dw2");
+}
+
+// The grouped GEMM reads the experts stacked; when the model holds them per expert that
+// stack is a copy, which the forward frees once its GEMMs are queued and the backward
+// stacks again (nn/moe.cpp). So a forward on per-expert weights keeps no more than one on
+// weights already stacked (which autograd keeps by reference), where the copy alone is
+// 3 E I D elements.
+TEST_CASE("GPU MoE: the experts' stacked copy is not kept from the forward to the backward") {
+#if defined(PRIMECFG_WITH_CUDA)
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device: stacked-copy test skipped");
+    return;
+  }
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const std::int64_t N = 1024, D = 512, I = 256, E = 64;
+  torch::manual_seed(7);
+  const Tensor router = torch::randn({E, D}, o), w1 = torch::randn({E, I, D}, o) / 22.6,
+               w3 = torch::randn({E, I, D}, o) / 22.6, w2 = torch::randn({E, D, I}, o) / 16;
+  const Tensor x = torch::randn({N, D}, o);
+  auto allocated = [] {
+    torch::cuda::synchronize();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  };
+  auto kept = [&](bool per_expert) {
+    MoeWeights w{router.clone().requires_grad_(), {}, {}, {}};
+    for (const auto& [from, to] : {std::pair{&w1, &w.w1}, std::pair{&w3, &w.w3}, std::pair{&w2, &w.w2}}) {
+      if (per_expert)
+        for (std::int64_t e = 0; e < E; ++e) to->push_back((*from)[e].clone().requires_grad_());
+      else
+        to->push_back(from->clone().requires_grad_());
+    }
+    MoeSettings s;
+    s.top_k = 4;
+    const std::int64_t before = allocated();
+    Tensor y = primecfg::train::moe_forward(w, s, x.clone().requires_grad_());
+    const std::int64_t held = allocated() - before;
+    y.to(torch::kFloat32).sum().backward();  // and the backward finds the copy again
+    CHECK(w.w1.back().grad().defined());
+    return held;
+  };
+  const std::int64_t stacked = kept(false), per_expert = kept(true), copy = 3 * E * I * D * 2;
+  INFO("held after the forward: " << per_expert << " B per expert, " << stacked << " B stacked; the copy is "
+                                  << copy << " B");
+  CHECK(per_expert < stacked + copy / 4);
+#else
+  MESSAGE("built without CUDA: stacked-copy test skipped");
+#endif
 }

@@ -1250,15 +1250,23 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
   const auto every = plan::make_plan(cfg, s, a);
   cfg.model.ac->freq = 2;
   const auto half = plan::make_plan(cfg, s, a);
-  // And the experts stacked for the grouped GEMM, which autograd keeps otherwise: 3 x 128
-  // experts x 768 x 2048 in bf16.
-  const std::int64_t per_block =
-      1024 * (8 * (2048 * 2 + 4 * 768 * 2 + 2048 * 2) - 8 * 12) + 3LL * 128 * 768 * 2048 * 2;
+  const std::int64_t per_block = 1024 * (8 * (2048 * 2 + 4 * 768 * 2 + 2048 * 2) - 8 * 12);
   const auto acts = [](const plan::Plan& p) { return p.mode(Offload::none).gpu.term("activations"); };
   CHECK(acts(none) - acts(every) == 48 * per_block);
   CHECK(acts(none) - acts(half) == 24 * per_block);
   CHECK(every.selective_experts);
   CHECK_FALSE(every.ac);
+  // The experts stacked for the grouped GEMM (3 x 128 experts x 768 x 2048 in bf16) are held
+  // only while a block runs, recomputed or not: by the block in forward, and with their
+  // gradient by the block in backward.
+  const std::int64_t stacked = 3LL * 128 * 768 * 2048 * 2;
+  for (const auto* p : {&none, &every}) {
+    CHECK(p->mode(Offload::none).gpu.term("block_in_use") == stacked);
+    CHECK(p->activations.per_block_in_use == stacked);
+  }
+  CHECK(none.mode(Offload::none).gpu.term("block_recompute") -
+            every.mode(Offload::none).gpu.term("block_recompute") ==
+        0);
   // The recompute costs time: some, and less than recomputing whole blocks.
   const auto& t_sel = every.mode(Offload::none).time;
   cfg.model.ac->mode = AcMode::full;
@@ -1274,7 +1282,7 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
 // experts of 3 x 768 x 2048, top-8) on 8 ranks. Per rank the FP32 state is the same
 // bytes (FSDP splits every expert in 8; ep = 8 gives each rank 16 experts whole, neither
 // padded), but a block gathered for the forward holds 16 experts instead of 128, and the
-// experts' stacked copy that autograd keeps is of those 16.
+// experts' stacked copy that a running block holds is of those 16.
 TEST_CASE("planner: expert parallelism gathers and stacks a rank's experts only; its rules name model.ep") {
   const auto s = plan::preset_shape("Qwen/Qwen3-30B-A3B").value();
   auto cfg = fake_config("Qwen/Qwen3-30B-A3B", 1024);
@@ -1290,7 +1298,9 @@ TEST_CASE("planner: expert parallelism gathers and stacks a rank's experts only;
   }
   const std::int64_t expert = 3LL * 768 * 2048 * 2;  // bf16, one expert's three projections
   CHECK(fsdp.term("blocks_whole") - ep.term("blocks_whole") == 2 * 112 * expert);
-  CHECK(fsdp.term("activations") - ep.term("activations") == 48 * 112 * expert);
+  CHECK(fsdp.term("activations") == ep.term("activations"));  // at balanced routing
+  CHECK(fsdp.term("block_in_use") - ep.term("block_in_use") == 112 * expert);
+  CHECK(fsdp.term("block_recompute") - ep.term("block_recompute") == 2 * 112 * expert);
   // The exchange: a block's received rows and their regrouped copy, 1024 tokens x 8 slots.
   CHECK(ep.term("ep_exchange") == 2LL * 1024 * 8 * 2048 * 2);
   CHECK(fsdp.term("ep_exchange") == 0);

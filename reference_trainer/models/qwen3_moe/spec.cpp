@@ -228,11 +228,10 @@ class Qwen3Moe final : public Architecture {
     // The MLP stage of the backward: the residual gradient, and per slot its row's and
     // two I-wide gradients.
     const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
-    // The grouped GEMM reads the experts stacked ([E, I, D] per projection, nn/moe.cpp), a
-    // copy that autograd keeps for the backward unless the experts are recomputed there;
-    // with expert parallelism, of this rank's experts only.
-    const i64 stacked =
-        any_routed && !k.recompute_routed_experts ? 3 * (m.experts / k.expert_parallel) * I * D * dt : 0;
+    // The grouped GEMM reads the experts stacked ([E, I, D] per projection, nn/moe.cpp): a
+    // copy, made in the block's forward (or its experts' recompute) and again for its
+    // backward, freed between; with expert parallelism, of this rank's experts only.
+    const i64 stacked = any_routed ? 3 * (m.experts / k.expert_parallel) * I * D * dt : 0;
     return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm)),
             stacked};
   }
