@@ -176,7 +176,7 @@ struct RoutingFigures {
       max_vio.push_back(vio / static_cast<double>(blocks));
       confidence.push_back(conf / static_cast<double>(blocks));
     }
-    const Tensor per_expert = all_counts.sum({0, 1});
+    const Tensor per_expert = all_counts.sum(at::IntArrayRef{0, 1});
     const auto M = static_cast<std::int64_t>(max_vio.size());
     const int world = sharding ? sharding->world() : 1, rank = sharding ? sharding->rank() : 0;
     const auto f64 = torch::TensorOptions(torch::kFloat64);

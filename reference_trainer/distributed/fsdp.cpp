@@ -306,7 +306,9 @@ std::vector<std::pair<std::string, double>> Fsdp::take_metrics() {
       {"fsdp_reduce_scatters", static_cast<double>(reduces_)},
       {"fsdp_reduces_overlapped", static_cast<double>(overlapped_)},
       {"fsdp_lookup_rows", static_cast<double>(lookup_rows_gathered_)},
+      {"fsdp_grads_waiting_peak_gib", static_cast<double>(waiting_peak_) / GiB},
   };
+  waiting_peak_ = waiting_;
   whole_peak_ = whole_now_;
   ahead_ = 0;
   overlapped_ = 0;
@@ -342,6 +344,8 @@ void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
     in.narrow(0, 0, s.numel).copy_(grad.reshape({-1}));
     if (padded > s.numel) in.narrow(0, s.numel, padded - s.numel).zero_();
   }
+  waiting_ += static_cast<std::int64_t>(in.nbytes());
+  waiting_peak_ = std::max(waiting_peak_, waiting_);
   inputs_[i] = std::move(in);
   --buckets_[bucket_of_[i]].missing;
   launch_ready();
@@ -376,6 +380,7 @@ void Fsdp::launch(std::size_t b) {
   r.flat = torch::empty({total}, inputs_[bucket.params.front()].options());
   std::int64_t at = 0;
   for (auto i : bucket.params) {
+    waiting_ -= static_cast<std::int64_t>(inputs_[i].nbytes());
     r.ins.push_back(std::move(inputs_[i]));
     r.outs.push_back(r.flat.narrow(0, at, spans_[i].per_rank));
     at += spans_[i].per_rank;
@@ -425,9 +430,11 @@ void Fsdp::flush() {
   }
   for (std::size_t b = next_; b < buckets_.size(); ++b) {
     for (auto i : buckets_[b].params)
-      if (!inputs_[i].defined())
+      if (!inputs_[i].defined()) {
         inputs_[i] =
             torch::zeros({spans_[i].padded(members(i))}, weight_shards_.options().dtype(reduce_dtype_));
+        waiting_ += static_cast<std::int64_t>(inputs_[i].nbytes());
+      }
     buckets_[b].missing = 0;
   }
   launch_ready();

@@ -233,6 +233,9 @@ class Fsdp {
   };
   std::optional<Reduce> reducing_;
   std::int64_t reduces_ = 0, overlapped_ = 0, lookup_rows_gathered_ = 0, whole_after_forward_ = 0;
+  // Bytes of gradients copied for their buckets and not yet sent (a bucket goes out when it
+  // and every bucket before it are full), now and at most since the last metrics.
+  std::int64_t waiting_ = 0, waiting_peak_ = 0;
   Sink sink_;
   Transformer::BlockHook hook_;
 };
