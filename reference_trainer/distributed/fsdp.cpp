@@ -10,6 +10,44 @@
 
 namespace primecfg::train {
 
+namespace {
+
+// The order in which backward makes the parameters' gradients: the last parameters
+// first, except a routed block's experts. Those come from the stacked GEMMs' backward one
+// projection at a time, the last projection first (down, then up, then gate), each for
+// every expert at once; the per-expert loop makes them expert by expert instead, and
+// waits for its buckets within its block (as a dense MLP waits for one projection).
+std::vector<std::size_t> backward_order(const std::vector<ParamShape>& shapes) {
+  std::vector<std::size_t> order;
+  order.reserve(shapes.size());
+  for (std::size_t k = shapes.size(); k-- > 0;) {
+    if (shapes[k].expert < 0) {
+      order.push_back(k);
+      continue;
+    }
+    // The block's run of experts [first, k]: each parameter's place within its expert.
+    std::size_t first = k;
+    while (first > 0 && shapes[first - 1].expert >= 0 && shapes[first - 1].block == shapes[k].block) --first;
+    std::vector<std::pair<std::int64_t, std::size_t>> place;  // (place in its expert, index)
+    std::int64_t n = 0;
+    for (std::size_t j = first; j <= k; ++j) {
+      n = j > first && shapes[j].expert == shapes[j - 1].expert ? n + 1 : 0;
+      place.emplace_back(n, j);
+    }
+    // The last projection first; within one, the experts in order (the stacked tensor's
+    // backward hands its slices to their parameters first to last).
+    std::sort(place.begin(), place.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (const auto& [n_in_expert, j] : place) order.push_back(j);
+    k = first;
+    if (k == 0) break;
+  }
+  return order;
+}
+
+}  // namespace
+
 Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
     : group_(group),
       tied_(args.tie_embeddings),
@@ -83,28 +121,30 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
       });
   };
 
-  // Buckets of about bucket_mib of full-size gradients in the reduce dtype, the last
-  // parameters first (backward's order); the experts that expert parallelism splits in
-  // buckets of their own (reduce-scattered over other ranks), the ones this rank does
-  // not hold in none.
+  // Buckets of about bucket_mib of full-size gradients in the reduce dtype, in the order
+  // backward makes them (backward_order). Buckets go out in their order only, the same on
+  // every rank, so a gradient that comes before the ones ahead of it in its bucket's
+  // order waits. A routed block's experts are buckets of their own, closed where they
+  // end: a bucket that spanned them and the router would hold every expert's gradient
+  // until the attention's backward. The experts this rank does not hold are in none.
   const double limit = bucket_mib * 1024 * 1024;
   const double elem = static_cast<double>(c10::elementSize(reduce_dtype_));
   bucket_of_.assign(shapes.size(), 0);
-  struct Open {
-    std::optional<std::size_t> bucket;
-    double bytes = 0;
-  } open[2];
-  for (std::size_t k = shapes.size(); k-- > 0;) {
+  double open_bytes = 0;
+  bool open_experts = false;
+  for (const std::size_t k : backward_order(shapes)) {
     if (!held_[k]) continue;
-    Open& o = open[among_[k] == MeshDim::expert_fsdp];
-    if (!o.bucket || o.bytes >= limit) {
+    const bool experts = shapes[k].expert >= 0;
+    if (buckets_.empty() || open_bytes >= limit || buckets_.back().among != among_[k] ||
+        open_experts != experts) {
       buckets_.emplace_back();
       buckets_.back().among = among_[k];
-      o = {buckets_.size() - 1, 0};
+      open_bytes = 0;
+      open_experts = experts;
     }
-    buckets_[*o.bucket].params.push_back(k);
-    bucket_of_[k] = *o.bucket;
-    o.bytes += static_cast<double>(spans_[k].padded(members(k))) * elem;
+    buckets_.back().params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    open_bytes += static_cast<double>(spans_[k].padded(members(k))) * elem;
   }
   for (auto& b : buckets_) b.missing = b.params.size();
   inputs_.resize(shapes.size());
@@ -334,19 +374,12 @@ void Fsdp::add_grad(std::size_t i, const Tensor& grad) {
     if (--unit.missing == 0 && !unit.root) release(unit_of_[i]);
     return;
   }
-  const ShardSpan& s = spans_[i];
-  const std::int64_t padded = s.padded(members(i));
-  Tensor in;
-  if (grad.scalar_type() == reduce_dtype_ && padded == s.numel && grad.is_contiguous()) {
-    in = grad.view({-1});  // kept alive here until its bucket went out
-  } else {
-    in = torch::empty({padded}, grad.options().dtype(reduce_dtype_));
-    in.narrow(0, 0, s.numel).copy_(grad.reshape({-1}));
-    if (padded > s.numel) in.narrow(0, s.numel, padded - s.numel).zero_();
-  }
-  waiting_ += static_cast<std::int64_t>(in.nbytes());
+  // Kept as autograd made it until its bucket goes out (launch): a routed block's experts'
+  // gradients are views of one stacked gradient, which a copy in the reduce dtype now
+  // would double while they wait for the buckets before theirs.
+  waiting_ += static_cast<std::int64_t>(grad.nbytes());
   waiting_peak_ = std::max(waiting_peak_, waiting_);
-  inputs_[i] = std::move(in);
+  inputs_[i] = grad;
   --buckets_[bucket_of_[i]].missing;
   launch_ready();
   // The unit's backward is done once its last gradient is in: its weights go.
@@ -370,6 +403,17 @@ void Fsdp::launch_ready() {
   while (next_ < buckets_.size() && buckets_[next_].missing == 0) launch(next_++);
 }
 
+Tensor Fsdp::reduce_input(std::size_t i, Tensor grad) const {
+  const ShardSpan& s = spans_[i];
+  const std::int64_t padded = s.padded(members(i));
+  if (grad.scalar_type() == reduce_dtype_ && padded == s.numel && grad.is_contiguous())
+    return grad.view({-1});
+  Tensor in = torch::empty({padded}, grad.options().dtype(reduce_dtype_));
+  in.narrow(0, 0, s.numel).copy_(grad.reshape({-1}));
+  if (padded > s.numel) in.narrow(0, s.numel, padded - s.numel).zero_();
+  return in;
+}
+
 void Fsdp::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
   Reduce r;
@@ -377,11 +421,11 @@ void Fsdp::launch(std::size_t b) {
   std::int64_t total = 0;
   for (auto i : bucket.params) total += spans_[i].per_rank;
   // One buffer for the bucket's pieces, so that HSDP sums them over the replicas in one go.
-  r.flat = torch::empty({total}, inputs_[bucket.params.front()].options());
+  r.flat = torch::empty({total}, inputs_[bucket.params.front()].options().dtype(reduce_dtype_));
   std::int64_t at = 0;
   for (auto i : bucket.params) {
     waiting_ -= static_cast<std::int64_t>(inputs_[i].nbytes());
-    r.ins.push_back(std::move(inputs_[i]));
+    r.ins.push_back(reduce_input(i, std::move(inputs_[i])));
     r.outs.push_back(r.flat.narrow(0, at, spans_[i].per_rank));
     at += spans_[i].per_rank;
   }

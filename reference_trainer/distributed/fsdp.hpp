@@ -198,7 +198,9 @@ class Fsdp {
   void prefetch_if_room();
   void launch_ready();
   void launch(std::size_t b);  // its reduce-scatter starts
-  void finish_reduce();        // the one in flight has arrived: its pieces go to the sink
+  // A gradient as its reduce-scatter reads it: padded, contiguous, in the reduce dtype.
+  Tensor reduce_input(std::size_t i, Tensor grad) const;
+  void finish_reduce();  // the one in flight has arrived: its pieces go to the sink
   std::string bucket_name(std::size_t b) const;
 
   ProcessGroup& group_;
@@ -221,7 +223,7 @@ class Fsdp {
   std::vector<std::size_t> unit_of_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
-  std::vector<Tensor> inputs_;  // per parameter: its padded gradient, waiting for its bucket
+  std::vector<Tensor> inputs_;  // per parameter: its gradient as autograd made it, waiting for its bucket
   std::vector<bool> handed_;    // the gradients handed to the sink this backward (one rank; empty pieces)
   std::size_t next_ = 0;        // the next bucket to go out
   // The bucket whose reduce-scatter is in flight, with what it reads and writes.
@@ -233,7 +235,7 @@ class Fsdp {
   };
   std::optional<Reduce> reducing_;
   std::int64_t reduces_ = 0, overlapped_ = 0, lookup_rows_gathered_ = 0, whole_after_forward_ = 0;
-  // Bytes of gradients copied for their buckets and not yet sent (a bucket goes out when it
+  // Bytes of gradients held for their buckets and not yet sent (a bucket goes out when it
   // and every bucket before it are full), now and at most since the last metrics.
   std::int64_t waiting_ = 0, waiting_peak_ = 0;
   Sink sink_;

@@ -90,12 +90,14 @@ Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, con
   return at::matmul(at::silu(at::matmul(rows, w1.t())) * at::matmul(rows, w3.t()), w2.t());
 }
 
-// One matmul per expert that has tokens: `counts` rows each of experts first, first + 1, ...
+// One matmul per expert: `counts` rows each of experts first, first + 1, ... An expert
+// without tokens runs on no rows, so that its weights get a gradient (zeros) in every
+// backward, as the grouped GEMM gives them: a sharded run's gradient bucket is full when
+// its block's backward is done, not at the end of the step.
 Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::vector<i64>& counts) {
   std::vector<Tensor> out;
   i64 start = 0;
   for (std::size_t e = 0; e < counts.size(); ++e) {
-    if (counts[e] == 0) continue;
     const i64 E = first + static_cast<i64>(e);
     out.push_back(
         swiglu_expert(rows.narrow(0, start, counts[e]), expert(w.w1, E), expert(w.w3, E), expert(w.w2, E)));
