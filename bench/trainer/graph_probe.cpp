@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+using primecfg::train::Recompute;
 using primecfg::train::Transformer;
 using torch::Tensor;
 
