@@ -18,6 +18,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <deque>
+#include <string>
 #include <vector>
 
 namespace {
@@ -33,6 +35,14 @@ Tensor fresh(std::int64_t n, std::int64_t offset, torch::TensorOptions o, double
   return (torch::randn({n + offset}, o.dtype(torch::kFloat32)) * scale).to(o.dtype()).narrow(0, offset, n);
 }
 
+// The model's parameter a state updates (its tensor is the weights the step writes; the
+// update reads its dtype and whether it is frozen). Kept for the process: states point to it.
+train::NamedParam* param_of(const Tensor& weight) {
+  static std::deque<train::NamedParam> params;
+  params.push_back({"p" + std::to_string(params.size()), weight});
+  return &params.back();
+}
+
 std::vector<train::ParamState> make_states(const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes) {
   std::vector<train::ParamState> states;
   for (auto [n, offset] : shapes) {
@@ -42,6 +52,7 @@ std::vector<train::ParamState> make_states(const std::vector<std::pair<std::int6
     s.m1 = fresh(n, offset, f32(), 1e-4);
     s.m2 = fresh(n, offset, f32(), 1e-6).abs();
     s.weight = fresh(n, offset, f32().dtype(torch::kBFloat16), 1);
+    s.p = param_of(s.weight);
     states.push_back(std::move(s));
   }
   return states;
@@ -56,6 +67,7 @@ std::vector<train::ParamState> clone(const std::vector<train::ParamState>& in) {
     c.m1 = s.m1.clone();
     c.m2 = s.m2.clone();
     c.weight = s.weight.clone();
+    c.p = param_of(c.weight);
     out.push_back(std::move(c));
   }
   return out;
@@ -208,8 +220,28 @@ TEST_CASE("GPU kernels: the fused AdamW leaves FP32 weights and the switch off t
   train::ResidentUpdate on(true);
   auto fp32_weights = make_states({{1000, 0}});
   fp32_weights[0].weight = fp32_weights[0].master.clone();
+  fp32_weights[0].p->tensor = fp32_weights[0].weight;
   on.step(fp32_weights, o, o.lr, 1, nullptr);
   CHECK_FALSE(on.fused());
   on.step(states, o, o.lr, 2, nullptr);
   CHECK(on.fused());
+}
+
+TEST_CASE(
+    "GPU kernels: a frozen parameter (freeze_moe_router) sends the update to ATen's path, which keeps its "
+    "state") {
+  if (!torch::cuda::is_available() || !primecfg::train::fused::kernels_built()) return;
+  auto states = make_states({{1000, 0}, {1000, 0}});
+  states[0].p->frozen = true;
+  const auto before = clone(states);
+  train::OptSettings o;
+  o.lr = 1e-3;
+  train::ResidentUpdate update(true);
+  update.step(states, o, o.lr, 1, nullptr);
+  CHECK_FALSE(update.fused());  // the kernel updates every parameter it is given
+  CHECK(torch::equal(states[0].weight, before[0].weight));
+  CHECK(torch::equal(states[0].master, before[0].master));
+  CHECK(torch::equal(states[0].m1, before[0].m1));
+  CHECK(torch::equal(states[0].m2, before[0].m2));
+  CHECK_FALSE(torch::equal(states[1].master, before[1].master));
 }
