@@ -1,0 +1,93 @@
+#include "nn/fp8.hpp"
+
+#include <fmt/format.h>
+
+#include <regex>
+#include <stdexcept>
+
+namespace primecfg::train::fp8 {
+
+using torch::Tensor;
+using i64 = std::int64_t;
+
+namespace {
+
+i64 groups(i64 n) { return (n + group - 1) / group; }
+
+// x [rows, cols] zero-padded to [rows', cols'], multiples of `row_group` and 128.
+Tensor padded(const Tensor& x, i64 row_group) {
+  const i64 rows = x.size(0), cols = x.size(1);
+  const i64 pr = (rows + row_group - 1) / row_group * row_group, pc = groups(cols) * group;
+  if (pr == rows && pc == cols) return x.to(torch::kFloat32);
+  Tensor out = torch::zeros({pr, pc}, x.options().dtype(torch::kFloat32));
+  out.narrow(0, 0, rows).narrow(1, 0, cols).copy_(x);
+  return out;
+}
+
+Tensor scale_of(const Tensor& amax) { return (amax / e4m3_max).clamp_min(scale_floor); }
+
+// ATen's cast to e4m3 rounds to nearest even but turns what lies beyond 448 into NaN: the
+// clamp is the saturation (x / scale is at most 448 plus a rounding of the division).
+Tensor to_e4m3(const Tensor& scaled) { return scaled.clamp(-e4m3_max, e4m3_max).to(at::kFloat8_e4m3fn); }
+
+void check_matrix(const Tensor& t, const char* what) {
+  if (t.dim() != 2)
+    throw std::invalid_argument(fmt::format("fp8::{}: a matrix, not {} dimensions", what, t.dim()));
+}
+
+}  // namespace
+
+Quantized quantize_rows(const Tensor& x) {
+  check_matrix(x, "quantize_rows");
+  const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
+  const Tensor p = padded(x, 1).view({rows, g, group});
+  const Tensor scales = scale_of(p.abs().amax(2));
+  const Tensor values = to_e4m3(p / scales.unsqueeze(2)).view({rows, g * group}).narrow(1, 0, cols);
+  return {values.contiguous(), scales};
+}
+
+Quantized quantize_blocks(const Tensor& w) {
+  check_matrix(w, "quantize_blocks");
+  const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
+  const Tensor p = padded(w, group).view({gr, group, gc, group});
+  const Tensor scales = scale_of(p.abs().amax({1, 3}));
+  const Tensor values = to_e4m3(p / scales.view({gr, 1, gc, 1}))
+                            .view({gr * group, gc * group})
+                            .narrow(0, 0, rows)
+                            .narrow(1, 0, cols);
+  return {values.contiguous(), scales};
+}
+
+Tensor dequantize_rows(const Quantized& q) {
+  const i64 cols = q.values.size(1);
+  return q.values.to(torch::kFloat32) * q.scales.repeat_interleave(group, 1).narrow(1, 0, cols);
+}
+
+Tensor dequantize_blocks(const Quantized& q) {
+  const i64 rows = q.values.size(0), cols = q.values.size(1);
+  return q.values.to(torch::kFloat32) * q.scales.repeat_interleave(group, 0)
+                                            .repeat_interleave(group, 1)
+                                            .narrow(0, 0, rows)
+                                            .narrow(1, 0, cols);
+}
+
+std::optional<std::string> stays_bf16(std::string_view module, i64 out_features, i64 in_features,
+                                      const std::vector<std::string>& ignore_patterns) {
+  const std::string name(module);
+  for (const auto& pattern : ignore_patterns) {
+    std::regex re;
+    try {
+      re = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw std::invalid_argument(
+          fmt::format("ignore pattern \"{}\" is not a regular expression: {}", pattern, e.what()));
+    }
+    if (std::regex_search(name, re)) return fmt::format("matches ignore pattern \"{}\"", pattern);
+  }
+  if (out_features % group != 0 || in_features % group != 0)
+    return fmt::format("{} x {} is not a multiple of {} in both dimensions", out_features, in_features,
+                       group);
+  return std::nullopt;
+}
+
+}  // namespace primecfg::train::fp8

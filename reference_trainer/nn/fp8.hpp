@@ -1,0 +1,51 @@
+// FP8 e4m3 with blockwise scales, as prime-rl's model.quantization = {type = "fp8"}
+// quantises (DeepSeek-V3's format; docs/design/fp8.md says where each rule comes from):
+//
+//   activations, output gradients  groups of 1 x 128 along the contraction dimension
+//   weights                         blocks of 128 x 128
+//   scale  = max(amax(group) / 448, 1e-4)     FP32, one per group or block
+//   value  = e4m3(x / scale)                  round to nearest even, saturating at 448
+//
+// A last partial group or block reads zeros past the edge (it scales what is there).
+// These are the ATen compositions: the tests' reference path on any device.
+//
+// Internal to nn/ (the FP8 linear) and its tests.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace primecfg::train::fp8 {
+
+inline constexpr std::int64_t group = 128;   // elements a scale covers along a dimension
+inline constexpr double e4m3_max = 448.0;    // the largest finite e4m3 value
+inline constexpr double scale_floor = 1e-4;  // prime-rl's smallest scale (not an epsilon)
+
+struct Quantized {
+  torch::Tensor values;  // e4m3 (at::kFloat8_e4m3fn), the input's shape
+  torch::Tensor scales;  // FP32: [rows, ceil(cols / 128)] or [ceil(rows / 128), ceil(cols / 128)]
+};
+
+// x [rows, cols]: one scale per row and 128 columns.
+Quantized quantize_rows(const torch::Tensor& x);
+// w [rows, cols]: one scale per 128 x 128 block.
+Quantized quantize_blocks(const torch::Tensor& w);
+// values * scales, in FP32 (each scale over its group or block).
+torch::Tensor dequantize_rows(const Quantized& q);
+torch::Tensor dequantize_blocks(const Quantized& q);
+
+// Whether a linear layer runs in FP8, as prime-rl decides it: no pattern of
+// ignore_patterns is found in its qualified module name (std::regex_search, ECMAScript,
+// like Python's re.search on these patterns), and both its dimensions are multiples of 128.
+// The reason when it stays in bf16, nothing when it is FP8. A pattern that is not a valid
+// regex is an error naming it (std::invalid_argument).
+std::optional<std::string> stays_bf16(std::string_view module, std::int64_t out_features,
+                                      std::int64_t in_features,
+                                      const std::vector<std::string>& ignore_patterns);
+
+}  // namespace primecfg::train::fp8

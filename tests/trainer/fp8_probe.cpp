@@ -1,0 +1,77 @@
+// nn/fp8.hpp on inputs a test wrote (fp8_test.py).
+//
+//   fp8_probe cast IN OUT      IN.safetensors holds F32 x and w; OUT gets the e4m3 values
+//                              (as F32, which holds every e4m3 value exactly) and the scales
+//                              of quantize_rows(x), quantize_blocks(w) and of w transposed,
+//                              and both dequantised
+//   fp8_probe decide PATTERNS NAMES
+//                              PATTERNS: one regex a line; NAMES: "name out in" a line;
+//                              prints "fp8" or why the layer stays bf16, a line each
+#include "base/safetensors.hpp"
+#include "nn/fp8.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace primecfg::train;
+
+namespace {
+
+int cast(const char* in_path, const char* out_path) {
+  const auto in = safetensors::file::open(in_path);
+  auto get = [&](const std::string& name) {
+    const auto* t = in.find(name);
+    if (!t || t->type != safetensors::dtype::F32) throw std::runtime_error("no F32 tensor " + name);
+    return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
+  };
+  const torch::Tensor x = get("x"), w = get("w");
+  std::vector<torch::Tensor> keep;
+  std::vector<safetensors::entry> out;
+  auto add = [&](const std::string& name, torch::Tensor t) {
+    t = t.to(torch::kFloat32).contiguous();
+    keep.push_back(t);
+    out.push_back(
+        {name, safetensors::dtype::F32, t.sizes().vec(), t.data_ptr(), static_cast<std::size_t>(t.nbytes())});
+  };
+  const fp8::Quantized qx = fp8::quantize_rows(x), qw = fp8::quantize_blocks(w),
+                       qwt = fp8::quantize_blocks(w.t().contiguous());
+  add("x_values", qx.values);
+  add("x_scales", qx.scales);
+  add("x_dequantized", fp8::dequantize_rows(qx));
+  add("w_values", qw.values);
+  add("w_scales", qw.scales);
+  add("w_dequantized", fp8::dequantize_blocks(qw));
+  add("wt_values", qwt.values);
+  add("wt_scales", qwt.scales);
+  safetensors::write(out_path, out);
+  return 0;
+}
+
+int decide(const char* patterns_path, const char* names_path) {
+  std::vector<std::string> patterns;
+  std::ifstream pf(patterns_path);
+  for (std::string line; std::getline(pf, line);) patterns.push_back(line);
+  std::ifstream nf(names_path);
+  std::string name;
+  std::int64_t out_features = 0, in_features = 0;
+  while (nf >> name >> out_features >> in_features) {
+    const auto why = fp8::stays_bf16(name, out_features, in_features, patterns);
+    std::cout << (why ? *why : "fp8") << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (argc == 4 && mode == "cast") return cast(argv[2], argv[3]);
+  if (argc == 4 && mode == "decide") return decide(argv[2], argv[3]);
+  std::cerr << "usage: fp8_probe cast IN OUT | fp8_probe decide PATTERNS NAMES\n";
+  return 2;
+} catch (const std::exception& e) {
+  std::cerr << "fp8_probe: " << e.what() << "\n";
+  return 1;
+}
