@@ -1,6 +1,13 @@
 #include "nn/fp8.hpp"
 
+#include <ATen/BlasBackend.h>
 #include <fmt/format.h>
+
+#ifdef PRIMECFG_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+#include <array>
 
 #include <regex>
 #include <stdexcept>
@@ -70,6 +77,66 @@ Tensor dequantize_blocks(const Quantized& q) {
                                             .narrow(0, 0, rows)
                                             .narrow(1, 0, cols);
 }
+
+namespace {
+
+// Zero columns up to a multiple of 128 (the tokens of dW's operands).
+Tensor pad_cols(const Tensor& t) {
+  const i64 cols = t.size(1), want = groups(cols) * group;
+  if (want == cols) return t.contiguous();
+  return at::constant_pad_nd(t, {0, want - cols});
+}
+
+bool scaled_mm_here(const Tensor& t) {
+#ifdef PRIMECFG_WITH_CUDA
+  return t.is_cuda() && at::cuda::getDeviceProperties(t.get_device())->major == 9;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w) {
+    ctx->save_for_backward({x, w});
+    return matmul_nt(quantize_rows(x), quantize_blocks(w), true, torch::kBFloat16);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &w = saved[1];
+    const Tensor dy = grads[0].contiguous();
+    Tensor dx, dw;
+    if (ctx->needs_input_grad(0))
+      dx = matmul_nt(quantize_rows(dy), quantize_blocks(w.t().contiguous()), true, x.scalar_type());
+    if (ctx->needs_input_grad(1))
+      dw = matmul_nt(quantize_rows(pad_cols(dy.t())), quantize_rows(pad_cols(x.t())), false, torch::kFloat32)
+               .to(w.scalar_type());
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::ScalarType out) {
+  if (scaled_mm_here(a.values)) {
+    using at::blas::ScalingType;
+    using at::blas::SwizzleType;
+    // cuBLASLt reads 1 x 128 scales outer-dimension major ([rows, k / 128] with stride
+    // (1, rows)) and B as a column-major [k, n].
+    auto outer_major = [](const Tensor& s) { return s.t().contiguous().t(); };
+    const auto recipe = [](ScalingType t) { return static_cast<i64>(t); };
+    const std::array<i64, 1> ra{recipe(ScalingType::BlockWise1x128)},
+        rb{recipe(b_blocks ? ScalingType::BlockWise128x128 : ScalingType::BlockWise1x128)},
+        none{static_cast<i64>(SwizzleType::NO_SWIZZLE)};
+    const std::array<Tensor, 1> sa{outer_major(a.scales)}, sb{b_blocks ? b.scales : outer_major(b.scales)};
+    return at::_scaled_mm_v2(a.values, b.values.t(), sa, ra, none, sb, rb, none, std::nullopt, out);
+  }
+  const Tensor da = dequantize_rows(a), db = b_blocks ? dequantize_blocks(b) : dequantize_rows(b);
+  return at::matmul(da, db.t()).to(out);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight) { return Fp8Linear::apply(x, weight); }
 
 std::optional<std::string> stays_bf16(std::string_view module, i64 out_features, i64 in_features,
                                       const std::vector<std::string>& ignore_patterns) {

@@ -39,6 +39,19 @@ Quantized quantize_blocks(const torch::Tensor& w);
 torch::Tensor dequantize_rows(const Quantized& q);
 torch::Tensor dequantize_blocks(const Quantized& q);
 
+// D = A B^T in FP32 accumulation, returned in `out`: A [m, k] quantised by rows (1 x 128
+// along k), B [n, k] by rows or, with b_blocks, in 128 x 128 blocks. On a CUDA device of
+// compute capability 9.0, cuBLASLt's blockwise-scaled FP8 GEMM (at::_scaled_mm_v2; k a
+// multiple of 128); elsewhere the operands dequantised and multiplied in FP32, the
+// reference the GPU path is tested against.
+torch::Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::ScalarType out);
+
+// y = x W^T with all three matmuls in FP8, as prime-rl's FP8 linear: the forward on x by
+// rows and W by blocks; dX = dY W on dY by rows and W^T by blocks; dW = dY^T X on both by
+// rows along the tokens (padded with zeros to a multiple of 128). Saves x and W as they
+// are (bf16) for the backward; y in bf16, dX in x's dtype, dW in W's. x [tokens, in].
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+
 // Whether a linear layer runs in FP8, as prime-rl decides it: no pattern of
 // ignore_patterns is found in its qualified module name (std::regex_search, ECMAScript,
 // like Python's re.search on these patterns), and both its dimensions are multiples of 128.

@@ -4,6 +4,9 @@
 //                              (as F32, which holds every e4m3 value exactly) and the scales
 //                              of quantize_rows(x), quantize_blocks(w) and of w transposed,
 //                              and both dequantised
+//   fp8_probe linear IN OUT    IN holds F32 x [tokens, in], w [out, in], dy [tokens, out];
+//                              runs fp8::linear on them in bf16 and its backward with dy;
+//                              OUT gets y, dx and dw (as F32)
 //   fp8_probe decide PATTERNS NAMES
 //                              PATTERNS: one regex a line; NAMES: "name out in" a line;
 //                              prints "fp8" or why the layer stays bf16, a line each
@@ -49,6 +52,30 @@ int cast(const char* in_path, const char* out_path) {
   return 0;
 }
 
+int linear(const char* in_path, const char* out_path) {
+  const auto in = safetensors::file::open(in_path);
+  auto get = [&](const std::string& name) {
+    const auto* t = in.find(name);
+    if (!t || t->type != safetensors::dtype::F32) throw std::runtime_error("no F32 tensor " + name);
+    return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
+  };
+  const torch::Tensor x = get("x").to(torch::kBFloat16).requires_grad_(),
+                      w = get("w").to(torch::kBFloat16).requires_grad_();
+  const torch::Tensor y = fp8::linear(x, w);
+  y.backward(get("dy").to(torch::kBFloat16));
+  std::vector<torch::Tensor> keep;
+  std::vector<safetensors::entry> out;
+  for (const auto& [name, t0] :
+       {std::pair<std::string, torch::Tensor>{"y", y.detach()}, {"dx", x.grad()}, {"dw", w.grad()}}) {
+    const torch::Tensor t = t0.to(torch::kFloat32).contiguous();
+    keep.push_back(t);
+    out.push_back(
+        {name, safetensors::dtype::F32, t.sizes().vec(), t.data_ptr(), static_cast<std::size_t>(t.nbytes())});
+  }
+  safetensors::write(out_path, out);
+  return 0;
+}
+
 int decide(const char* patterns_path, const char* names_path) {
   std::vector<std::string> patterns;
   std::ifstream pf(patterns_path);
@@ -68,8 +95,9 @@ int decide(const char* patterns_path, const char* names_path) {
 int main(int argc, char** argv) try {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (argc == 4 && mode == "cast") return cast(argv[2], argv[3]);
+  if (argc == 4 && mode == "linear") return linear(argv[2], argv[3]);
   if (argc == 4 && mode == "decide") return decide(argv[2], argv[3]);
-  std::cerr << "usage: fp8_probe cast IN OUT | fp8_probe decide PATTERNS NAMES\n";
+  std::cerr << "usage: fp8_probe cast IN OUT | fp8_probe linear IN OUT | fp8_probe decide PATTERNS NAMES\n";
   return 2;
 } catch (const std::exception& e) {
   std::cerr << "fp8_probe: " << e.what() << "\n";

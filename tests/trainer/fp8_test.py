@@ -112,6 +112,62 @@ def same(a, b):
     return a.shape == b.shape and torch.equal(a, b)
 
 
+def dequantized(x, row_group, col_group):
+    v, s = quantize(x, row_group, col_group)
+    r, c = x.shape
+    return v * s.repeat_interleave(row_group, 0).repeat_interleave(col_group, 1)[:r, :c]
+
+
+def pad_tokens(t):
+    return padded(t, 1, GROUP)
+
+
+def linear_reference(x, w, dy, w_rows=False, dw_channels=False):
+    """prime-rl's three FP8 matmuls on bf16 x, w, dy: (y, dx, dw) and the bound of each,
+    the products in FP32. w_rows / dw_channels: the wrong groupings, for the mutation check."""
+    xb, wb, dyb = (t.bfloat16().float() for t in (x, w, dy))
+    wq = dequantized(wb, 1, GROUP) if w_rows else dequantized(wb, GROUP, GROUP)
+    wtq = dequantized(wb.t().contiguous(), GROUP, GROUP)
+    if dw_channels:  # groups along the channels instead of the tokens
+        a, b = dequantized(dyb, 1, GROUP).t(), dequantized(xb, 1, GROUP).t()
+    else:
+        a, b = dequantized(pad_tokens(dyb.t()), 1, GROUP), dequantized(pad_tokens(xb.t()), 1, GROUP)
+    out = []
+    for lhs, rhs in ((dequantized(xb, 1, GROUP), wq), (dequantized(dyb, 1, GROUP), wtq), (a, b)):
+        exact = lhs.double() @ rhs.double().t()
+        got = (lhs @ rhs.t()).bfloat16().float()
+        # Another order of the FP32 sum (k terms) and one bf16 rounding either side.
+        k = lhs.shape[1]
+        bound = 2**-7 * exact.abs() + k * 2**-23 * (lhs.abs().double() @ rhs.abs().double().t())
+        out.append((got, bound.float()))
+    return out
+
+
+def linear_matches_reference():
+    g = torch.Generator().manual_seed(5)
+    tokens, n_in, n_out = 200, 256, 384  # 200 tokens: dW's token groups end in a partial one
+    x = torch.randn(tokens, n_in, generator=g)
+    w = torch.randn(n_out, n_in, generator=g) * 0.05
+    dy = torch.randn(tokens, n_out, generator=g) * 1e-2
+    with tempfile.TemporaryDirectory() as work:
+        src, dst = os.path.join(work, "in.safetensors"), os.path.join(work, "out.safetensors")
+        save_file({"x": x, "w": w, "dy": dy}, src)
+        p = subprocess.run([PROBE, "linear", src, dst], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"fp8_probe linear failed:\n{p.stderr}")
+        got = load_file(dst)
+    ref = linear_reference(x, w, dy)
+    for name, (want, bound) in zip(("y = x W^T", "dX = dY W", "dW = dY^T X"), ref):
+        have = got[name.split()[0].lower()]
+        worst = ((have - want).abs() / bound.clamp(min=1e-30)).max().item()
+        check(have.shape == want.shape and worst <= 1, f"FP8 linear {name}: within the FP32 sum's and bf16's rounding of the reference ({worst:.3f} of it)")
+    for label, wrong in (("W quantised by rows", linear_reference(x, w, dy, w_rows=True)[0]),
+                         ("dW grouped along the channels", linear_reference(x, w, dy, dw_channels=True)[2])):
+        which = got["y"] if label.startswith("W") else got["dw"]
+        worst = ((which - wrong[0]).abs() / wrong[1].clamp(min=1e-30)).max().item()
+        check(worst > 1, f"the reference with {label} is outside that bound ({worst:.1f} of it): the check can fail")
+
+
 def main():
     x, w = inputs()
     with tempfile.TemporaryDirectory() as work:
@@ -138,6 +194,8 @@ def main():
     check(not same(got["x_values"], quantize(x, 1, 64)[0]), "a group of 64 gives other values")
     check(not same(got["x_scales"], quantize(x, 1, GROUP, floor=1e-12)[1]), "a floor of 1e-12 gives other scales")
     check(not same(got["w_values"], quantize(w, 64, 64)[0]), "64 x 64 weight blocks give other values")
+
+    linear_matches_reference()
 
     # Which layers are FP8: prime-rl's default patterns, matched as prime-rl matches them.
     patterns = [r"lm_head", r"router", r"mlp\.gate\.", r"shared_expert_gate", r"eh_proj", r"weights_proj",

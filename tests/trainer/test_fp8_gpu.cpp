@@ -1,0 +1,79 @@
+// FP8 with blockwise scales on a CUDA device of compute capability 9.0 (nn/fp8.hpp): the
+// casts give the CPU's bits (amax, an IEEE division and a rounding, the same on both), and
+// the FP8 linear's output and both gradients, on cuBLASLt's blockwise-scaled GEMM, equal
+// the CPU's dequantise-and-multiply path within what another order of the FP32 sums and
+// one bf16 rounding allow (the CPU path itself is held to the Python reference built from
+// the format's definition, tests/trainer/fp8_test.py). Skips elsewhere.
+#include "nn/fp8.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#if defined(PRIMECFG_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace {
+
+namespace fp8 = primecfg::train::fp8;
+using torch::Tensor;
+
+bool sm90() {
+#if defined(PRIMECFG_WITH_CUDA)
+  return torch::cuda::is_available() && at::cuda::getCurrentDeviceProperties()->major == 9;
+#else
+  return false;
+#endif
+}
+
+struct Grads {
+  Tensor y, dx, dw;
+};
+
+Grads run(const Tensor& x0, const Tensor& w0, const Tensor& dy, torch::Device device) {
+  const Tensor x = x0.to(device).requires_grad_(), w = w0.to(device).requires_grad_();
+  const Tensor y = fp8::linear(x, w);
+  y.backward(dy.to(device));
+  return {y.detach().cpu().to(torch::kFloat32), x.grad().cpu().to(torch::kFloat32),
+          w.grad().cpu().to(torch::kFloat32)};
+}
+
+// |a - b| within one bf16 rounding of b and k terms' FP32 reordering of the operands' sizes.
+double worst(const Tensor& a, const Tensor& b, const Tensor& magnitude, std::int64_t k) {
+  const Tensor bound = b.abs() * std::pow(2.0, -7) + magnitude * (k * std::pow(2.0, -23));
+  return ((a - b).abs() / bound.clamp_min(1e-30)).max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear the CPU path's values") {
+  if (!sm90()) {
+    MESSAGE("no CUDA device of compute capability 9.0: FP8 test skipped");
+    return;
+  }
+  torch::manual_seed(7);
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
+  const std::int64_t tokens = 320, in = 512, out = 384;
+  const Tensor x = torch::randn({tokens, in}, bf16), w = torch::randn({out, in}, bf16) * 0.05,
+               dy = torch::randn({tokens, out}, bf16) * 0.01;
+
+  const fp8::Quantized cx = fp8::quantize_rows(x), gx = fp8::quantize_rows(x.cuda());
+  const fp8::Quantized cw = fp8::quantize_blocks(w), gw = fp8::quantize_blocks(w.cuda());
+  CHECK(torch::equal(cx.scales, gx.scales.cpu()));
+  CHECK(torch::equal(cx.values.to(torch::kFloat32), gx.values.cpu().to(torch::kFloat32)));
+  CHECK(torch::equal(cw.scales, gw.scales.cpu()));
+  CHECK(torch::equal(cw.values.to(torch::kFloat32), gw.values.cpu().to(torch::kFloat32)));
+
+  const Grads cpu = run(x, w, dy, torch::kCPU), gpu = run(x, w, dy, torch::kCUDA);
+  const Tensor xa = x.to(torch::kFloat32).abs(), wa = w.to(torch::kFloat32).abs(),
+               dya = dy.to(torch::kFloat32).abs();
+  const double wy = worst(gpu.y, cpu.y, at::matmul(xa, wa.t()), in);
+  const double wdx = worst(gpu.dx, cpu.dx, at::matmul(dya, wa), out);
+  const double wdw = worst(gpu.dw, cpu.dw, at::matmul(dya.t(), xa), tokens);
+  MESSAGE("FP8 linear, GPU against the CPU path, in units of the bound: y " << wy << ", dX " << wdx << ", dW "
+                                                                            << wdw);
+  CHECK(wy <= 1);
+  CHECK(wdx <= 1);
+  CHECK(wdw <= 1);
+}
