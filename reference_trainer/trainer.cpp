@@ -415,7 +415,8 @@ class Trainer {
     sharding_ = std::make_unique<Sharding>(
         *pg_, model.args,
         ShardingOptions{torch::TensorOptions().dtype(setup_.dtype).device(setup_.device), reduce,
-                        opts_.dist.bucket_mib, cfg_.model.reshard_after_forward});
+                        opts_.dist.bucket_mib, cfg_.model.reshard_after_forward,
+                        cfg_.model.moe_use_grouped_mm});
     std::optional<HfWeights> hf;
     if (from_hf) hf.emplace(*model.hf_dir, model.args);
     model_ =

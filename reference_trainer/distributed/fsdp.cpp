@@ -13,15 +13,14 @@ namespace primecfg::train {
 namespace {
 
 // The order in which backward makes the parameters' gradients: the last parameters
-// first, except a routed block's experts. Those come from the stacked GEMMs' backward one
-// projection at a time, the last projection first (down, then up, then gate), each for
-// every expert at once; the per-expert loop makes them expert by expert instead, and
-// waits for its buckets within its block (as a dense MLP waits for one projection).
-std::vector<std::size_t> backward_order(const std::vector<ParamShape>& shapes) {
+// first (the per-expert loop's experts too: the last expert's first), except a routed
+// block's stacked experts. Those come from the stacked GEMMs' backward one projection at
+// a time, the last projection first (down, then up, then gate), each for every expert.
+std::vector<std::size_t> backward_order(const std::vector<ParamShape>& shapes, bool stacked_experts) {
   std::vector<std::size_t> order;
   order.reserve(shapes.size());
   for (std::size_t k = shapes.size(); k-- > 0;) {
-    if (shapes[k].expert < 0) {
+    if (shapes[k].expert < 0 || !stacked_experts) {
       order.push_back(k);
       continue;
     }
@@ -132,7 +131,7 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
   bucket_of_.assign(shapes.size(), 0);
   double open_bytes = 0;
   bool open_experts = false;
-  for (const std::size_t k : backward_order(shapes)) {
+  for (const std::size_t k : backward_order(shapes, o.stacked_experts)) {
     if (!held_[k]) continue;
     const bool experts = shapes[k].expert >= 0;
     if (buckets_.empty() || open_bytes >= limit || buckets_.back().among != among_[k] ||

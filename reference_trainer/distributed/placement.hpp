@@ -22,13 +22,16 @@ struct MeshPlacement {
 
 // What the config asks of any parallelism: the weights' dtype and device, the dtype
 // gradients are summed in (model.reduce_dtype), the size of the gradient buckets
-// (--dist.bucket-mib) and whether gathered weights are freed after each block's
-// forward (model.reshard_after_forward).
+// (--dist.bucket-mib), whether gathered weights are freed after each block's forward
+// (model.reshard_after_forward), and whether routed experts run stacked
+// (model.moe_use_grouped_mm: their gradients come one projection at a time, not expert by
+// expert, which orders the buckets).
 struct ShardingOptions {
   torch::TensorOptions weights;
   torch::ScalarType reduce_dtype;
   double bucket_mib;
   bool reshard_after_forward;
+  bool stacked_experts = true;
 };
 
 }  // namespace primecfg::train

@@ -370,6 +370,18 @@ def _(work):
     close_adam(ref, work, "2 ranks")
 
 
+def waited_no_more_than_one_projection(work):
+    """The gradient buckets follow backward's order (distributed/fsdp.cpp): the stacked
+    experts' gradients come one projection at a time, the per-expert loop's expert by
+    expert, so none waits for another projection, another expert, the router or the
+    attention. The most that may wait (10 kB buckets): one projection of the routed block's
+    8 experts, or two of the dense block's MLP, 393,216 bytes each in FP32 (8 x 96 x 128 and
+    2 x 384 x 128 elements)."""
+    waited = max(m["pipeline"]["fsdp_grads_waiting_peak_gib"] for m in metrics(work)) * 2**30
+    if waited > 393216 * 1.001:
+        raise AssertionError(f"{waited:.0f} bytes of gradients waited for their buckets (at most 393216)")
+
+
 for offload in ("none", "full"):
 
     @case(f"2 ranks, Qwen3-MoE, offload = {offload}: every step and the final state match one process")
@@ -381,14 +393,7 @@ for offload in ("none", "full"):
                     "--dist.bucket-mib=0.01", *EVERY_STEP), "torchrun")
         same_steps(metrics(ref), metrics(work), "2 ranks")
         close_adam(ref, work, "2 ranks")
-        # A routed block's experts get their gradients from the stacked GEMMs' backward one
-        # projection at a time, and their buckets follow that order, so none waits for
-        # another projection, the router or the attention. The most that may wait: one
-        # projection of the routed block's 8 experts, or two of the dense block's MLP (both
-        # 393,216 bytes in FP32: 8 x 96 x 128 and 2 x 384 x 128 elements).
-        waited = max(m["pipeline"]["fsdp_grads_waiting_peak_gib"] for m in metrics(work)) * 2**30
-        if waited > 393216 * 1.001:
-            raise AssertionError(f"{waited:.0f} bytes of gradients waited for their buckets (at most 393216)")
+        waited_no_more_than_one_projection(work)
 
 
 @case("2 ranks, Qwen3-MoE, ep unset (prime-rl's \"auto\") or not dividing the experts: an error naming model.ep")
@@ -484,9 +489,11 @@ def _(work):
     # With moe_use_grouped_mm = false the experts run one by one, an expert without tokens
     # on no rows: its gradient (zeros) still comes in its block's backward.
     ref = moe_reference("optimizer", ["--model.moe-use-grouped-mm=false"])
-    ok(torchrun(2, config(work), *MOE, "--model.ep=2", "--model.moe-use-grouped-mm=false", *EVERY_STEP), "torchrun")
+    ok(torchrun(2, config(work), *MOE, "--model.ep=2", "--model.moe-use-grouped-mm=false", "--dist.bucket-mib=0.01",
+                *EVERY_STEP), "torchrun")
     same_steps(metrics(ref), metrics(work), "2 ranks")
     close_adam(ref, work, "2 ranks")
+    waited_no_more_than_one_projection(work)
 
 
 for saved, resumed in (((4, "4"), (2, "2")), ((2, "2"), (1, "1")), ((1, "1"), (4, "2")), ((2, "1"), (4, "4"))):
