@@ -20,7 +20,7 @@ SUITES=("$@")
 [ ${#SUITES[@]} -eq 0 ] && SUITES=(library "compiled loader" "primecfg tool" migrate trainer trainer-exchange
   trainer-plan trainer-plan-json trainer-plan-world trainer-plan-hsdp trainer-plan-world-batch
   trainer-plan-bad-size trainer-plan-flag-alone trainer-plan-bad-model trainer-reliability
-  trainer-distributed cpu_optim cpu_optim_numa cpu_optim_torch "bad input")
+  trainer-distributed trainer-fp8-vs-reference cpu_optim cpu_optim_numa cpu_optim_torch "bad input")
 export TMPDIR=$RES/tmp
 rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 # (The device copy's git may report the session's first commit, not the tree it holds.)
