@@ -16,63 +16,55 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace primecfg::train;
 
 namespace {
 
-int cast(const char* in_path, const char* out_path) {
-  const auto in = safetensors::file::open(in_path);
-  auto get = [&](const std::string& name) {
-    const auto* t = in.find(name);
-    if (!t || t->type != safetensors::dtype::F32) throw std::runtime_error("no F32 tensor " + name);
-    return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
-  };
-  const torch::Tensor x = get("x"), w = get("w");
+torch::Tensor read_f32(const safetensors::file& in, const std::string& name) {
+  const auto* t = in.find(name);
+  if (!t || t->type != safetensors::dtype::F32) throw std::runtime_error("no F32 tensor " + name);
+  return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
+}
+
+// Each tensor as F32 into one safetensors file.
+void write_f32(const char* path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
   std::vector<torch::Tensor> keep;
   std::vector<safetensors::entry> out;
-  auto add = [&](const std::string& name, torch::Tensor t) {
-    t = t.to(torch::kFloat32).contiguous();
+  for (const auto& [name, t0] : tensors) {
+    const torch::Tensor t = t0.detach().to(torch::kFloat32).contiguous();
     keep.push_back(t);
     out.push_back(
         {name, safetensors::dtype::F32, t.sizes().vec(), t.data_ptr(), static_cast<std::size_t>(t.nbytes())});
-  };
+  }
+  safetensors::write(path, out);
+}
+
+int cast(const char* in_path, const char* out_path) {
+  const auto in = safetensors::file::open(in_path);
+  const torch::Tensor x = read_f32(in, "x"), w = read_f32(in, "w");
   const fp8::Quantized qx = fp8::quantize_rows(x), qw = fp8::quantize_blocks(w),
                        qwt = fp8::quantize_blocks(w.t().contiguous());
-  add("x_values", qx.values);
-  add("x_scales", qx.scales);
-  add("x_dequantized", fp8::dequantize_rows(qx));
-  add("w_values", qw.values);
-  add("w_scales", qw.scales);
-  add("w_dequantized", fp8::dequantize_blocks(qw));
-  add("wt_values", qwt.values);
-  add("wt_scales", qwt.scales);
-  safetensors::write(out_path, out);
+  write_f32(out_path, {{"x_values", qx.values},
+                       {"x_scales", qx.scales},
+                       {"x_dequantized", fp8::dequantize_rows(qx)},
+                       {"w_values", qw.values},
+                       {"w_scales", qw.scales},
+                       {"w_dequantized", fp8::dequantize_blocks(qw)},
+                       {"wt_values", qwt.values},
+                       {"wt_scales", qwt.scales}});
   return 0;
 }
 
 int linear(const char* in_path, const char* out_path) {
   const auto in = safetensors::file::open(in_path);
-  auto get = [&](const std::string& name) {
-    const auto* t = in.find(name);
-    if (!t || t->type != safetensors::dtype::F32) throw std::runtime_error("no F32 tensor " + name);
-    return torch::from_blob(const_cast<std::byte*>(t->data), t->shape, torch::kFloat32).clone();
-  };
-  const torch::Tensor x = get("x").to(torch::kBFloat16).requires_grad_(),
-                      w = get("w").to(torch::kBFloat16).requires_grad_();
+  const torch::Tensor x = read_f32(in, "x").to(torch::kBFloat16).requires_grad_(),
+                      w = read_f32(in, "w").to(torch::kBFloat16).requires_grad_();
   const torch::Tensor y = fp8::linear(x, w);
-  y.backward(get("dy").to(torch::kBFloat16));
-  std::vector<torch::Tensor> keep;
-  std::vector<safetensors::entry> out;
-  for (const auto& [name, t0] :
-       {std::pair<std::string, torch::Tensor>{"y", y.detach()}, {"dx", x.grad()}, {"dw", w.grad()}}) {
-    const torch::Tensor t = t0.to(torch::kFloat32).contiguous();
-    keep.push_back(t);
-    out.push_back(
-        {name, safetensors::dtype::F32, t.sizes().vec(), t.data_ptr(), static_cast<std::size_t>(t.nbytes())});
-  }
-  safetensors::write(out_path, out);
+  y.backward(read_f32(in, "dy").to(torch::kBFloat16));
+  write_f32(out_path, {{"y", y}, {"dx", x.grad()}, {"dw", w.grad()}});
   return 0;
 }
 
