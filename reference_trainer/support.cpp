@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -60,7 +61,10 @@ constexpr FieldDecision decisions[] = {
     {"model.ep_comm_backend", refused, "DeepEP"},
     {"model.trust_remote_code", refused, "remote model code"},
     {"model.lora", refused, "LoRA"},
-    {"model.quantization", refused, "quantized training"},
+    {"model.quantization.type", used, "FP8 linears with blockwise scales (nn/fp8.hpp), on an H100 or H200"},
+    {"model.quantization.enable_grouped_gemm", used,
+     "false: routed experts in bf16 (true, their FP8 grouped GEMMs, is an error on a model with them)"},
+    {"model.quantization.ignore_patterns", used, "the linears kept in bf16 (Transformer::use_fp8)"},
     {"model.vlm", refused, "vision-language models"},
     {"model.debug.num_layers", used, "the blocks built"},
     {"model.debug.random_init", used, "random weights instead of the HF ones"},
@@ -298,7 +302,23 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   for (const auto& p : mesh)
     if (!(p.field == "model.cp" && m.cp > 1)) c.error(p.field, p.message);
   if (m.lora) c.refuse("model.lora", "LoRA " + not_impl + "; remove [model.lora]");
-  if (m.quantization) c.refuse("model.quantization", "quantized training " + not_impl);
+  if (m.quantization) {
+    // Which linears are FP8 is decided when the model is built (Transformer::use_fp8); the
+    // device when it runs (--plan may plan for a GPU this machine lacks).
+    if (m.quantization->enable_grouped_gemm && has_experts)
+      c.error("model.quantization.enable_grouped_gemm",
+              fmt::format("true: {}'s routed experts in FP8 (prime-rl's grouped FP8 GEMMs) {}; set it to "
+                          "false to keep them in bf16 with the other linears in FP8",
+                          m.name, not_impl));
+    for (const auto& pattern : m.quantization->ignore_patterns) {
+      try {
+        (void)std::regex(pattern, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        c.error("model.quantization.ignore_patterns",
+                fmt::format("\"{}\" is not a regular expression: {}", pattern, e.what()));
+      }
+    }
+  }
   if (m.vlm)
     c.refuse("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));
   // prime-rl's offloading hooks move every tensor saved for backward, which with freq > 1

@@ -21,6 +21,7 @@
 #include "metrics.hpp"
 #include "model/architecture.hpp"
 #include "nn/activation_offload.hpp"
+#include "nn/fp8.hpp"
 #include "nn/hf_weights.hpp"
 #include "nn/kernels/fused_ops.hpp"
 #include "nn/loss_chunking.hpp"
@@ -405,6 +406,7 @@ class Trainer {
       model_ = std::make_unique<Transformer>(model.args, setup_.device, setup_.dtype,
                                              static_cast<std::uint64_t>(seed));
       model_->set_moe_settings(moe);
+      quantize_linears();
       if (from_hf) model_->load_hf_weights(*model.hf_dir);
       freeze_routers();
       return;
@@ -425,6 +427,7 @@ class Trainer {
                                         if (hf) hf->load(p);
                                         sharding_->adopt(i, p);
                                       });
+    quantize_linears();
     if (pg_->mesh().ep > 1) {
       // Expert parallelism: each block hands its tokens' rows to the ranks running their
       // experts (nn/moe.hpp), over the expert-parallel group of the mesh.
@@ -438,6 +441,40 @@ class Trainer {
     if (hf) hf->finish();
     sharding_->attach(*model_);
     freeze_routers();
+  }
+
+  // model.quantization = {type = "fp8"}: the linears prime-rl would quantise run in FP8
+  // (Transformer::use_fp8), on a GPU that has the FP8 GEMM, or it is an error that says why.
+  void quantize_linears() {
+    const auto& q = cfg_.model.quantization;
+    if (!q) return;
+    if (const auto why = fp8::unavailable_on(setup_.device)) throw run_error("model.quantization: " + *why);
+    // prime-rl's routed experts are parameters, not linears: enable_grouped_gemm quantises
+    // their grouped GEMMs, which this trainer does not have in FP8.
+    if (q->enable_grouped_gemm && model_->args().moe)
+      throw run_error(fmt::format(
+          "model.quantization.enable_grouped_gemm = true: {}'s routed experts in FP8 (prime-rl's grouped FP8 "
+          "GEMMs) are not implemented by primecfg-train; set it to false to keep them in bf16 with the other "
+          "linears in FP8",
+          cfg_.model.name));
+    std::vector<Transformer::LinearPrecision> chosen;
+    try {
+      chosen = model_->use_fp8(q->ignore_patterns);
+    } catch (const std::invalid_argument& e) {
+      throw run_error(fmt::format("model.quantization.ignore_patterns: {}", e.what()));
+    }
+    if (!opts_.print || (pg_ && pg_->rank() != 0)) return;
+    std::size_t fp8 = 0;
+    std::string kept;
+    for (const auto& c : chosen) {
+      if (!c.bf16_because) {
+        ++fp8;
+      } else if (kept.size() < 400) {
+        kept += fmt::format("{}{} ({})", kept.empty() ? "" : "; ", c.module, *c.bf16_because);
+      }
+    }
+    std::fprintf(stderr, "primecfg-train: model.quantization: %zu of %zu linears in FP8; in bf16: %s\n", fp8,
+                 chosen.size(), kept.empty() ? "none" : kept.c_str());
   }
 
   // model.freeze_moe_router (prime-rl's freeze_moe_router): every router keeps the weights

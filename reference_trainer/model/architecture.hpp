@@ -102,6 +102,12 @@ class Architecture {
   // (prime-rl freezes each MoE layer's router); none by default.
   virtual bool is_router(std::string_view name) const;
 
+  // The qualified name that prime-rl's own model class gives the linear layer whose
+  // weight has HF name `weight`: what model.quantization.ignore_patterns are matched
+  // against. By default the weight's name without ".weight" (prime-rl's dense models
+  // name their linears as transformers does).
+  virtual std::string linear_module(std::string_view weight) const;
+
   // The planner's terms for one block (nn/block.hpp's Block::forward under autograd).
   virtual BlockMemory block_memory(const ModelArgs& a, const BlockKernels& k) const = 0;
 };

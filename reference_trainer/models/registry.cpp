@@ -82,4 +82,10 @@ std::optional<HfSlice> Architecture::hf_fused_source(const ModelArgs&, std::stri
 
 bool Architecture::is_router(std::string_view) const { return false; }
 
+std::string Architecture::linear_module(std::string_view weight) const {
+  constexpr std::string_view suffix = ".weight";
+  if (weight.ends_with(suffix)) weight.remove_suffix(suffix.size());
+  return std::string(weight);
+}
+
 }  // namespace primecfg::train

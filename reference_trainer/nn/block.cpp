@@ -1,4 +1,4 @@
-// Activation checkpointing of any block (nn/block.hpp).
+// Activation checkpointing of any block, and the blocks' parameter lookup (nn/block.hpp).
 #include "nn/block.hpp"
 
 #include <cstdint>
@@ -59,6 +59,14 @@ struct CheckpointedBlock : torch::autograd::Function<CheckpointedBlock> {
 };
 
 }  // namespace
+
+Linear ParamLookup::linear(const std::string& prefix) const {
+  Linear l{find_(prefix + ".weight"), find_(prefix + ".bias")};
+  if (!l.weight.defined()) return l;
+  if (linears_) linears_->push_back(prefix + ".weight");
+  l.fp8 = fp8_ && fp8_(prefix + ".weight");
+  return l;
+}
 
 Tensor checkpointed_block(const Tensor& x, const Block& b, const BlockContext& c, ActivationOffload* offload,
                           std::int64_t slot) {

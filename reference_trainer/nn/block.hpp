@@ -8,6 +8,7 @@
 
 #include "model/config.hpp"
 #include "nn/activation_offload.hpp"
+#include "nn/linear.hpp"
 #include "nn/moe.hpp"
 
 #include <torch/torch.h>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace primecfg::train {
@@ -43,8 +45,27 @@ class Block {
   virtual torch::Tensor forward(const BlockContext& c, const torch::Tensor& x) const = 0;
 };
 
-// The model's parameter tensor of an HF name; undefined when the model has none.
-using ParamLookup = std::function<torch::Tensor(const std::string& name)>;
+// A block's view of the model's parameters, by HF name.
+class ParamLookup {
+ public:
+  // The parameter tensor of an HF name; undefined when the model has none.
+  using Find = std::function<torch::Tensor(const std::string& name)>;
+  // Whether the linear layer whose weight has that HF name runs in FP8 (model.quantization).
+  using Fp8 = std::function<bool(const std::string& weight)>;
+  // Each weight a block took as a Linear is added to `linears` when given.
+  explicit ParamLookup(Find find, Fp8 fp8 = {}, std::vector<std::string>* linears = nullptr)
+      : find_(std::move(find)), fp8_(std::move(fp8)), linears_(linears) {}
+
+  torch::Tensor operator()(const std::string& name) const { return find_(name); }
+  // The linear layer PREFIX.weight (+ PREFIX.bias where the model has one), in FP8 where
+  // the model's quantization chose it; an undefined weight where the model has none.
+  Linear linear(const std::string& prefix) const;
+
+ private:
+  Find find_;
+  Fp8 fp8_;
+  std::vector<std::string>* linears_;
+};
 
 // Block `layer` of `args`' architecture, holding handles to its parameters (found with
 // `find`, which must outlive nothing: the handles share the parameters' storage).

@@ -99,7 +99,8 @@ bool scaled_mm_here(const Tensor& t) {
 struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w) {
     ctx->save_for_backward({x, w});
-    return matmul_nt(quantize_rows(x), quantize_blocks(w), true, torch::kBFloat16);
+    // y in x's dtype: bf16 in training, as prime-rl's; FP32 in the CPU reference model.
+    return matmul_nt(quantize_rows(x), quantize_blocks(w), true, x.scalar_type());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -109,9 +110,12 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     Tensor dx, dw;
     if (ctx->needs_input_grad(0))
       dx = matmul_nt(quantize_rows(dy), quantize_blocks(w.t().contiguous()), true, x.scalar_type());
-    if (ctx->needs_input_grad(1))
-      dw = matmul_nt(quantize_rows(pad_cols(dy.t())), quantize_rows(pad_cols(x.t())), false, torch::kFloat32)
-               .to(w.scalar_type());
+    if (ctx->needs_input_grad(1)) {
+      // One statement each, so that each transposed copy is gone once it is quantised.
+      const Quantized dyt = quantize_rows(pad_cols(dy.t()));
+      const Quantized xt = quantize_rows(pad_cols(x.t()));
+      dw = matmul_nt(dyt, xt, false, torch::kFloat32).to(w.scalar_type());
+    }
     return {dx, dw};
   }
 };
@@ -137,6 +141,25 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight) { return Fp8Linear::apply(x, weight); }
+
+std::optional<std::string> unavailable_on(torch::Device device) {
+  if (!device.is_cuda())
+    return fmt::format(
+        "the device is {}: FP8 training needs an NVIDIA Hopper GPU (compute capability 9.x: "
+        "H100, H200), where cuBLASLt has the blockwise-scaled FP8 GEMM",
+        device.str());
+#ifdef PRIMECFG_WITH_CUDA
+  const auto* props = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+  if (props->major != 9)
+    return fmt::format(
+        "{} has compute capability {}.{}: FP8 training as prime-rl's needs 9.x (H100, H200), "
+        "where cuBLASLt has the blockwise-scaled FP8 GEMM",
+        props->name, props->major, props->minor);
+  return std::nullopt;
+#else
+  return "this build of primecfg-train has no CUDA";
+#endif
+}
 
 std::optional<std::string> stays_bf16(std::string_view module, i64 out_features, i64 in_features,
                                       const std::vector<std::string>& ignore_patterns) {

@@ -49,8 +49,13 @@ torch::Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, t
 // y = x W^T with all three matmuls in FP8, as prime-rl's FP8 linear: the forward on x by
 // rows and W by blocks; dX = dY W on dY by rows and W^T by blocks; dW = dY^T X on both by
 // rows along the tokens (padded with zeros to a multiple of 128). Saves x and W as they
-// are (bf16) for the backward; y in bf16, dX in x's dtype, dW in W's. x [tokens, in].
+// are (bf16) for the backward; y and dX in x's dtype, dW in W's. x [tokens, in].
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+
+// Why FP8 training cannot run on `device`; nothing where it can: a CUDA device of compute
+// capability 9.x (H100, H200), where cuBLASLt has the blockwise-scaled FP8 GEMM. The CPU
+// path of matmul_nt is the tests' reference, far too slow to train with.
+std::optional<std::string> unavailable_on(torch::Device device);
 
 // Whether a linear layer runs in FP8, as prime-rl decides it: no pattern of
 // ignore_patterns is found in its qualified module name (std::regex_search, ECMAScript,

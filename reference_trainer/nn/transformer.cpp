@@ -1,5 +1,7 @@
 #include "nn/transformer.hpp"
 
+#include "model/architecture.hpp"
+#include "nn/fp8.hpp"
 #include "nn/kernels/fused_ops.hpp"
 #include "nn/loss.hpp"
 
@@ -61,13 +63,63 @@ Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::Scalar
     t = Tensor();  // the FP32 draw goes before the next is made
     if (built) built(params_.size() - 1, params_.back());
   }
+  blocks_ = make_blocks({});
+}
+
+std::vector<std::unique_ptr<Block>> Transformer::make_blocks(const std::set<std::string>& fp8,
+                                                             std::vector<std::string>* linears) const {
   // Each block takes handles to its parameters; the ones an architecture lacks stay undefined.
-  const ParamLookup find = [&](const std::string& name) {
-    for (const auto& p : params_)
-      if (p.name == name) return p.tensor;
-    return Tensor();
+  const ParamLookup find(
+      [&](const std::string& name) {
+        for (const auto& p : params_)
+          if (p.name == name) return p.tensor;
+        return Tensor();
+      },
+      [&](const std::string& weight) { return fp8.contains(weight); }, linears);
+  std::vector<std::unique_ptr<Block>> blocks;
+  for (int l = 0; l < args_.layers; ++l) blocks.push_back(make_block(args_, l, find));
+  return blocks;
+}
+
+std::vector<Transformer::LinearPrecision> Transformer::use_fp8(const std::vector<std::string>& patterns) {
+  const Architecture& arch = args_.architecture();
+  std::vector<LinearPrecision> out;
+  std::set<std::string> fp8;
+  auto decide = [&](const std::string& weight, const std::string& module, std::int64_t rows,
+                    std::int64_t cols) {
+    out.push_back({weight, module, fp8::stays_bf16(module, rows, cols, patterns)});
+    return !out.back().bf16_because;
   };
-  for (int l = 0; l < a.layers; ++l) blocks_.push_back(make_block(a, l, find));
+  for (const ParamShape& s : args_.params())
+    if (s.block >= 0 && s.is_matrix() && s.expert < 0 &&
+        decide(s.name, arch.linear_module(s.name), s.rows, s.cols))
+      fp8.insert(s.name);
+  // prime-rl's models have an lm_head linear, tied or not.
+  const std::string head = args_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  if (decide(head, "lm_head", args_.vocab_size, args_.hidden))
+    throw std::invalid_argument(
+        "lm_head would run in FP8 (no ignore pattern finds it), and primecfg-train's LM head, fused with "
+        "the cross-entropy, has no FP8 path; keep a pattern that finds \"lm_head\"");
+  std::vector<std::string> linears;
+  auto blocks = make_blocks(fp8, &linears);
+  for (const LinearPrecision& d : out) {
+    if (d.bf16_because || d.weight == head) continue;
+    auto it = std::find(linears.begin(), linears.end(), d.weight);
+    if (it == linears.end())
+      throw std::invalid_argument(fmt::format(
+          "{} (prime-rl's {}) would run in FP8, and the {} block does not run it as a linear layer "
+          "(nn/linear.hpp): add an ignore pattern that finds it",
+          d.weight, d.module, arch.name()));
+    const std::string bias =
+        d.weight.substr(0, d.weight.size() - std::string_view(".weight").size()) + ".bias";
+    if (std::any_of(params_.begin(), params_.end(), [&](const NamedParam& p) { return p.name == bias; }))
+      throw std::invalid_argument(
+          fmt::format("{} would run in FP8 and has a bias, which prime-rl's FP8 linear does not add: add an "
+                      "ignore pattern that finds it",
+                      d.module));
+  }
+  blocks_ = std::move(blocks);
+  return out;
 }
 
 const Tensor& Transformer::param(std::string_view name) const {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,23 @@ class Transformer {
   // Each block's routing since the last call (undefined counts for blocks without routed
   // experts), counted in the forward only; the counts start again from zero.
   std::vector<MoeStats> take_moe_stats();
+  // One linear layer's precision under model.quantization.
+  struct LinearPrecision {
+    std::string weight;  // its HF name (the tied embedding's for a tied LM head)
+    std::string module;  // prime-rl's qualified name, which the ignore patterns are matched against
+    std::optional<std::string> bf16_because;  // why it stays in the model's dtype; nullopt: FP8
+  };
+  // Runs in FP8 (nn/fp8.hpp) the blocks' linear layers that prime-rl's
+  // model.quantization = {type = "fp8"} would: every one whose module name
+  // (Architecture::linear_module) no pattern finds with a regex search and whose
+  // dimensions are multiples of 128. Routed experts are not linears there, nor here
+  // (model.quantization.enable_grouped_gemm, checked by the caller). Returns each
+  // linear's decision, the LM head's included. Throws std::invalid_argument naming the
+  // layer where this model cannot do what prime-rl would: an FP8 LM head (the fused
+  // cross-entropy has no FP8 path), a linear with a bias (prime-rl's FP8 layer drops it),
+  // one its block does not run as a Linear (nn/linear.hpp), and for a pattern that is not
+  // a regex; the model is unchanged then.
+  std::vector<LinearPrecision> use_fp8(const std::vector<std::string>& ignore_patterns);
   std::vector<NamedParam>& params() { return params_; }
   const torch::Tensor& param(std::string_view name) const;
   torch::Device device() const { return device_; }
@@ -145,6 +163,11 @@ class Transformer {
   std::vector<NamedParam> params_;
   std::vector<std::unique_ptr<Block>> blocks_;  // models/<name>/, by make_block
   torch::Tensor inv_freq_;                      // RoPE inverse frequencies, FP32 on the device
+
+  // The blocks, with the linears of these weights in FP8; the weights taken as
+  // linears are added to `linears` when given.
+  std::vector<std::unique_ptr<Block>> make_blocks(const std::set<std::string>& fp8,
+                                                  std::vector<std::string>* linears = nullptr) const;
 };
 
 }  // namespace primecfg::train

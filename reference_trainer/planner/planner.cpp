@@ -342,6 +342,12 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
         "kernel that keeps one additive mask per block (a math fallback would need far more)");
   if (std::holds_alternative<MuonConfig>(cfg.optim))
     p.notes.push_back("muon: the orthogonalisation temporaries are an estimate");
+  if (cfg.model.quantization)
+    p.notes.push_back(
+        "model.quantization (FP8) is planned as bf16: the FP8 forward saves what bf16's does (its input and "
+        "weight, as prime-rl's), but the quantised copies alive in each matmul (up to about 3 bytes a token "
+        "per input and output feature of the widest linear in its backward) and the FP8 matmuls' speed are "
+        "not modelled yet");
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
   if (a.world > 1)
     p.notes.push_back(

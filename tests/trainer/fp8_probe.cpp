@@ -7,11 +7,20 @@
 //   fp8_probe linear IN OUT    IN holds F32 x [tokens, in], w [out, in], dy [tokens, out];
 //                              runs fp8::linear on them in bf16 and its backward with dy;
 //                              OUT gets y, dx and dw (as F32)
+//   fp8_probe model HF_DIR PATTERNS IN OUT
+//                              the HF model in FP32 on the CPU, its linears in FP8 as
+//                              Transformer::use_fp8(PATTERNS) decides (a line each: the HF
+//                              weight, prime-rl's module name, "fp8" or why not; or the
+//                              error on stderr, exit 2); IN holds F32 ids and targets
+//                              [1, T] and the loss's scale [1]; OUT gets the loss (the
+//                              sum of the tokens' cross-entropies x scale) and every gradient
 //   fp8_probe decide PATTERNS NAMES
 //                              PATTERNS: one regex a line; NAMES: "name out in" a line;
 //                              prints "fp8" or why the layer stays bf16, a line each
 #include "base/safetensors.hpp"
+#include "model/config.hpp"
 #include "nn/fp8.hpp"
+#include "nn/transformer.hpp"
 
 #include <fstream>
 #include <iostream>
@@ -68,10 +77,43 @@ int linear(const char* in_path, const char* out_path) {
   return 0;
 }
 
+std::vector<std::string> read_lines(const char* path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+int model(const char* dir, const char* patterns_path, const char* in_path, const char* out_path) {
+  at::set_num_threads(1);  // one order of each sum, run after run (fp8_test.py runs one thread too)
+  const ResolvedModel m = resolve_model(dir);
+  Transformer t(m.args, torch::kCPU, torch::kFloat32, 0);
+  t.load_hf_weights(dir);
+  std::vector<Transformer::LinearPrecision> chosen;
+  try {
+    chosen = t.use_fp8(read_lines(patterns_path));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  for (const auto& c : chosen)
+    std::cout << c.weight << " " << c.module << " " << c.bf16_because.value_or("fp8") << "\n";
+  const auto in = safetensors::file::open(in_path);
+  const torch::Tensor ids = read_f32(in, "ids").to(torch::kInt64),
+                      targets = read_f32(in, "targets").to(torch::kInt64);
+  const auto T = ids.size(1);
+  const torch::Tensor positions = torch::arange(T, torch::kInt64).unsqueeze(0);
+  const torch::Tensor loss = t.loss(t.hidden({ids, positions, std::nullopt}, Recompute::nothing), targets,
+                                    read_f32(in, "scale").item<double>(), T);
+  loss.backward();
+  std::vector<std::pair<std::string, torch::Tensor>> out{{"loss", loss.reshape({1})}};
+  for (const NamedParam& p : t.params()) out.emplace_back(p.name, p.tensor.grad());
+  write_f32(out_path, out);
+  return 0;
+}
+
 int decide(const char* patterns_path, const char* names_path) {
-  std::vector<std::string> patterns;
-  std::ifstream pf(patterns_path);
-  for (std::string line; std::getline(pf, line);) patterns.push_back(line);
+  const std::vector<std::string> patterns = read_lines(patterns_path);
   std::ifstream nf(names_path);
   std::string name;
   std::int64_t out_features = 0, in_features = 0;
@@ -89,7 +131,9 @@ int main(int argc, char** argv) try {
   if (argc == 4 && mode == "cast") return cast(argv[2], argv[3]);
   if (argc == 4 && mode == "linear") return linear(argv[2], argv[3]);
   if (argc == 4 && mode == "decide") return decide(argv[2], argv[3]);
-  std::cerr << "usage: fp8_probe cast IN OUT | fp8_probe linear IN OUT | fp8_probe decide PATTERNS NAMES\n";
+  if (argc == 6 && mode == "model") return model(argv[2], argv[3], argv[4], argv[5]);
+  std::cerr << "usage: fp8_probe cast IN OUT | linear IN OUT | decide PATTERNS NAMES | model HF_DIR PATTERNS "
+               "IN OUT\n";
   return 2;
 } catch (const std::exception& e) {
   std::cerr << "fp8_probe: " << e.what() << "\n";

@@ -168,6 +168,209 @@ def linear_matches_reference():
         check(worst > 1, f"the reference with {label} is outside that bound ({worst:.1f} of it): the check can fail")
 
 
+
+DEFAULT_IGNORE = [r"lm_head", r"router", r"mlp\.gate\.", r"shared_expert_gate", r"eh_proj", r"weights_proj",
+                  r"in_proj_a", r"in_proj_b"]
+
+
+class ReferenceFp8Linear(torch.autograd.Function):
+    """prime-rl's three FP8 matmuls (docs/design/fp8.md): the operands quantised from their
+    FP32 values, the products in the model's dtype (FP32, or FP64 to see what FP32's
+    rounding alone moves)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        d, x2 = x.dtype, x.reshape(-1, x.shape[-1]).float()
+        y = dequantized(x2, 1, GROUP).to(d) @ dequantized(w.float(), GROUP, GROUP).to(d).t()
+        return y.view(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        d = x.dtype
+        x2, dy2 = x.reshape(-1, x.shape[-1]).float(), dy.reshape(-1, dy.shape[-1]).float()
+        dx = dequantized(dy2, 1, GROUP).to(d) @ dequantized(w.float().t().contiguous(), GROUP, GROUP).to(d).t()
+        dw = dequantized(pad_tokens(dy2.t()), 1, GROUP).to(d) @ dequantized(pad_tokens(x2.t()), 1, GROUP).to(d).t()
+        return dx.view_as(x), dw.to(w.dtype)
+
+
+def prime_rl_linears(model, moe):
+    """The nn.Linear modules prime-rl's own class of this model has, by qualified name, with
+    (out, in) and the transformers module that computes the same product (None where
+    transformers' is not an nn.Linear). prime-rl's Qwen3 and Llama name their linears as
+    transformers does; its Qwen3-MoE holds each routed block's router as
+    mlp.router.gate (models/layers/moe.py, TokenChoiceTopKRouter), where transformers 5 has
+    mlp.gate, a module of its own."""
+    out = {name: (m.out_features, m.in_features, m) for name, m in model.named_modules()
+           if isinstance(m, torch.nn.Linear)}
+    if moe:
+        for i, layer in enumerate(model.model.layers):
+            if hasattr(layer.mlp, "experts"):
+                w = layer.mlp.gate.weight
+                out[f"model.layers.{i}.mlp.router.gate"] = (w.shape[0], w.shape[1], None)
+    return out
+
+
+def fp8_modules(linears, patterns):
+    """prime-rl's rule: no pattern found by re.search, both dimensions multiples of 128."""
+    return {n for n, (o, i, _) in linears.items()
+            if not any(re.search(p, n) for p in patterns) and o % 128 == 0 and i % 128 == 0}
+
+
+def reference_grads(model, fp8, ids, targets, scale):
+    """Loss (the tokens' cross-entropies summed, x scale) and gradients of `model` with the
+    linears named in fp8 as ReferenceFp8Linear, in FP32 by name."""
+    saved = {}
+    for name, m in model.named_modules():
+        if name in fp8:
+            saved[name] = m.forward
+            m.forward = (lambda mod: lambda x: ReferenceFp8Linear.apply(x, mod.weight))(m)
+    model.zero_grad()
+    logits = model(ids).logits
+    loss = torch.nn.functional.cross_entropy(logits[0], targets[0], reduction="sum") * scale
+    loss.backward()
+    for name, m in model.named_modules():
+        if name in saved:
+            m.forward = saved[name]
+    return loss.item(), {n: p.grad.float().clone() for n, p in model.named_parameters()}
+
+
+def per_expert(grads, moe):
+    """transformers 5's fused experts (gate_up_proj [E, 2I, D], down_proj [E, D, I]) as the
+    per-expert tensors the trainer names."""
+    if not moe:
+        return grads
+    out = {}
+    for n, g in grads.items():
+        if n.endswith("mlp.experts.gate_up_proj"):
+            I = g.shape[1] // 2
+            for e in range(g.shape[0]):
+                out[n.replace("gate_up_proj", f"{e}.gate_proj.weight")] = g[e, :I]
+                out[n.replace("gate_up_proj", f"{e}.up_proj.weight")] = g[e, I:]
+        elif n.endswith("mlp.experts.down_proj"):
+            for e in range(g.shape[0]):
+                out[n.replace("down_proj", f"{e}.down_proj.weight")] = g[e]
+        else:
+            out[n] = g
+    return out
+
+
+def rel(a, b):
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def model_matches_reference():
+    """A small Qwen3 and a small Qwen3-MoE (dimensions multiples of 128, so that every linear
+    can be FP8), each loaded by fp8_probe with its linears chosen by Transformer::use_fp8:
+    the layers must be those prime-rl's rule picks among prime-rl's module names, and each
+    FP8 linear must compute what transformers' model computes with that linear replaced by
+    the reference FP8 linear above (FP32, CPU).
+
+    One linear at a time (an ignore pattern that finds every other one: `^(?!name$)`): a
+    value a hair from an e4m3 rounding midpoint rounds either way, so two correct FP32
+    implementations that sum in other orders disagree by an e4m3 step here and there. How far
+    that moves a result is measured, not assumed: the same reference in FP64 (each operand
+    quantised from its FP64 value rounded to FP32) differs from the FP32 one by some noise;
+    over the linears its largest is the noise, and each linear's weight gradient and the
+    loss must be within 4 x that, while the same model without FP8 must be outside, so that
+    the comparison can fail for every layer. With every linear in FP8 at once, each flip
+    perturbs every FP8 layer after it, which flips more: on these random models that chaos
+    moves the loss as much as FP8 itself does (measured: 0.5 in 1202, FP64 against FP32), so
+    the whole model is only held to finite values."""
+    torch.set_num_threads(1)  # one order of each sum, run after run (the probe runs one thread too)
+    import copy
+
+    import transformers
+
+    g = torch.Generator().manual_seed(11)
+    T, V = 200, 256  # 200 tokens: dW's token groups end in a partial one
+    # The summed loss (scale 1), so that the gradients' 1 x 128 groups scale above the
+    # 1e-4 floor, where e4m3 is fine-grained, rather than into its subnormals.
+    SCALE = 1.0
+    ids = torch.randint(0, V, (1, T), generator=g)
+    targets = torch.randint(0, V, (1, T), generator=g)
+    shape = dict(vocab_size=V, hidden_size=256, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 head_dim=128, max_position_embeddings=512, tie_word_embeddings=False, rms_norm_eps=1e-6)
+    cases = [("Qwen3", transformers.Qwen3Config(intermediate_size=384, **shape), False),
+             ("Qwen3-MoE", transformers.Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                                                       intermediate_size=384, mlp_only_layers=[1], norm_topk_prob=True,
+                                                       **shape), True)]
+    for label, config, moe in cases:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config).float()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0, 0.05) if p.dim() == 2 else p.uniform_(0.8, 1.2)
+        model64 = copy.deepcopy(model).double()
+        model64.config._experts_implementation = "eager"  # torch's grouped_mm has no FP64
+
+        def reference(fp8):
+            """(loss, gradients) in FP32, and the same in FP64."""
+            l32, g32 = reference_grads(model, fp8, ids, targets, SCALE)
+            l64, g64 = reference_grads(model64, fp8, ids, targets, SCALE)
+            return (l32, per_expert(g32, moe)), (l64, per_expert(g64, moe))
+
+        linears = prime_rl_linears(model, moe)
+        want_fp8 = fp8_modules(linears, DEFAULT_IGNORE)
+        hf_fp8 = {n for n in want_fp8 if linears[n][2] is not None}
+        with tempfile.TemporaryDirectory() as work:
+            model.save_pretrained(work)
+            pf, inp, outp = (os.path.join(work, n) for n in ("patterns", "in.safetensors", "out.safetensors"))
+            save_file({"ids": ids.float(), "targets": targets.float(), "scale": torch.tensor([SCALE])}, inp)
+
+            def probe(patterns):
+                """(decisions by prime-rl module name, loss and gradients) or the failed process."""
+                with open(pf, "w") as f:
+                    f.write("".join(p + "\n" for p in patterns))
+                p = subprocess.run([PROBE, "model", work, pf, inp, outp], capture_output=True, text=True)
+                if p.returncode != 0:
+                    return p, None
+                return {line.split(" ")[1]: line.split(" ", 2)[2] for line in p.stdout.splitlines()}, load_file(outp)
+
+            decided, got = probe(DEFAULT_IGNORE)
+            check(got is not None, f"{label}: fp8_probe trains with prime-rl's default ignore_patterns")
+            if got is None:
+                print(decided.stderr)
+                continue
+            check(set(decided) == set(linears), f"{label}: a decision for each of prime-rl's {len(linears)} linears, by its name there")
+            check({n for n, d in decided.items() if d == "fp8"} == want_fp8,
+                  f"{label}: FP8 where prime-rl's rule puts it ({len(want_fp8)} linears: {sorted(want_fp8)[:3]}...)")
+            refused, _ = probe([])
+            check(refused.returncode == 2 and "lm_head" in refused.stderr,
+                  f"{label}: no pattern for lm_head is refused by name ({refused.stderr.strip()[:90]})")
+
+            (_, grads), _ = reference(hf_fp8)
+            check(set(got) - {"loss"} == set(grads), f"{label}: a gradient for each of transformers' parameters")
+            check(all(torch.isfinite(t).all() for t in got.values()), f"{label}, every linear in FP8: the loss and "
+                                                                       f"every gradient finite")
+
+            (_, grads_none), _ = reference(set())
+            runs = []  # per linear alone: (its gradient's error, noise, distance without FP8; the loss's error, noise)
+            for m in sorted(hf_fp8):
+                alone, got1 = probe(DEFAULT_IGNORE + [f"^(?!{re.escape(m)}$)"])
+                if got1 is None or {n for n, d in alone.items() if d == "fp8"} != {m}:
+                    check(False, f"{label}: {m} alone in FP8 by a lookahead pattern")
+                    continue
+                (l1, g1), (l1_64, g1_64) = reference({m})
+                w = m + ".weight"
+                runs.append((m, rel(got1[w], g1[w]), rel(g1_64[w], g1[w]), rel(grads_none[w], g1[w]),
+                             abs(got1["loss"].item() - l1), abs(l1_64 - l1)))
+            if runs:
+                # One layer's flips are few and random: the noise is their largest effect over the
+                # layers, and the bound four times that.
+                grad_noise, loss_noise = max(r[2] for r in runs), max(r[5] for r in runs)
+                worst = max((r[1], r[0]) for r in runs)
+                check(worst[0] <= 4 * grad_noise,
+                      f"{label}, each FP8 linear alone: its weight's gradient within 4 x the noise, {grad_noise:.1e} "
+                      f"(off by {worst[0]:.1e} at worst, {worst[1]})")
+                worst = max((r[4], r[0]) for r in runs)
+                check(worst[0] <= 4 * loss_noise, f"{label}, each FP8 linear alone: the loss within 4 x the noise, "
+                                                  f"{loss_noise:.1e} (off by {worst[0]:.1e} at worst, with {worst[1]})")
+                weakest = min((r[3], r[0]) for r in runs)
+                check(weakest[0] > 4 * grad_noise, f"{label}, each FP8 linear alone: without FP8 its gradient is outside "
+                                                   f"that bound ({weakest[0]:.1e} at least, {weakest[1]}): the comparison can fail")
+
 def main():
     x, w = inputs()
     with tempfile.TemporaryDirectory() as work:
@@ -219,6 +422,8 @@ def main():
         want = f'matches ignore pattern "{hit}"' if hit else (
             "fp8" if o % 128 == 0 and i % 128 == 0 else f"{o} x {i} is not a multiple of 128 in both dimensions")
         check(line == want, f"{name} ({o} x {i}): {want}")
+
+    model_matches_reference()
     if failures:
         raise SystemExit(f"{len(failures)} failed")
     print("all passed")

@@ -9,6 +9,7 @@
 #include "model/config.hpp"
 #include "models/gelu/gelu.hpp"
 #include "nn/block.hpp"
+#include "nn/transformer.hpp"
 #include "planner/planner.hpp"
 #include "trainer.hpp"
 #include "unfused_assumptions.hpp"
@@ -289,4 +290,55 @@ TEST_CASE(
   auto fewer = key;
   fewer.top_k = 4;
   CHECK_FALSE(fewer.same_shape(key));
+}
+
+// model.quantization (Transformer::use_fp8): a linear that prime-rl would run in FP8 and
+// this architecture's block multiplies by hand (the test block takes raw tensors, not
+// nn/linear.hpp's Linear) is an error naming it, never a bf16 layer in silence.
+TEST_CASE("architectures: FP8 of a linear the block does not run as one is an error naming it") {
+  auto a = gelu_args();
+  a.hidden = 128, a.heads = 2, a.kv_heads = 2, a.head_dim = 64;  // every block matrix 128-aligned
+  train::Transformer t(a, torch::kCPU, torch::kFloat32, 0);
+  CHECK_THROWS_WITH(t.use_fp8({"lm_head"}), doctest::Contains("model.layers.0.self_attn.q_proj.weight"));
+  // Kept in bf16 by a pattern, it is not asked for.
+  const auto chosen = t.use_fp8({"lm_head", "model\\.layers"});
+  CHECK(chosen.size() == static_cast<std::size_t>(L * 6 + 1));
+  for (const auto& c : chosen) CHECK_MESSAGE(c.bf16_because, c.module);
+}
+
+// The Llama family's block runs its linears as Linears: prime-rl's rule decides which are FP8,
+// and a biased one (Qwen2's q, k and v), which prime-rl's FP8 layer would drop the bias of,
+// is an error naming it.
+TEST_CASE("architectures: the Llama family's FP8 linears are prime-rl's, and a biased one is named") {
+  train::ModelArgs a;  // Qwen3-shaped: hidden 128, 4 heads of 32 (k and v 64 wide), intermediate 384
+  train::Transformer t(a, torch::kCPU, torch::kFloat32, 0);
+  std::vector<std::string> fp8;
+  for (const auto& c : t.use_fp8({"lm_head"}))
+    if (!c.bf16_because) fp8.push_back(c.module);
+  CHECK(fp8 == std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj",
+                                        "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj",
+                                        "model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj",
+                                        "model.layers.1.self_attn.o_proj", "model.layers.1.mlp.gate_proj",
+                                        "model.layers.1.mlp.up_proj", "model.layers.1.mlp.down_proj"});
+  a.model_type = "qwen2", a.qkv_bias = true, a.qk_norm = false;
+  train::Transformer biased(a, torch::kCPU, torch::kFloat32, 0);
+  CHECK_THROWS_WITH(biased.use_fp8({"lm_head"}),
+                    doctest::Contains("model.layers.0.self_attn.q_proj would run in FP8 and has a bias"));
+  CHECK_NOTHROW(biased.use_fp8({"lm_head", "q_proj"}));
+}
+
+// Qwen3-MoE's router is mlp.gate in transformers and mlp.router.gate in prime-rl's class,
+// which the default pattern "router" keeps in bf16; without it, a router prime-rl would
+// quantise is one the block multiplies in model.moe_router_dtype: an error naming it.
+TEST_CASE("architectures: Qwen3-MoE's router goes by prime-rl's name, and is not quantised in silence") {
+  auto a = train::preset("primecfg/tiny-moe");
+  REQUIRE(a);
+  const train::Architecture& arch = a->architecture();
+  CHECK(arch.linear_module("model.layers.3.mlp.gate.weight") == "model.layers.3.mlp.router.gate");
+  CHECK(arch.linear_module("model.layers.3.mlp.gate_proj.weight") == "model.layers.3.mlp.gate_proj");
+  a->hidden = 128, a->heads = 2, a->kv_heads = 1, a->head_dim = 64, a->moe->experts = 128, a->moe->top_k = 2;
+  a->moe->intermediate = 128, a->intermediate = 128;
+  train::Transformer t(*a, torch::kCPU, torch::kFloat32, 0);
+  CHECK_NOTHROW(t.use_fp8({"lm_head", "router"}));
+  CHECK_THROWS_WITH(t.use_fp8({"lm_head"}), doctest::Contains("(prime-rl's model.layers.0.mlp.router.gate)"));
 }

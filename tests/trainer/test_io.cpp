@@ -295,13 +295,40 @@ TEST_CASE("data: JSONL records, and a bad line names file and line") {
   CHECK_THROWS_WITH(data::make_jsonl(dir / "bad.jsonl", false, 0), doctest::Contains("bad.jsonl:2"));
 }
 
+// model.quantization as prime-rl's: accepted on a dense model (the device is the run's
+// business), with what this trainer lacks (FP8 routed experts) and a pattern that is no
+// regex named by their fields.
+TEST_CASE("support: model.quantization is checked field by field") {
+  auto errors = [](const primecfg::SFTConfig& cfg) {
+    std::vector<std::string> out;
+    for (const auto& d : check_support(cfg, {}))
+      if (d.level == primecfg::severity::error) out.push_back(d.path + ": " + d.message);
+    return out;
+  };
+  primecfg::SFTConfig dense;
+  dense.model.compile = std::nullopt;
+  dense.model.quantization = primecfg::QuantizationConfig{};
+  CHECK(errors(dense).empty());
+  auto moe = dense;
+  moe.model.name = "primecfg/tiny-moe";
+  const auto e = errors(moe);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].starts_with("model.quantization.enable_grouped_gemm: true: primecfg/tiny-moe's routed experts"));
+  moe.model.quantization->enable_grouped_gemm = false;
+  CHECK(errors(moe).empty());
+  dense.model.quantization->ignore_patterns.push_back("mlp\\.(gate");
+  const auto bad = errors(dense);
+  REQUIRE(bad.size() == 1);
+  CHECK(
+      bad[0].starts_with("model.quantization.ignore_patterns: \"mlp\\.(gate\" is not a regular expression"));
+}
+
 TEST_CASE("support: values the trainer does not implement are errors naming the field") {
   primecfg::SFTConfig cfg;
   cfg.model.compile = std::nullopt;
   cfg.model.cp = 2;
   cfg.model.ep = 4;
   cfg.model.lora = primecfg::LoraConfig{};
-  cfg.model.quantization = primecfg::QuantizationConfig{};
   // Fields declared for prime-rl's sake that the trainer does not implement.
   cfg.model.attn = primecfg::Attention::flash_attention_4;
   cfg.model.ep_comm_backend = primecfg::EpCommBackend::deepep;
@@ -321,7 +348,6 @@ TEST_CASE("support: values the trainer does not implement are errors naming the 
   CHECK(has("model.cp"));
   CHECK(has("model.ep"));
   CHECK(has("model.lora"));
-  CHECK(has("model.quantization"));
   for (const char* path : {"model.attn", "model.ep_comm_backend", "trace_path", "matmul_precision",
                            "env_vars", "ckpt.skip_dataloader"})
     CHECK_MESSAGE(has(path), path);

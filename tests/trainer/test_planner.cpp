@@ -282,6 +282,21 @@ TEST_CASE("planner: RMSNorm without the fused kernel keeps FP32 copies") {
   CHECK(p.mode(Offload::none).gpu.term("final_norm") == 4 * (8 * 8 + 4));
 }
 
+TEST_CASE("planner: model.quantization says what of FP8 it does not model") {
+  auto cfg = fake_config("hand", 4);
+  auto has_note = [](const plan::Plan& p) {
+    return std::any_of(p.notes.begin(), p.notes.end(), [](const std::string& n) {
+      return n.starts_with("model.quantization (FP8) is planned as bf16");
+    });
+  };
+  const auto bf16 = plan::make_plan(cfg, hand_shape(), exact());
+  CHECK(!has_note(bf16));
+  cfg.model.quantization = QuantizationConfig{};
+  const auto fp8 = plan::make_plan(cfg, hand_shape(), exact());
+  CHECK(has_note(fp8));
+  CHECK(fp8.mode(Offload::none).gpu.peak == bf16.mode(Offload::none).gpu.peak);
+}
+
 TEST_CASE("planner: the fused SwiGLU kernel keeps no silu(gate)") {
   // ATen's silu(g) * u saves silu(g) for backward: intermediate x 2 B per token and
   // block (16 x 2 here); the fused kernel recomputes it. FP32 compute keeps ATen's.

@@ -267,6 +267,15 @@ TEST_CASE("an HF-style directory (config.json + safetensors) loads exactly") {
   CHECK_THROWS_WITH(run_sft(load, quiet()), doctest::Contains("model.embed_tokens.weight"));
 }
 
+// model.quantization where there is no FP8 GEMM: an error that says why, before any step.
+TEST_CASE("training: model.quantization on the CPU is an error naming it and what it needs") {
+  auto cfg = small_config(Offload::none, temp_dir("fp8-cpu"), OptimizerConfig{adamw_no_clip()});
+  cfg.model.quantization = QuantizationConfig{};
+  CHECK_THROWS_WITH(run_sft(cfg, quiet()),
+                    doctest::Contains("model.quantization: the device is cpu: FP8 training needs an NVIDIA "
+                                      "Hopper GPU (compute capability 9.x"));
+}
+
 // Qwen3-MoE (primecfg/tiny-moe: 8 experts, top-2, the second block dense): the three
 // strategies train it with the same numbers, for the reasons the equivalence case above
 // gives, every expert included; a checkpoint resumes in another mode.

@@ -14,11 +14,6 @@ using torch::Tensor;
 
 namespace {
 
-// x @ w^T (+ b): a plain matmul where the architecture has no bias, as before biases existed.
-Tensor project(const Tensor& x, const Tensor& w, const Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : torch::matmul(x, w.t());
-}
-
 // Block `layer`'s tensor NAME + SUFFIX; undefined when the model has none.
 auto block_lookup(int layer, const ParamLookup& find) {
   return [p = fmt::format("model.layers.{}.", layer), &find](std::string_view name,
@@ -27,16 +22,21 @@ auto block_lookup(int layer, const ParamLookup& find) {
   };
 }
 
+// Block `layer`'s linear layer NAME.
+auto block_linear(int layer, const ParamLookup& find) {
+  return [p = fmt::format("model.layers.{}.", layer), &find](std::string_view name) {
+    return find.linear(p + std::string(name));
+  };
+}
+
 }  // namespace
 
 AttentionWeights::AttentionWeights(int layer, const ParamLookup& find) {
   namespace n = llama_names;
   auto get = block_lookup(layer, find);
+  auto linear = block_linear(layer, find);
   in_norm = get(n::input_norm);
-  wq = get(n::q, ".weight"), bq = get(n::q, ".bias");
-  wk = get(n::k, ".weight"), bk = get(n::k, ".bias");
-  wv = get(n::v, ".weight"), bv = get(n::v, ".bias");
-  wo = get(n::o, ".weight"), bo = get(n::o, ".bias");
+  q = linear(n::q), k = linear(n::k), v = linear(n::v), o = linear(n::o);
   q_norm = get(n::q_norm);
   k_norm = get(n::k_norm);
   post_norm = get(n::post_norm);
@@ -48,9 +48,9 @@ Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, cons
   // The norms, RoPE and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
   // (kernels/fused_ops.hpp), ATen's operators elsewhere.
   Tensor h = fused::rms_norm(x, w.in_norm, a.rms_eps);
-  Tensor q = project(h, w.wq, w.bq).view({B, T, a.heads, a.head_dim});
-  Tensor k = project(h, w.wk, w.bk).view({B, T, a.kv_heads, a.head_dim});
-  Tensor v = project(h, w.wv, w.bv).view({B, T, a.kv_heads, a.head_dim});
+  Tensor q = w.q(h).view({B, T, a.heads, a.head_dim});
+  Tensor k = w.k(h).view({B, T, a.kv_heads, a.head_dim});
+  Tensor v = w.v(h).view({B, T, a.kv_heads, a.head_dim});
   // QK-norm (where the architecture has it), then RoPE.
   q = fused::norm_rope(q, a.qk_norm ? w.q_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
   k = fused::norm_rope(k, a.qk_norm ? w.k_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
@@ -58,21 +58,18 @@ Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, cons
   Tensor o = c.mask ? at::scaled_dot_product_attention(q, k, v, *c.mask, 0.0, false, std::nullopt, true)
                     : at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt, true);
   o = o.transpose(1, 2).reshape({B, T, a.heads * a.head_dim});
-  return x + project(o, w.wo, w.bo);
+  return x + w.o(o);
 }
 
 MlpWeights::MlpWeights(int layer, const ParamLookup& find) {
   namespace n = llama_names;
-  auto get = block_lookup(layer, find);
-  w_gate = get(n::gate, ".weight"), b_gate = get(n::gate, ".bias");
-  w_up = get(n::up, ".weight"), b_up = get(n::up, ".bias");
-  w_down = get(n::down, ".weight"), b_down = get(n::down, ".bias");
+  auto linear = block_linear(layer, find);
+  gate = linear(n::gate), up = linear(n::up), down = linear(n::down);
 }
 
 Tensor mlp_residual(const BlockContext& c, const MlpWeights& w, const Tensor& post_norm, const Tensor& x1) {
   Tensor g = fused::rms_norm(x1, post_norm, c.args->rms_eps);
-  Tensor m = fused::swiglu(project(g, w.w_gate, w.b_gate), project(g, w.w_up, w.b_up));
-  return x1 + project(m, w.w_down, w.b_down);
+  return x1 + w.down(fused::swiglu(w.gate(g), w.up(g)));
 }
 
 LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) : attn_(layer, find), mlp_(layer, find) {}

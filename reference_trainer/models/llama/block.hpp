@@ -14,8 +14,8 @@ namespace primecfg::train {
 // Block `layer`'s norms and attention weights; biases and QK-norms are undefined where
 // the architecture has none.
 struct AttentionWeights {
-  torch::Tensor in_norm, wq, wk, wv, wo, q_norm, k_norm, post_norm;
-  torch::Tensor bq, bk, bv, bo;
+  torch::Tensor in_norm, q_norm, k_norm, post_norm;
+  Linear q, k, v, o;
   AttentionWeights(int layer, const ParamLookup& find);
 };
 
@@ -24,7 +24,7 @@ torch::Tensor attention_residual(const BlockContext& c, const AttentionWeights& 
 
 // Block `layer`'s dense SwiGLU MLP; biases undefined where the architecture has none.
 struct MlpWeights {
-  torch::Tensor w_gate, w_up, w_down, b_gate, b_up, b_down;
+  Linear gate, up, down;
   MlpWeights(int layer, const ParamLookup& find);
 };
 

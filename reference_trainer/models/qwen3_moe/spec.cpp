@@ -172,6 +172,14 @@ class Qwen3Moe final : public Architecture {
            name[name.size() - qwen3_moe_names::router.size() - 1] == '.';
   }
 
+  // prime-rl's Qwen3-MoE holds the router's linear as mlp.router.gate
+  // (models/layers/moe.py's TokenChoiceTopKRouter), where transformers has mlp.gate.
+  std::string linear_module(std::string_view weight) const override {
+    if (!is_router(weight)) return Architecture::linear_module(weight);
+    weight.remove_suffix(qwen3_moe_names::router.size());
+    return std::string(weight) + "mlp.router.gate";
+  }
+
   // transformers 5's layout: experts.gate_up_proj [E, 2I, D] (each expert's gate rows,
   // then its up rows) and experts.down_proj [E, D, I].
   std::optional<HfSlice> hf_fused_source(const ModelArgs& a, std::string_view name) const override {
