@@ -2,12 +2,12 @@
 
 #include "distributed/mesh.hpp"
 #include "model/config.hpp"
+#include "model/fp8_layers.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <filesystem>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -262,11 +262,13 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
   // routed experts on several ranks. A model that does not resolve is reported where it
   // is read (ep = "auto" is then taken as 1 here).
   bool has_experts = false, resolved = false;
-  std::int64_t experts = 0;
+  std::int64_t experts = 0, hidden = 0, expert_intermediate = 0;
   try {
-    const auto moe = resolve_model(m.name).args.moe;
-    has_experts = moe.has_value();
-    experts = moe ? moe->experts : 0;
+    const ModelArgs args = resolve_model(m.name).args;
+    has_experts = args.moe.has_value();
+    experts = has_experts ? args.moe->experts : 0;
+    hidden = args.hidden;
+    expert_intermediate = has_experts ? args.moe->intermediate : 0;
     resolved = true;
   } catch (const model_config_error&) {
   }
@@ -306,18 +308,12 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     // Which linears are FP8 is decided when the model is built (Transformer::use_fp8); the
     // device when it runs (--plan may plan for a GPU this machine lacks).
     if (m.quantization->enable_grouped_gemm && has_experts)
-      c.error("model.quantization.enable_grouped_gemm",
-              fmt::format("true: {}'s routed experts in FP8 (prime-rl's grouped FP8 GEMMs) {}; set it to "
-                          "false to keep them in bf16 with the other linears in FP8",
-                          m.name, not_impl));
-    for (const auto& pattern : m.quantization->ignore_patterns) {
-      try {
-        (void)std::regex(pattern, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        c.error("model.quantization.ignore_patterns",
-                fmt::format("\"{}\" is not a regular expression: {}", pattern, e.what()));
-      }
-    }
+      if (const auto why = fp8::experts_stay_bf16(hidden, expert_intermediate))
+        c.error("model.quantization.enable_grouped_gemm",
+                fmt::format("true, and {}'s routed experts {}; set it to false to keep them in bf16", m.name,
+                            *why));
+    for (const auto& pattern : m.quantization->ignore_patterns)
+      if (const auto why = fp8::invalid_pattern(pattern)) c.error("model.quantization.ignore_patterns", *why);
   }
   if (m.vlm)
     c.refuse("model.vlm", "vision-language models are " + std::string("not supported by primecfg-train"));

@@ -449,14 +449,6 @@ class Trainer {
     const auto& q = cfg_.model.quantization;
     if (!q) return;
     if (const auto why = fp8::unavailable_on(setup_.device)) throw run_error("model.quantization: " + *why);
-    // prime-rl's routed experts are parameters, not linears: enable_grouped_gemm quantises
-    // their grouped GEMMs, which this trainer does not have in FP8.
-    if (q->enable_grouped_gemm && model_->args().moe)
-      throw run_error(fmt::format(
-          "model.quantization.enable_grouped_gemm = true: {}'s routed experts in FP8 (prime-rl's grouped FP8 "
-          "GEMMs) are not implemented by primecfg-train; set it to false to keep them in bf16 with the other "
-          "linears in FP8",
-          cfg_.model.name));
     std::vector<Transformer::LinearPrecision> chosen;
     try {
       chosen = model_->use_fp8(q->ignore_patterns);
@@ -517,6 +509,17 @@ class Trainer {
     s.router_dtype = m.moe_router_dtype == Dtype::bfloat16 ? torch::kBFloat16 : torch::kFloat32;
     s.grouped = m.moe_use_grouped_mm;
     s.force_balanced = balanced;
+    // prime-rl's routed experts are parameters, not linears: enable_grouped_gemm quantises
+    // their matmuls, which needs every dimension a multiple of 128 (the config check says
+    // so first; run_sft is also called without it).
+    if (m.quantization && m.quantization->enable_grouped_gemm) {
+      if (const auto why = fp8::experts_stay_bf16(args.hidden, args.moe->intermediate))
+        throw run_error(
+            fmt::format("model.quantization.enable_grouped_gemm: true, and {}'s routed experts {}; "
+                        "set it to false to keep them in bf16",
+                        m.name, *why));
+      s.fp8 = true;
+    }
     return s;
   }
 

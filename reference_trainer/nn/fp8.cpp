@@ -9,7 +9,6 @@
 
 #include <array>
 
-#include <regex>
 #include <stdexcept>
 
 namespace primecfg::train::fp8 {
@@ -99,6 +98,8 @@ bool scaled_mm_here(const Tensor& t) {
 struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w) {
     ctx->save_for_backward({x, w});
+    // No rows (a routed expert without tokens): nothing to multiply, and a zero gradient.
+    if (x.size(0) == 0) return x.new_empty({0, w.size(0)});
     // y in x's dtype: bf16 in training, as prime-rl's; FP32 in the CPU reference model.
     return matmul_nt(quantize_rows(x), quantize_blocks(w), true, x.scalar_type());
   }
@@ -107,6 +108,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &w = saved[1];
     const Tensor dy = grads[0].contiguous();
+    if (x.size(0) == 0) return {x.new_empty(x.sizes()), torch::zeros_like(w)};
     Tensor dx, dw;
     if (ctx->needs_input_grad(0))
       dx = matmul_nt(quantize_rows(dy), quantize_blocks(w.t().contiguous()), true, x.scalar_type());
@@ -159,25 +161,6 @@ std::optional<std::string> unavailable_on(torch::Device device) {
 #else
   return "this build of primecfg-train has no CUDA";
 #endif
-}
-
-std::optional<std::string> stays_bf16(std::string_view module, i64 out_features, i64 in_features,
-                                      const std::vector<std::string>& ignore_patterns) {
-  const std::string name(module);
-  for (const auto& pattern : ignore_patterns) {
-    std::regex re;
-    try {
-      re = std::regex(pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw std::invalid_argument(
-          fmt::format("ignore pattern \"{}\" is not a regular expression: {}", pattern, e.what()));
-    }
-    if (std::regex_search(name, re)) return fmt::format("matches ignore pattern \"{}\"", pattern);
-  }
-  if (out_features % group != 0 || in_features % group != 0)
-    return fmt::format("{} x {} is not a multiple of {} in both dimensions", out_features, in_features,
-                       group);
-  return std::nullopt;
 }
 
 }  // namespace primecfg::train::fp8

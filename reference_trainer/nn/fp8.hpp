@@ -12,6 +12,8 @@
 // Internal to nn/ (the FP8 linear) and its tests.
 #pragma once
 
+#include "model/fp8_layers.hpp"
+
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -22,7 +24,6 @@
 
 namespace primecfg::train::fp8 {
 
-inline constexpr std::int64_t group = 128;   // elements a scale covers along a dimension
 inline constexpr double e4m3_max = 448.0;    // the largest finite e4m3 value
 inline constexpr double scale_floor = 1e-4;  // prime-rl's smallest scale (not an epsilon)
 
@@ -56,14 +57,5 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
 // capability 9.x (H100, H200), where cuBLASLt has the blockwise-scaled FP8 GEMM. The CPU
 // path of matmul_nt is the tests' reference, far too slow to train with.
 std::optional<std::string> unavailable_on(torch::Device device);
-
-// Whether a linear layer runs in FP8, as prime-rl decides it: no pattern of
-// ignore_patterns is found in its qualified module name (std::regex_search, ECMAScript,
-// like Python's re.search on these patterns), and both its dimensions are multiples of 128.
-// The reason when it stays in bf16, nothing when it is FP8. A pattern that is not a valid
-// regex is an error naming it (std::invalid_argument).
-std::optional<std::string> stays_bf16(std::string_view module, std::int64_t out_features,
-                                      std::int64_t in_features,
-                                      const std::vector<std::string>& ignore_patterns);
 
 }  // namespace primecfg::train::fp8

@@ -1,6 +1,7 @@
 #include "nn/moe.hpp"
 
 #include "base/storage_bytes.hpp"
+#include "nn/fp8.hpp"
 
 #include <ATen/ATen.h>
 
@@ -86,7 +87,16 @@ void release_until_backward(const Stacks& s, const MoeWeights& w, i64 first, con
   });
 }
 
-Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2) {
+// How the experts' matmuls run (MoeSettings' grouped, align and fp8).
+struct Kernels {
+  bool grouped = true;
+  i64 align = 8;
+  bool fp8 = false;
+  static Kernels of(const MoeSettings& s) { return {s.grouped, s.align, s.fp8}; }
+};
+
+Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, const Tensor& w2, bool fp8) {
+  if (fp8) return fp8::linear(at::silu(fp8::linear(rows, w1)) * fp8::linear(rows, w3), w2);
   return at::matmul(at::silu(at::matmul(rows, w1.t())) * at::matmul(rows, w3.t()), w2.t());
 }
 
@@ -94,13 +104,14 @@ Tensor swiglu_expert(const Tensor& rows, const Tensor& w1, const Tensor& w3, con
 // without tokens runs on no rows, so that its weights get a gradient (zeros) in every
 // backward, as the grouped GEMM gives them: a sharded run's gradient bucket is full when
 // its block's backward is done, not at the end of the step.
-Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::vector<i64>& counts) {
+Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::vector<i64>& counts,
+                bool fp8) {
   std::vector<Tensor> out;
   i64 start = 0;
   for (std::size_t e = 0; e < counts.size(); ++e) {
     const i64 E = first + static_cast<i64>(e);
-    out.push_back(
-        swiglu_expert(rows.narrow(0, start, counts[e]), expert(w.w1, E), expert(w.w3, E), expert(w.w2, E)));
+    out.push_back(swiglu_expert(rows.narrow(0, start, counts[e]), expert(w.w1, E), expert(w.w3, E),
+                                expert(w.w2, E), fp8));
     start += counts[e];
   }
   return out.empty() ? rows.new_zeros({0, expert(w.w2, 0).size(0)}) : at::cat(out);
@@ -123,12 +134,15 @@ Tensor run_padded(const Tensor& rows, const std::vector<i64>& counts, const std:
 
 // The experts' MLPs on rows sorted by expert: counts[e] rows of expert first + e each,
 // in that order.
-Tensor run_mlps(const MoeWeights& w, i64 first, bool grouped, i64 align, const Tensor& rows,
+Tensor run_mlps(const MoeWeights& w, i64 first, Kernels k, const Tensor& rows,
                 const std::vector<i64>& counts) {
   const auto E = static_cast<i64>(counts.size());
+  const i64 align = k.align;
   Tensor out;
-  if (!grouped) {
-    out = run_loop(w, first, rows, counts);
+  if (!k.grouped || k.fp8) {
+    // FP8: each expert's projections as FP8 linears (prime-rl's grouped FP8 GEMMs compute
+    // the same per expert; one grouped kernel is not built here).
+    out = run_loop(w, first, rows, counts, k.fp8);
   } else if (const Stacks st = stack_experts(w, first, E); grouped_mm_available(st.w1)) {
     // Groups padded to multiples of `align`, at least `align` rows even when empty (as
     // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
@@ -170,9 +184,19 @@ Tensor weighted(const Tensor& out, const Tensor& slot_weights, const Tensor& x) 
 // recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
 // from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
 // order), scaled by its routing weight (`slot_weights` [S], FP32).
-Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x, const Tensor& source,
+Tensor run_experts(const MoeWeights& w, Kernels k, const Tensor& x, const Tensor& source,
                    const std::vector<i64>& counts, const Tensor& slot_weights) {
-  return weighted(run_mlps(w, 0, grouped, align, x.index_select(0, source), counts), slot_weights, x);
+  return weighted(run_mlps(w, 0, k, x.index_select(0, source), counts), slot_weights, x);
+}
+
+void save_kernels(torch::autograd::AutogradContext* ctx, Kernels k) {
+  ctx->saved_data["grouped"] = k.grouped;
+  ctx->saved_data["align"] = k.align;
+  ctx->saved_data["fp8"] = k.fp8;
+}
+Kernels saved_kernels(torch::autograd::AutogradContext* ctx) {
+  return {ctx->saved_data["grouped"].toBool(), ctx->saved_data["align"].toInt(),
+          ctx->saved_data["fp8"].toBool()};
 }
 
 // run_experts under selective activation checkpointing: the forward keeps x, the
@@ -181,14 +205,13 @@ Tensor run_experts(const MoeWeights& w, bool grouped, i64 align, const Tensor& x
 // (their post-accumulate hooks fire as usual) and x's and the weights' gradients go on.
 struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, Tensor slot_weights, Tensor source,
-                        const MoeWeights* w, bool grouped, i64 align, std::vector<i64> counts) {
+                        const MoeWeights* w, Kernels k, std::vector<i64> counts) {
     ctx->save_for_backward({x, slot_weights, source});
     ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
-    ctx->saved_data["grouped"] = grouped;
-    ctx->saved_data["align"] = align;
+    save_kernels(ctx, k);
     ctx->saved_data["counts"] = counts;
     torch::NoGradGuard no_grad;
-    return run_experts(*w, grouped, align, x, source, counts, slot_weights);
+    return run_experts(*w, k, x, source, counts, slot_weights);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -201,11 +224,10 @@ struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
     Tensor y;
     {
       torch::AutoGradMode grad_on(true);
-      y = run_experts(*w, ctx->saved_data["grouped"].toBool(), ctx->saved_data["align"].toInt(), x, saved[2],
-                      counts, slot_weights);
+      y = run_experts(*w, saved_kernels(ctx), x, saved[2], counts, slot_weights);
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
-    return {x.grad(), slot_weights.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {x.grad(), slot_weights.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -213,15 +235,14 @@ struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
 // forward keeps the rows this rank received; the backward runs its experts again.
 struct RecomputedMlps : torch::autograd::Function<RecomputedMlps> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor rows, const MoeWeights* w, i64 first,
-                        bool grouped, i64 align, std::vector<i64> counts) {
+                        Kernels k, std::vector<i64> counts) {
     ctx->save_for_backward({rows});
     ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
     ctx->saved_data["first"] = first;
-    ctx->saved_data["grouped"] = grouped;
-    ctx->saved_data["align"] = align;
+    save_kernels(ctx, k);
     ctx->saved_data["counts"] = counts;
     torch::NoGradGuard no_grad;
-    return run_mlps(*w, first, grouped, align, rows, counts);
+    return run_mlps(*w, first, k, rows, counts);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -231,11 +252,11 @@ struct RecomputedMlps : torch::autograd::Function<RecomputedMlps> {
     Tensor y;
     {
       torch::AutoGradMode grad_on(true);
-      y = run_mlps(*w, ctx->saved_data["first"].toInt(), ctx->saved_data["grouped"].toBool(),
-                   ctx->saved_data["align"].toInt(), rows, ctx->saved_data["counts"].toIntVector());
+      y = run_mlps(*w, ctx->saved_data["first"].toInt(), saved_kernels(ctx), rows,
+                   ctx->saved_data["counts"].toIntVector());
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
-    return {rows.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {rows.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -280,8 +301,8 @@ Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Ten
   const Tensor received = exchange_rows(ex, x.index_select(0, source), send_rows, recv_rows);
   const Tensor rows = received.index_select(0, on_device(order));
   const Tensor out = s.recompute_experts && torch::GradMode::is_enabled()
-                         ? RecomputedMlps::apply(rows, &w, first, s.grouped, s.align, here)
-                         : run_mlps(w, first, s.grouped, s.align, rows, here);
+                         ? RecomputedMlps::apply(rows, &w, first, Kernels::of(s), here)
+                         : run_mlps(w, first, Kernels::of(s), rows, here);
   const Tensor returned = exchange_rows(ex, out.index_select(0, on_device(back)), recv_rows, send_rows);
   return weighted(returned, slot_weights, x);
 }
@@ -327,11 +348,10 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   const Tensor count_t = at::bincount(flat, {}, E).cpu();
   const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
 
-  const Tensor scaled =
-      s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
-      : s.recompute_experts && torch::GradMode::is_enabled()
-          ? RecomputedExperts::apply(x, slot_weights, source, &w, s.grouped, s.align, counts)
-          : run_experts(w, s.grouped, s.align, x, source, counts, slot_weights);
+  const Tensor scaled = s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
+                        : s.recompute_experts && torch::GradMode::is_enabled()
+                            ? RecomputedExperts::apply(x, slot_weights, source, &w, Kernels::of(s), counts)
+                            : run_experts(w, Kernels::of(s), x, source, counts, slot_weights);
   // Each slot's weighted output summed into its token.
   return torch::zeros_like(x).index_add(0, source, scaled);
 }

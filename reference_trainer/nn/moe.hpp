@@ -15,7 +15,10 @@
 //   grouped  the groups padded to multiples of `align` rows, at::_grouped_mm on CUDA
 //            (bf16, compute capability 9.0: H100/H200), else one batched matmul over
 //            the groups padded to the largest (the CPU, FP32);
-//   loop     one matmul per expert with tokens (model.moe_use_grouped_mm = false).
+//   loop     one matmul per expert with tokens (model.moe_use_grouped_mm = false);
+//   fp8      one FP8 linear per projection and expert (nn/fp8.hpp; model.quantization with
+//            enable_grouped_gemm), each expert's rows its own 1 x 128 groups along the
+//            tokens for the weight gradient, as prime-rl's grouped FP8 GEMMs group them.
 // With recompute_experts (selective activation checkpointing of prime-rl's
 // "routed_experts" target) the forward keeps only x, the routing and the sorted slots'
 // weights; the backward gathers the rows and runs the experts again.
@@ -55,6 +58,7 @@ struct MoeSettings {
   bool grouped = true;                               // model.moe_use_grouped_mm
   bool force_balanced = false;                       // model.debug.force_balanced_routing
   std::int64_t align = 8;                            // rows a group is padded to a multiple of (grouped)
+  bool fp8 = false;                                  // model.quantization.enable_grouped_gemm: FP8 experts
   bool recompute_experts = false;                    // ac.mode = "selective" with "routed_experts"
   // Expert parallelism (model.ep > 1): the ranks the experts are split over, which must
   // outlive the backward; null: every expert runs here.

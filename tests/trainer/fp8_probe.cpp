@@ -12,8 +12,9 @@
 //                              Transformer::use_fp8(PATTERNS) decides (a line each: the HF
 //                              weight, prime-rl's module name, "fp8" or why not; or the
 //                              error on stderr, exit 2); IN holds F32 ids and targets
-//                              [1, T] and the loss's scale [1]; OUT gets the loss (the
-//                              sum of the tokens' cross-entropies x scale) and every gradient
+//                              [1, T], the loss's scale [1] and, for routed experts,
+//                              fp8_experts [1] (0 or 1); OUT gets the loss (the sum of the
+//                              tokens' cross-entropies x scale) and every gradient
 //   fp8_probe decide PATTERNS NAMES
 //                              PATTERNS: one regex a line; NAMES: "name out in" a line;
 //                              prints "fp8" or why the layer stays bf16, a line each
@@ -89,6 +90,13 @@ int model(const char* dir, const char* patterns_path, const char* in_path, const
   const ResolvedModel m = resolve_model(dir);
   Transformer t(m.args, torch::kCPU, torch::kFloat32, 0);
   t.load_hf_weights(dir);
+  const auto in = safetensors::file::open(in_path);
+  if (m.args.moe) {
+    MoeSettings s;  // the per-expert loop: FP8 or not, one expert's rows at a time
+    s.grouped = false;
+    s.fp8 = read_f32(in, "fp8_experts").item<float>() != 0;
+    t.set_moe_settings(s);
+  }
   std::vector<Transformer::LinearPrecision> chosen;
   try {
     chosen = t.use_fp8(read_lines(patterns_path));
@@ -98,7 +106,6 @@ int model(const char* dir, const char* patterns_path, const char* in_path, const
   }
   for (const auto& c : chosen)
     std::cout << c.weight << " " << c.module << " " << c.bf16_because.value_or("fp8") << "\n";
-  const auto in = safetensors::file::open(in_path);
   const torch::Tensor ids = read_f32(in, "ids").to(torch::kInt64),
                       targets = read_f32(in, "targets").to(torch::kInt64);
   const auto T = ids.size(1);

@@ -218,14 +218,43 @@ def fp8_modules(linears, patterns):
             if not any(re.search(p, n) for p in patterns) and o % 128 == 0 and i % 128 == 0}
 
 
-def reference_grads(model, fp8, ids, targets, scale):
+def fp8_experts_forward(experts):
+    """transformers 5's Qwen3MoeExperts.forward with each expert's three projections as
+    ReferenceFp8Linear, on its rows in prime-rl's order (the slots sorted by expert, stably:
+    TokenReorderer), which sets the 1 x 128 token groups of the weight gradients."""
+
+    def forward(hidden_states, top_k_index, top_k_weights):
+        k, I = top_k_index.shape[1], experts.intermediate_dim
+        flat = top_k_index.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        out = torch.zeros_like(hidden_states)
+        for e in range(experts.num_experts):
+            slots = order[flat[order] == e]
+            if len(slots) == 0:
+                continue
+            tokens = slots // k
+            rows = hidden_states[tokens]
+            gate_up = experts.gate_up_proj[e]
+            h = experts.act_fn(ReferenceFp8Linear.apply(rows, gate_up[:I])) * ReferenceFp8Linear.apply(rows, gate_up[I:])
+            y = ReferenceFp8Linear.apply(h, experts.down_proj[e])
+            out.index_add_(0, tokens, y * top_k_weights.reshape(-1)[slots, None])
+        return out
+
+    return forward
+
+
+def reference_grads(model, fp8, ids, targets, scale, fp8_experts=False):
     """Loss (the tokens' cross-entropies summed, x scale) and gradients of `model` with the
-    linears named in fp8 as ReferenceFp8Linear, in FP32 by name."""
+    linears named in fp8 as ReferenceFp8Linear (and the routed experts' projections too with
+    fp8_experts), in FP32 by name."""
     saved = {}
     for name, m in model.named_modules():
         if name in fp8:
             saved[name] = m.forward
             m.forward = (lambda mod: lambda x: ReferenceFp8Linear.apply(x, mod.weight))(m)
+        if fp8_experts and name.endswith("mlp.experts"):
+            saved[name] = m.forward
+            m.forward = fp8_experts_forward(m)
     model.zero_grad()
     logits = model(ids).logits
     loss = torch.nn.functional.cross_entropy(logits[0], targets[0], reduction="sum") * scale
@@ -284,7 +313,9 @@ def model_matches_reference():
     import transformers
 
     g = torch.Generator().manual_seed(11)
-    T, V = 200, 256  # 200 tokens: dW's token groups end in a partial one
+    # 320 tokens: dW's token groups end in a partial one, and each of the 4 experts gets
+    # about 160 of the 640 slots, more than one group of 128.
+    T, V = 320, 256
     # The summed loss (scale 1), so that the gradients' 1 x 128 groups scale above the
     # 1e-4 floor, where e4m3 is fine-grained, rather than into its subnormals.
     SCALE = 1.0
@@ -305,10 +336,10 @@ def model_matches_reference():
         model64 = copy.deepcopy(model).double()
         model64.config._experts_implementation = "eager"  # torch's grouped_mm has no FP64
 
-        def reference(fp8):
+        def reference(fp8, experts=False):
             """(loss, gradients) in FP32, and the same in FP64."""
-            l32, g32 = reference_grads(model, fp8, ids, targets, SCALE)
-            l64, g64 = reference_grads(model64, fp8, ids, targets, SCALE)
+            l32, g32 = reference_grads(model, fp8, ids, targets, SCALE, experts)
+            l64, g64 = reference_grads(model64, fp8, ids, targets, SCALE, experts)
             return (l32, per_expert(g32, moe)), (l64, per_expert(g64, moe))
 
         linears = prime_rl_linears(model, moe)
@@ -317,12 +348,14 @@ def model_matches_reference():
         with tempfile.TemporaryDirectory() as work:
             model.save_pretrained(work)
             pf, inp, outp = (os.path.join(work, n) for n in ("patterns", "in.safetensors", "out.safetensors"))
-            save_file({"ids": ids.float(), "targets": targets.float(), "scale": torch.tensor([SCALE])}, inp)
 
-            def probe(patterns):
-                """(decisions by prime-rl module name, loss and gradients) or the failed process."""
+            def probe(patterns, experts=moe):
+                """(decisions by prime-rl module name, loss and gradients) or the failed process;
+                experts: the routed experts in FP8 too (prime-rl's default enable_grouped_gemm)."""
                 with open(pf, "w") as f:
                     f.write("".join(p + "\n" for p in patterns))
+                save_file({"ids": ids.float(), "targets": targets.float(), "scale": torch.tensor([SCALE]),
+                           "fp8_experts": torch.tensor([float(experts)])}, inp)
                 p = subprocess.run([PROBE, "model", work, pf, inp, outp], capture_output=True, text=True)
                 if p.returncode != 0:
                     return p, None
@@ -340,7 +373,7 @@ def model_matches_reference():
             check(refused.returncode == 2 and "lm_head" in refused.stderr,
                   f"{label}: no pattern for lm_head is refused by name ({refused.stderr.strip()[:90]})")
 
-            (_, grads), _ = reference(hf_fp8)
+            (_, grads), _ = reference(hf_fp8, moe)
             check(set(got) - {"loss"} == set(grads), f"{label}: a gradient for each of transformers' parameters")
             check(all(torch.isfinite(t).all() for t in got.values()), f"{label}, every linear in FP8: the loss and "
                                                                        f"every gradient finite")
@@ -348,7 +381,7 @@ def model_matches_reference():
             (_, grads_none), _ = reference(set())
             runs = []  # per linear alone: (its gradient's error, noise, distance without FP8; the loss's error, noise)
             for m in sorted(hf_fp8):
-                alone, got1 = probe(DEFAULT_IGNORE + [f"^(?!{re.escape(m)}$)"])
+                alone, got1 = probe(DEFAULT_IGNORE + [f"^(?!{re.escape(m)}$)"], experts=False)
                 if got1 is None or {n for n, d in alone.items() if d == "fp8"} != {m}:
                     check(False, f"{label}: {m} alone in FP8 by a lookahead pattern")
                     continue
@@ -370,6 +403,22 @@ def model_matches_reference():
                 weakest = min((r[3], r[0]) for r in runs)
                 check(weakest[0] > 4 * grad_noise, f"{label}, each FP8 linear alone: without FP8 its gradient is outside "
                                                    f"that bound ({weakest[0]:.1e} at least, {weakest[1]}): the comparison can fail")
+            if moe:
+                # The routed experts alone in FP8 (every linear kept in bf16 by "."), the same
+                # way: each expert's weights' gradients within 4 x the noise, without FP8 outside.
+                _, got_e = probe(["."], experts=True)
+                (l_e, g_e), (l_e64, g_e64) = reference(set(), experts=True)
+                expert_weights = [n for n in g_e if ".mlp.experts." in n]
+                noise = max(rel(g_e64[n], g_e[n]) for n in expert_weights)
+                worst = max((rel(got_e[n], g_e[n]), n) for n in expert_weights)
+                check(worst[0] <= 4 * noise, f"{label}, the routed experts alone in FP8: every expert weight's gradient "
+                                             f"within 4 x the noise, {noise:.1e} (off by {worst[0]:.1e} at worst, {worst[1]})")
+                err = abs(got_e["loss"].item() - l_e)
+                check(err <= 4 * abs(l_e64 - l_e), f"{label}, the routed experts alone in FP8: the loss within 4 x the "
+                                                   f"noise, {abs(l_e64 - l_e):.1e} (off by {err:.1e})")
+                weakest = min((rel(grads_none[n], g_e[n]), n) for n in expert_weights)
+                check(weakest[0] > 4 * noise, f"{label}, the routed experts alone in FP8: without FP8 each is outside "
+                                              f"that bound ({weakest[0]:.1e} at least, {weakest[1]})")
 
 def main():
     x, w = inputs()

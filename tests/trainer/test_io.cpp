@@ -295,9 +295,8 @@ TEST_CASE("data: JSONL records, and a bad line names file and line") {
   CHECK_THROWS_WITH(data::make_jsonl(dir / "bad.jsonl", false, 0), doctest::Contains("bad.jsonl:2"));
 }
 
-// model.quantization as prime-rl's: accepted on a dense model (the device is the run's
-// business), with what this trainer lacks (FP8 routed experts) and a pattern that is no
-// regex named by their fields.
+// model.quantization as prime-rl's: accepted (the device is the run's business), with
+// routed experts FP8 cannot take whole and a pattern that is no regex named by their fields.
 TEST_CASE("support: model.quantization is checked field by field") {
   auto errors = [](const primecfg::SFTConfig& cfg) {
     std::vector<std::string> out;
@@ -313,8 +312,13 @@ TEST_CASE("support: model.quantization is checked field by field") {
   moe.model.name = "primecfg/tiny-moe";
   const auto e = errors(moe);
   REQUIRE(e.size() == 1);
-  CHECK(e[0].starts_with("model.quantization.enable_grouped_gemm: true: primecfg/tiny-moe's routed experts"));
+  CHECK(
+      e[0].starts_with("model.quantization.enable_grouped_gemm: true, and primecfg/tiny-moe's routed experts "
+                       "are 96 x 128"));
   moe.model.quantization->enable_grouped_gemm = false;
+  CHECK(errors(moe).empty());
+  moe.model.quantization->enable_grouped_gemm = true;
+  moe.model.name = "Qwen/Qwen3-30B-A3B";  // 768 x 2048: FP8 experts
   CHECK(errors(moe).empty());
   dense.model.quantization->ignore_patterns.push_back("mlp\\.(gate");
   const auto bad = errors(dense);
