@@ -282,19 +282,9 @@ std::vector<diagnostic> check_support(const SFTConfig& cfg, const provenance_map
     if (!m.moe_use_grouped_mm) c.note("model.moe_use_grouped_mm", none);
   }
   std::vector<MeshProblem> mesh;
-  const MeshDims dims = resolve_mesh(MeshRequest::of(m, world, has_experts), mesh);
-  const std::string ep_is = m.ep.is_number() ? fmt::format("ep = {}", dims.ep)
-                                             : fmt::format("ep = \"auto\" (resolved to {})", dims.ep);
-  if (resolved && !has_experts && m.ep.is_number() && dims.ep > 1)
-    c.error("model.ep", fmt::format("{}, and {} has no routed experts to split over the ranks; set ep = 1",
-                                    ep_is, m.name));
-  else if (has_experts && dims.ep > 1 && experts % dims.ep != 0)
-    c.error("model.ep",
-            fmt::format("{} does not divide the {} routed experts of {}: each expert-parallel rank runs as "
-                        "many",
-                        ep_is, experts, m.name));
-  else if (has_experts && world > 1 && !c.explicitly_set("model.ep") &&
-           (m.impl == ModelImpl::custom || m.impl == ModelImpl::auto_))
+  resolve_mesh(MeshRequest::of(m, world, resolved ? std::optional<long long>(experts) : std::nullopt), mesh);
+  if (has_experts && world > 1 && !c.explicitly_set("model.ep") &&
+      (m.impl == ModelImpl::custom || m.impl == ModelImpl::auto_))
     c.error(
         "model.ep",
         fmt::format("unset, and {} has routed experts: prime-rl's default ep = \"auto\" would split them "

@@ -274,21 +274,21 @@ class Trainer {
     // The config check has refused what the mesh cannot be (support.cpp). ep = "auto"
     // depends on whether the model has routed experts; a model that does not resolve
     // fails in load_model, with its own message.
-    std::optional<MoeArgs> moe;
+    std::optional<long long> moe_experts;
+    bool resolved = false;
     try {
-      moe = resolve_model(cfg_.model.name).args.moe;
+      const auto moe = resolve_model(cfg_.model.name).args.moe;
+      moe_experts = moe ? moe->experts : 0;
+      resolved = true;
     } catch (const model_config_error&) {
     }
-    const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, moe.has_value()));
-    // Expert parallelism splits routed experts; the config check says so first (support.cpp).
-    if (mesh.ep > 1 && !moe)
-      throw run_error(
-          fmt::format("model.ep: ep = {}, and {} has no routed experts to split over the ranks; "
-                      "set ep = 1",
-                      mesh.ep, cfg_.model.name));
-    if (mesh.ep > 1 && moe->experts % mesh.ep != 0)
-      throw run_error(fmt::format("model.ep: ep = {} does not divide the {} routed experts of {}", mesh.ep,
-                                  moe->experts, cfg_.model.name));
+    MeshDims mesh;
+    try {
+      mesh = resolve_mesh(
+          MeshRequest::of(cfg_.model, opts_.launch.world, resolved ? moe_experts : std::nullopt));
+    } catch (const mesh_error& e) {
+      throw run_error(e.what());
+    }
     pg_ = std::make_unique<ProcessGroup>(opts_.launch, mesh, setup_.device,
                                          std::chrono::seconds(cfg_.dist_timeout_seconds),
                                          opts_.dist.backend == DistBackend::gloo);

@@ -24,13 +24,14 @@ std::string_view mesh_dim_name(MeshDim d) {
   return "dp_shard_mod_ep";
 }
 
-MeshRequest MeshRequest::of(const ModelConfig& m, int world, bool has_experts) {
+MeshRequest MeshRequest::of(const ModelConfig& m, int world, std::optional<long long> experts) {
   MeshRequest r;
   r.world = world;
   r.dp_replicate = m.dp_replicate;
   r.cp = m.cp;
   r.ep = m.ep.is_number() ? std::optional<long long>(m.ep.number()) : std::nullopt;
-  r.has_experts = has_experts;
+  r.experts = experts;
+  r.model = m.name;
   r.custom_impl = m.impl == ModelImpl::custom || m.impl == ModelImpl::auto_;
   return r;
 }
@@ -56,9 +57,20 @@ MeshDims resolve_mesh(const MeshRequest& r, std::vector<MeshProblem>& problems) 
   if (r.ep)
     m.ep = static_cast<int>(*r.ep);
   else
-    m.ep = r.has_experts && r.custom_impl ? std::max(1, std::min(r.world / m.dp_replicate, 8)) : 1;
+    m.ep =
+        r.experts.value_or(0) > 0 && r.custom_impl ? std::max(1, std::min(r.world / m.dp_replicate, 8)) : 1;
   const std::string ep_is =
       r.ep ? fmt::format("ep = {}", m.ep) : fmt::format("ep = \"auto\" (resolved to {})", m.ep);
+  // The experts' rules do not depend on the ranks' layout: said whatever else is wrong.
+  const std::string model = r.model.empty() ? "the model" : r.model;
+  if (m.ep > 1 && r.experts && *r.experts == 0)
+    problem("model.ep", fmt::format("{}, and {} has no routed experts to split over the ranks; set ep = 1",
+                                    ep_is, model));
+  else if (m.ep > 1 && r.experts && *r.experts % m.ep != 0)
+    problem(
+        "model.ep",
+        fmt::format("{} does not divide the {} routed experts of {}: each expert-parallel rank runs as many",
+                    ep_is, *r.experts, model));
 
   if (r.world % m.dp_replicate != 0) {
     problem("model.dp_replicate",

@@ -65,13 +65,16 @@ struct MeshRequest {
   long long dp_replicate = 1;       // model.dp_replicate
   long long cp = 1;                 // model.cp
   std::optional<long long> ep = 1;  // model.ep; nullopt: "auto"
-  // Whether the model has routed experts (what prime-rl's "auto" looks at), and whether
-  // the implementation is the custom one ("custom" or "auto"; "auto" resolves to 1 else).
-  bool has_experts = false;
+  // The model's routed experts a block (0: a dense model): what prime-rl's "auto" looks
+  // at, and what ep > 1 must divide; nullopt where the model is not known (a config check
+  // whose model.name does not resolve: "auto" is then 1, and ep is not checked against it).
+  std::optional<long long> experts;
+  std::string model;  // model.name, for the messages
+  // Whether the implementation is the custom one ("custom" or "auto"; "auto" resolves to 1 else).
   bool custom_impl = true;
 
-  // What a config's [model] asks for on `world` ranks.
-  static MeshRequest of(const ModelConfig& m, int world, bool has_experts);
+  // What a config's [model] asks for on `world` ranks, for a model of `experts`.
+  static MeshRequest of(const ModelConfig& m, int world, std::optional<long long> experts);
 };
 
 // A rule of prime-rl's mesh that the request breaks: the field to change and why.
@@ -83,8 +86,9 @@ struct MeshProblem {
 // prime-rl's resolution (parallel_dims.py: resolve_ep, then ParallelDims): ep = "auto"
 // is min(world / dp_replicate, 8) for a model with experts and the custom
 // implementation, 1 otherwise; dp_shard = world / (dp_replicate x cp); then
-// dp_replicate x dp_shard x cp = world, and with ep > 1: ep % cp = 0 and
-// (dp_shard x cp) % ep = 0. `problems` gets every rule broken (empty: the mesh is valid).
+// dp_replicate x dp_shard x cp = world, and with ep > 1: ep % cp = 0,
+// (dp_shard x cp) % ep = 0, and ep divides the model's routed experts (none: an error).
+// `problems` gets every rule broken (empty: the mesh is valid).
 MeshDims resolve_mesh(const MeshRequest& r, std::vector<MeshProblem>& problems);
 // The same, throwing mesh_error with every problem when there is one.
 struct mesh_error : std::runtime_error {

@@ -235,15 +235,11 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
   std::vector<MeshProblem> problems;
-  const MeshDims mesh =
-      resolve_mesh(MeshRequest::of(cfg.model, a.world, /*has_experts=*/shape.moe.has_value()), problems);
-  for (const auto& pr : problems)
-    throw plan_error(fmt::format("{}: {} (the world size is {})", pr.field, pr.message, a.world_source));
   // Expert parallelism (ep = "auto" too, as prime-rl resolves it) splits routed experts.
   w.experts = shape.moe ? shape.moe->experts : 0;
-  if (mesh.ep > 1 && (w.experts == 0 || w.experts % mesh.ep != 0))
-    throw plan_error(fmt::format("model.ep: ep = {} does not divide the {} routed experts of the model",
-                                 mesh.ep, w.experts));
+  const MeshDims mesh = resolve_mesh(MeshRequest::of(cfg.model, a.world, w.experts), problems);
+  for (const auto& pr : problems)
+    throw plan_error(fmt::format("{}: {} (the world size is {})", pr.field, pr.message, a.world_source));
   w.mesh = mesh;
   w.shard_world = mesh.fsdp();
   std::visit(

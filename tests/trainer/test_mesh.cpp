@@ -11,13 +11,14 @@ using namespace primecfg::train;
 namespace {
 
 MeshRequest request(int world, long long dp_replicate, long long cp, std::optional<long long> ep,
-                    bool has_experts = true) {
+                    std::optional<long long> experts = 64) {
   MeshRequest r;
   r.world = world;
   r.dp_replicate = dp_replicate;
   r.cp = cp;
   r.ep = ep;
-  r.has_experts = has_experts;
+  r.experts = experts;
+  r.model = "the test's model";
   return r;
 }
 
@@ -52,7 +53,8 @@ TEST_CASE("mesh: ep = \"auto\" as prime-rl resolves it") {
   CHECK(resolve_mesh(request(16, 4, 1, std::nullopt)).ep == 4);
   CHECK(resolve_mesh(request(4, 1, 1, std::nullopt)).ep == 4);
   // 1 for a dense model, or under transformers' implementation.
-  CHECK(resolve_mesh(request(16, 1, 1, std::nullopt, false)).ep == 1);
+  CHECK(resolve_mesh(request(16, 1, 1, std::nullopt, 0)).ep == 1);
+  CHECK(resolve_mesh(request(16, 1, 1, std::nullopt, std::nullopt)).ep == 1);  // a model not known
   MeshRequest hf = request(16, 1, 1, std::nullopt);
   hf.custom_impl = false;
   CHECK(resolve_mesh(hf).ep == 1);
@@ -108,4 +110,19 @@ TEST_CASE("mesh: groups, as prime-rl's row-major (dp_replicate, dp_shard_mod_ep,
     for (int r = 0; r < 16; ++r)
       for (int member : mesh_group(m, d, r)) CHECK(mesh_group_id(m, d, member) == mesh_group_id(m, d, r));
   }
+}
+
+TEST_CASE("mesh: ep > 1 divides the model's routed experts, which it must have") {
+  CHECK(
+      problems(request(8, 1, 1, 4, 6)) ==
+      "model.ep: ep = 4 does not divide the 6 routed experts of the test's model: each expert-parallel rank "
+      "runs as many\n");
+  CHECK(problems(request(8, 1, 1, std::nullopt, 12))
+            .find("ep = \"auto\" (resolved to 8) does not divide the 12 "
+                  "routed experts") != std::string::npos);
+  CHECK(problems(request(8, 1, 1, 2, 0)) ==
+        "model.ep: ep = 2, and the test's model has no routed experts to split over the ranks; set ep = 1\n");
+  // A model not known (its name does not resolve) is not checked against.
+  CHECK(problems(request(8, 1, 1, 4, std::nullopt)).empty());
+  CHECK(problems(request(8, 1, 1, 4, 8)).empty());
 }
