@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <algorithm>
 #include <array>
 
 #include <stdexcept>
@@ -32,6 +33,10 @@ Tensor padded(const Tensor& x, i64 row_group) {
 
 Tensor scale_of(const Tensor& amax) { return (amax / e4m3_max).clamp_min(scale_floor); }
 
+// A cast works through its tensor in slices of rows of about this many elements, so that its
+// FP32 temporaries (the padded copy, |x|, x / scale) stay near 64 MiB each whatever the tensor.
+constexpr i64 chunk_elements = i64{1} << 24;
+
 // ATen's cast to e4m3 rounds to nearest even but turns what lies beyond 448 into NaN: the
 // clamp is the saturation (x / scale is at most 448 plus a rounding of the division).
 Tensor to_e4m3(const Tensor& scaled) { return scaled.clamp(-e4m3_max, e4m3_max).to(at::kFloat8_e4m3fn); }
@@ -46,22 +51,36 @@ void check_matrix(const Tensor& t, const char* what) {
 Quantized quantize_rows(const Tensor& x) {
   check_matrix(x, "quantize_rows");
   const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
-  const Tensor p = padded(x, 1).view({rows, g, group});
-  const Tensor scales = scale_of(p.abs().amax(2));
-  const Tensor values = to_e4m3(p / scales.unsqueeze(2)).view({rows, g * group}).narrow(1, 0, cols);
-  return {values.contiguous(), scales};
+  Quantized q{torch::empty({rows, cols}, x.options().dtype(at::kFloat8_e4m3fn)),
+              torch::empty({rows, g}, x.options().dtype(torch::kFloat32))};
+  const i64 step = std::max<i64>(1, chunk_elements / std::max<i64>(1, g * group));
+  for (i64 r = 0; r < rows; r += step) {
+    const i64 n = std::min(step, rows - r);
+    const Tensor p = padded(x.narrow(0, r, n), 1).view({n, g, group});
+    const Tensor scales = scale_of(p.abs().amax(2));
+    q.scales.narrow(0, r, n).copy_(scales);
+    q.values.narrow(0, r, n).copy_(to_e4m3(p / scales.unsqueeze(2)).view({n, g * group}).narrow(1, 0, cols));
+  }
+  return q;
 }
 
 Quantized quantize_blocks(const Tensor& w) {
   check_matrix(w, "quantize_blocks");
   const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
-  const Tensor p = padded(w, group).view({gr, group, gc, group});
-  const Tensor scales = scale_of(p.abs().amax({1, 3}));
-  const Tensor values = to_e4m3(p / scales.view({gr, 1, gc, 1}))
-                            .view({gr * group, gc * group})
-                            .narrow(0, 0, rows)
-                            .narrow(1, 0, cols);
-  return {values.contiguous(), scales};
+  Quantized q{torch::empty({rows, cols}, w.options().dtype(at::kFloat8_e4m3fn)),
+              torch::empty({gr, gc}, w.options().dtype(torch::kFloat32))};
+  const i64 step = std::max<i64>(1, chunk_elements / std::max<i64>(1, group * gc * group));  // block rows
+  for (i64 b = 0; b < gr; b += step) {
+    const i64 nb = std::min(step, gr - b), r = b * group, n = std::min(nb * group, rows - r);
+    const Tensor p = padded(w.narrow(0, r, n), group).view({nb, group, gc, group});
+    const Tensor scales = scale_of(p.abs().amax({1, 3}));
+    q.scales.narrow(0, b, nb).copy_(scales);
+    q.values.narrow(0, r, n).copy_(to_e4m3(p / scales.view({nb, 1, gc, 1}))
+                                       .view({nb * group, gc * group})
+                                       .narrow(0, 0, n)
+                                       .narrow(1, 0, cols));
+  }
+  return q;
 }
 
 Tensor dequantize_rows(const Quantized& q) {

@@ -338,12 +338,22 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
         "kernel that keeps one additive mask per block (a math fallback would need far more)");
   if (std::holds_alternative<MuonConfig>(cfg.optim))
     p.notes.push_back("muon: the orthogonalisation temporaries are an estimate");
-  if (cfg.model.quantization)
-    p.notes.push_back(
+  if (cfg.model.quantization) {
+    // What FP8 adds is transient, in a linear's backward (nn/fp8.cpp): while dW is formed,
+    // the token-major copy of the wider operand being cast (bf16), both e4m3 operands, dW
+    // in FP32, and a cast's FP32 slices (3 of 2^24 elements). Its bound for the widest
+    // linear, every token of the micro-batch.
+    i64 widest = std::max(shape.intermediate, shape.heads * shape.head_dim);
+    if (shape.moe) widest = std::max(widest, shape.moe->intermediate);
+    const i64 D = shape.hidden, padded = (w.N + 127) / 128 * 128;
+    const i64 bytes = padded * (D + 3 * widest) + 4 * D * widest + 3 * (i64{4} << 24);
+    p.notes.push_back(fmt::format(
         "model.quantization (FP8) is planned as bf16: the FP8 forward saves what bf16's does (its input and "
-        "weight, as prime-rl's), but the quantised copies alive in each matmul (up to about 3 bytes a token "
-        "per input and output feature of the widest linear in its backward) and the FP8 matmuls' speed are "
-        "not modelled yet");
+        "weight, as prime-rl's), but a linear's FP8 backward holds up to {:.2f} GiB more for a moment (the "
+        "widest, {} x {}, at {} tokens: the operands cast for dW and dW in FP32), and the FP8 matmuls' "
+        "speed is not modelled (the step times are bf16's)",
+        static_cast<double>(bytes) / (1 << 30), widest, D, w.N));
+  }
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");
   if (a.world > 1)
     p.notes.push_back(

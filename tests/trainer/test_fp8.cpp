@@ -1,0 +1,43 @@
+// FP8 casts (nn/fp8.hpp) on tensors larger than one of their slices of rows: a 1 x 128
+// group's scale and values depend on its row alone, a 128 x 128 block's on its 128 rows,
+// so any rows of a large tensor's cast must be the cast of those rows by themselves (whose
+// bits tests/trainer/fp8_test.py holds to the format's definition).
+#include "nn/fp8.hpp"
+
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+namespace {
+
+namespace fp8 = primecfg::train::fp8;
+using torch::Tensor;
+
+bool same_bits(const fp8::Quantized& a, const fp8::Quantized& b) {
+  return torch::equal(a.scales, b.scales) &&
+         torch::equal(a.values.to(torch::kFloat32), b.values.to(torch::kFloat32));
+}
+
+}  // namespace
+
+TEST_CASE("fp8: a large tensor's casts are its rows' and blocks' casts, across the slices they run in") {
+  torch::manual_seed(3);
+  // 2^24 / 384 rows of three groups make one slice; this is two slices and a part.
+  const std::int64_t rows = 2 * (std::int64_t{1} << 24) / 384 + 300, cols = 300;
+  const Tensor x = torch::randn({rows, cols}) * torch::rand({rows, 1}) * 10;
+  const fp8::Quantized whole = fp8::quantize_rows(x);
+  for (std::int64_t r : {std::int64_t{0}, (std::int64_t{1} << 24) / 384 - 2, rows - 5}) {
+    CAPTURE(r);
+    const fp8::Quantized part = fp8::quantize_rows(x.narrow(0, r, 5));
+    CHECK(same_bits({whole.values.narrow(0, r, 5), whole.scales.narrow(0, r, 5)}, part));
+  }
+  // Weights: 128-row blocks; a slice is 2^24 / (128 x 384) block rows.
+  const fp8::Quantized blocks = fp8::quantize_blocks(x);
+  const std::int64_t slice_rows = (std::int64_t{1} << 24) / (128 * 384) * 128, last = (rows - 1) / 128 * 128;
+  for (std::int64_t r : {std::int64_t{0}, slice_rows - 128, slice_rows, last}) {
+    CAPTURE(r);
+    const std::int64_t n = std::min<std::int64_t>(256, rows - r);
+    const fp8::Quantized part = fp8::quantize_blocks(x.narrow(0, r, n));
+    CHECK(
+        same_bits({blocks.values.narrow(0, r, n), blocks.scales.narrow(0, r / 128, (n + 127) / 128)}, part));
+  }
+}
