@@ -80,33 +80,49 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
   CHECK(wdw <= 1);
 }
 
-// The blocks' linears in FP8 (Transformer::use_fp8, as model.quantization runs them): on a
-// Qwen3-shaped model in bf16, the loss stays within FP8's noise of bf16's (one e4m3 rounding
-// is 2^-4 of a value at worst; over a random model's loss of about ln(vocab) the two agree
-// to a few per cent) and every gradient is finite.
-TEST_CASE("GPU kernels: a model with FP8 linears trains beside bf16's") {
+// The blocks' linears in FP8 (Transformer::use_fp8, as model.quantization runs them), and
+// a Qwen3-MoE's routed experts too (MoeSettings::fp8): on models in bf16, the loss stays
+// within FP8's noise of bf16's (one e4m3 rounding is 2^-4 of a value at worst; over a random
+// model's loss of about ln(vocab) the two agree to a few per cent) and every gradient is
+// finite.
+TEST_CASE("GPU kernels: models with FP8 linears and FP8 experts train beside bf16's") {
   if (!sm90()) {
     MESSAGE("no CUDA device of compute capability 9.0: FP8 model test skipped");
     return;
   }
   CHECK(!fp8::unavailable_on(torch::Device(torch::kCUDA, 0)));
-  train::ModelArgs a;
-  a.vocab_size = 512, a.hidden = 256, a.heads = 2, a.kv_heads = 1, a.head_dim = 128, a.intermediate = 512;
-  train::Transformer bf16(a, torch::kCUDA, torch::kBFloat16, 5), f8(a, torch::kCUDA, torch::kBFloat16, 5);
-  std::size_t n_fp8 = 0;
-  for (const auto& c : f8.use_fp8({"lm_head"})) n_fp8 += !c.bf16_because;
-  CHECK(n_fp8 == 7 * static_cast<std::size_t>(a.layers));  // q, k, v, o, gate, up, down
-  const Tensor ids =
-      torch::randint(0, a.vocab_size, {1, 512}, torch::TensorOptions().dtype(torch::kInt64)).cuda();
-  const Tensor pos = torch::arange(512, torch::TensorOptions().dtype(torch::kInt64)).unsqueeze(0).cuda();
-  auto loss_of = [&](train::Transformer& m) {
-    Tensor l = m.loss(m.hidden({ids, pos, std::nullopt}, train::Recompute::nothing), ids, 1.0 / 512, 512);
-    l.backward();
-    return l.item<double>();
-  };
-  const double lb = loss_of(bf16), l8 = loss_of(f8);
-  MESSAGE("loss: bf16 " << lb << ", FP8 " << l8);
-  CHECK(std::abs(l8 - lb) <= 0.02 * lb);
-  for (const auto& p : f8.params())
-    CHECK_MESSAGE(torch::isfinite(p.tensor.grad()).all().item<bool>(), p.name);
+  train::ModelArgs dense;
+  dense.vocab_size = 512, dense.hidden = 256, dense.heads = 2, dense.kv_heads = 1, dense.head_dim = 128,
+  dense.intermediate = 512;
+  train::ModelArgs moe = dense;
+  moe.model_type = "qwen3_moe";
+  train::MoeArgs m;
+  m.experts = 8, m.top_k = 2, m.intermediate = 256, m.norm_topk_prob = true;
+  moe.moe = m;
+  for (const train::ModelArgs& a : {dense, moe}) {
+    CAPTURE(a.model_type);
+    train::Transformer bf16(a, torch::kCUDA, torch::kBFloat16, 5), f8(a, torch::kCUDA, torch::kBFloat16, 5);
+    std::size_t n_fp8 = 0;
+    for (const auto& c : f8.use_fp8({"lm_head", "router"})) n_fp8 += !c.bf16_because;
+    CHECK(n_fp8 == (a.moe ? 4 : 7) * static_cast<std::size_t>(a.layers));  // q, k, v, o (gate, up, down)
+    if (a.moe) {
+      train::MoeSettings s;
+      s.fp8 = true;
+      f8.set_moe_settings(s);
+    }
+    const Tensor ids =
+        torch::randint(0, a.vocab_size, {1, 512}, torch::TensorOptions().dtype(torch::kInt64)).cuda();
+    const Tensor pos = torch::arange(512, torch::TensorOptions().dtype(torch::kInt64)).unsqueeze(0).cuda();
+    auto loss_of = [&](train::Transformer& model) {
+      Tensor l =
+          model.loss(model.hidden({ids, pos, std::nullopt}, train::Recompute::nothing), ids, 1.0 / 512, 512);
+      l.backward();
+      return l.item<double>();
+    };
+    const double lb = loss_of(bf16), l8 = loss_of(f8);
+    MESSAGE(a.model_type << " loss: bf16 " << lb << ", FP8 " << l8);
+    CHECK(std::abs(l8 - lb) <= 0.02 * lb);
+    for (const auto& p : f8.params())
+      CHECK_MESSAGE(torch::isfinite(p.tensor.grad()).all().item<bool>(), p.name);
+  }
 }
