@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 
 namespace primecfg::train {
 
@@ -69,11 +71,13 @@ Transformer::Transformer(const ModelArgs& a, torch::Device device, torch::Scalar
 std::vector<std::unique_ptr<Block>> Transformer::make_blocks(const std::set<std::string>& fp8,
                                                              std::vector<std::string>* linears) const {
   // Each block takes handles to its parameters; the ones an architecture lacks stay undefined.
+  // (By name through a map: a routed block looks up each of its experts' tensors.)
+  std::unordered_map<std::string_view, const Tensor*> by_name;
+  for (const auto& p : params_) by_name.emplace(p.name, &p.tensor);
   const ParamLookup find(
       [&](const std::string& name) {
-        for (const auto& p : params_)
-          if (p.name == name) return p.tensor;
-        return Tensor();
+        const auto it = by_name.find(name);
+        return it == by_name.end() ? Tensor() : *it->second;
       },
       [&](const std::string& weight) { return fp8.contains(weight); }, linears);
   std::vector<std::unique_ptr<Block>> blocks;

@@ -14,11 +14,10 @@ using torch::Tensor;
 
 namespace {
 
-// Block `layer`'s tensor NAME + SUFFIX; undefined when the model has none.
+// Block `layer`'s tensor NAME; undefined when the model has none.
 auto block_lookup(int layer, const ParamLookup& find) {
-  return [p = fmt::format("model.layers.{}.", layer), &find](std::string_view name,
-                                                             std::string_view suffix = "") {
-    return find(p + std::string(name) + std::string(suffix));
+  return [p = fmt::format("model.layers.{}.", layer), &find](std::string_view name) {
+    return find(p + std::string(name));
   };
 }
 
