@@ -63,7 +63,7 @@ constexpr FieldDecision decisions[] = {
     {"model.lora", refused, "LoRA"},
     {"model.quantization.type", used, "FP8 linears with blockwise scales (nn/fp8.hpp), on an H100 or H200"},
     {"model.quantization.enable_grouped_gemm", used,
-     "false: routed experts in bf16 (true, their FP8 grouped GEMMs, is an error on a model with them)"},
+     "routed experts in FP8 (one expert at a time; sizes not multiples of 128 are an error) or bf16"},
     {"model.quantization.ignore_patterns", used, "the linears kept in bf16 (Transformer::use_fp8)"},
     {"model.vlm", refused, "vision-language models"},
     {"model.debug.num_layers", used, "the blocks built"},

@@ -274,18 +274,15 @@ class Trainer {
     // The config check has refused what the mesh cannot be (support.cpp). ep = "auto"
     // depends on whether the model has routed experts; a model that does not resolve
     // fails in load_model, with its own message.
-    std::optional<long long> moe_experts;
-    bool resolved = false;
+    std::optional<long long> moe_experts;  // unknown where the model does not resolve
     try {
       const auto moe = resolve_model(cfg_.model.name).args.moe;
       moe_experts = moe ? moe->experts : 0;
-      resolved = true;
     } catch (const model_config_error&) {
     }
     MeshDims mesh;
     try {
-      mesh = resolve_mesh(
-          MeshRequest::of(cfg_.model, opts_.launch.world, resolved ? moe_experts : std::nullopt));
+      mesh = resolve_mesh(MeshRequest::of(cfg_.model, opts_.launch.world, moe_experts));
     } catch (const mesh_error& e) {
       throw run_error(e.what());
     }
@@ -465,8 +462,11 @@ class Trainer {
         kept += fmt::format("{}{} ({})", kept.empty() ? "" : "; ", c.module, *c.bf16_because);
       }
     }
-    std::fprintf(stderr, "primecfg-train: model.quantization: %zu of %zu linears in FP8; in bf16: %s\n", fp8,
-                 chosen.size(), kept.empty() ? "none" : kept.c_str());
+    const char* experts = !model_->args().moe      ? ""
+                          : q->enable_grouped_gemm ? "; routed experts in FP8, one expert at a time"
+                                                   : "; routed experts in bf16 (enable_grouped_gemm = false)";
+    std::fprintf(stderr, "primecfg-train: model.quantization: %zu of %zu linears in FP8; in bf16: %s%s\n",
+                 fp8, chosen.size(), kept.empty() ? "none" : kept.c_str(), experts);
   }
 
   // model.freeze_moe_router (prime-rl's freeze_moe_router): every router keeps the weights
