@@ -302,7 +302,7 @@ def model_matches_reference():
     that moves a result is measured, not assumed: the same reference in FP64 (each operand
     quantised from its FP64 value rounded to FP32) differs from the FP32 one by some noise;
     over the linears its largest is the noise, and each linear's weight gradient and the
-    loss must be within 4 x that, while the same model without FP8 must be outside, so that
+    loss must be within K x that, while the same model without FP8 must be outside, so that
     the comparison can fail for every layer. With every linear in FP8 at once, each flip
     perturbs every FP8 layer after it, which flips more: on these random models that chaos
     moves the loss as much as FP8 itself does (measured: 0.5 in 1202, FP64 against FP32), so
@@ -319,6 +319,12 @@ def model_matches_reference():
     # The summed loss (scale 1), so that the gradients' 1 x 128 groups scale above the
     # 1e-4 floor, where e4m3 is fine-grained, rather than into its subnormals.
     SCALE = 1.0
+    # The bound is K x the noise. K is a choice, not derived: it must let the trainer's own
+    # flips through and keep out a model without FP8. Measured on a Xeon (AVX-512, and AVX2
+    # by ATEN_CPU_CAPABILITY): the trainer within 0.9 of the noise at worst (the loss with
+    # Qwen3's layer-1 gate_proj under AVX2), the model without FP8 at least 5.1 times it;
+    # 2.5 leaves a factor of 2 or more either way.
+    K = 2.5
     ids = torch.randint(0, V, (1, T), generator=g)
     targets = torch.randint(0, V, (1, T), generator=g)
     shape = dict(vocab_size=V, hidden_size=256, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
@@ -391,33 +397,33 @@ def model_matches_reference():
                              abs(got1["loss"].item() - l1), abs(l1_64 - l1)))
             if runs:
                 # One layer's flips are few and random: the noise is their largest effect over the
-                # layers, and the bound four times that.
+                # layers, and the bound K times that.
                 grad_noise, loss_noise = max(r[2] for r in runs), max(r[5] for r in runs)
                 worst = max((r[1], r[0]) for r in runs)
-                check(worst[0] <= 4 * grad_noise,
-                      f"{label}, each FP8 linear alone: its weight's gradient within 4 x the noise, {grad_noise:.1e} "
+                check(worst[0] <= K * grad_noise,
+                      f"{label}, each FP8 linear alone: its weight's gradient within {K} x the noise, {grad_noise:.1e} "
                       f"(off by {worst[0]:.1e} at worst, {worst[1]})")
                 worst = max((r[4], r[0]) for r in runs)
-                check(worst[0] <= 4 * loss_noise, f"{label}, each FP8 linear alone: the loss within 4 x the noise, "
+                check(worst[0] <= K * loss_noise, f"{label}, each FP8 linear alone: the loss within {K} x the noise, "
                                                   f"{loss_noise:.1e} (off by {worst[0]:.1e} at worst, with {worst[1]})")
                 weakest = min((r[3], r[0]) for r in runs)
-                check(weakest[0] > 4 * grad_noise, f"{label}, each FP8 linear alone: without FP8 its gradient is outside "
+                check(weakest[0] > K * grad_noise, f"{label}, each FP8 linear alone: without FP8 its gradient is outside "
                                                    f"that bound ({weakest[0]:.1e} at least, {weakest[1]}): the comparison can fail")
             if moe:
                 # The routed experts alone in FP8 (every linear kept in bf16 by "."), the same
-                # way: each expert's weights' gradients within 4 x the noise, without FP8 outside.
+                # way: each expert's weights' gradients within K x the noise, without FP8 outside.
                 _, got_e = probe(["."], experts=True)
                 (l_e, g_e), (l_e64, g_e64) = reference(set(), experts=True)
                 expert_weights = [n for n in g_e if ".mlp.experts." in n]
                 noise = max(rel(g_e64[n], g_e[n]) for n in expert_weights)
                 worst = max((rel(got_e[n], g_e[n]), n) for n in expert_weights)
-                check(worst[0] <= 4 * noise, f"{label}, the routed experts alone in FP8: every expert weight's gradient "
-                                             f"within 4 x the noise, {noise:.1e} (off by {worst[0]:.1e} at worst, {worst[1]})")
+                check(worst[0] <= K * noise, f"{label}, the routed experts alone in FP8: every expert weight's gradient "
+                                             f"within {K} x the noise, {noise:.1e} (off by {worst[0]:.1e} at worst, {worst[1]})")
                 err = abs(got_e["loss"].item() - l_e)
-                check(err <= 4 * abs(l_e64 - l_e), f"{label}, the routed experts alone in FP8: the loss within 4 x the "
+                check(err <= K * abs(l_e64 - l_e), f"{label}, the routed experts alone in FP8: the loss within {K} x the "
                                                    f"noise, {abs(l_e64 - l_e):.1e} (off by {err:.1e})")
                 weakest = min((rel(grads_none[n], g_e[n]), n) for n in expert_weights)
-                check(weakest[0] > 4 * noise, f"{label}, the routed experts alone in FP8: without FP8 each is outside "
+                check(weakest[0] > K * noise, f"{label}, the routed experts alone in FP8: without FP8 each is outside "
                                               f"that bound ({weakest[0]:.1e} at least, {weakest[1]})")
 
 def main():
