@@ -147,14 +147,22 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
   if (scaled_mm_here(a.values)) {
     using at::blas::ScalingType;
     using at::blas::SwizzleType;
-    // cuBLASLt reads 1 x 128 scales outer-dimension major ([rows, k / 128] with stride
-    // (1, rows)) and B as a column-major [k, n].
+    // The layouts ATen's blockwise recipes check (ScaledBlas.cpp): B is a column-major
+    // [k, n]; 1 x 128 scales [rows, k / 128] with strides (1, rows); B's 128 x 128 scales
+    // [k / 128 rounded up to 4, n / 128] with strides (1, that), the padding unread.
     auto outer_major = [](const Tensor& s) { return s.t().contiguous().t(); };
+    auto block_major = [](const Tensor& s) {  // s: [n / 128, k / 128], as quantize_blocks gives them
+      const i64 k_blocks = s.size(1), padded = (k_blocks + 3) / 4 * 4;
+      Tensor p = torch::zeros({s.size(0), padded}, s.options());
+      p.narrow(1, 0, k_blocks).copy_(s);
+      return p.t();
+    };
     const auto recipe = [](ScalingType t) { return static_cast<i64>(t); };
     const std::array<i64, 1> ra{recipe(ScalingType::BlockWise1x128)},
         rb{recipe(b_blocks ? ScalingType::BlockWise128x128 : ScalingType::BlockWise1x128)},
         none{static_cast<i64>(SwizzleType::NO_SWIZZLE)};
-    const std::array<Tensor, 1> sa{outer_major(a.scales)}, sb{b_blocks ? b.scales : outer_major(b.scales)};
+    const std::array<Tensor, 1> sa{outer_major(a.scales)},
+        sb{b_blocks ? block_major(b.scales) : outer_major(b.scales)};
     return at::_scaled_mm_v2(a.values, b.values.t(), sa, ra, none, sb, rb, none, std::nullopt, out);
   }
   const Tensor da = dequantize_rows(a), db = b_blocks ? dequantize_blocks(b) : dequantize_rows(b);
