@@ -1,5 +1,7 @@
 #include "nn/fp8.hpp"
 
+#include "nn/kernels/fused_ops.hpp"
+
 #include <ATen/BlasBackend.h>
 #include <fmt/format.h>
 
@@ -50,6 +52,7 @@ void check_matrix(const Tensor& t, const char* what) {
 
 Quantized quantize_rows(const Tensor& x) {
   check_matrix(x, "quantize_rows");
+  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::rows)) return {q->first, q->second};
   const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
   Quantized q{torch::empty({rows, cols}, x.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({rows, g}, x.options().dtype(torch::kFloat32))};
@@ -66,6 +69,7 @@ Quantized quantize_rows(const Tensor& x) {
 
 Quantized quantize_blocks(const Tensor& w) {
   check_matrix(w, "quantize_blocks");
+  if (auto q = fused::fp8_cast(w, fused::Fp8Cast::blocks)) return {q->first, q->second};
   const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
   Quantized q{torch::empty({rows, cols}, w.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({gr, gc}, w.options().dtype(torch::kFloat32))};
@@ -83,6 +87,16 @@ Quantized quantize_blocks(const Tensor& w) {
   return q;
 }
 
+Quantized quantize_cols(const Tensor& x) {
+  check_matrix(x, "quantize_cols");
+  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::cols)) return {q->first, q->second};
+  const i64 rows = x.size(0), want = groups(rows) * group;
+  const Tensor t = x.t();
+  return quantize_rows(want == rows ? t.contiguous() : at::constant_pad_nd(t, {0, want - rows}));
+}
+
+Quantized transposed(const Quantized& q) { return {q.values.t().contiguous(), q.scales.t().contiguous()}; }
+
 Tensor dequantize_rows(const Quantized& q) {
   const i64 cols = q.values.size(1);
   return q.values.to(torch::kFloat32) * q.scales.repeat_interleave(group, 1).narrow(1, 0, cols);
@@ -97,13 +111,6 @@ Tensor dequantize_blocks(const Quantized& q) {
 }
 
 namespace {
-
-// Zero columns up to a multiple of 128 (the tokens of dW's operands).
-Tensor pad_cols(const Tensor& t) {
-  const i64 cols = t.size(1), want = groups(cols) * group;
-  if (want == cols) return t.contiguous();
-  return at::constant_pad_nd(t, {0, want - cols});
-}
 
 bool scaled_mm_here(const Tensor& t) {
 #ifdef PRIMECFG_WITH_CUDA
@@ -129,14 +136,12 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const Tensor dy = grads[0].contiguous();
     if (x.size(0) == 0) return {x.new_empty(x.sizes()), torch::zeros_like(w)};
     Tensor dx, dw;
+    // W^T's 128 x 128 blocks are W's transposed (the same amax each): its casts transposed,
+    // a copy of bytes, not a second cast of the bf16 weight.
     if (ctx->needs_input_grad(0))
-      dx = matmul_nt(quantize_rows(dy), quantize_blocks(w.t().contiguous()), true, x.scalar_type());
-    if (ctx->needs_input_grad(1)) {
-      // One statement each, so that each transposed copy is gone once it is quantised.
-      const Quantized dyt = quantize_rows(pad_cols(dy.t()));
-      const Quantized xt = quantize_rows(pad_cols(x.t()));
-      dw = matmul_nt(dyt, xt, false, torch::kFloat32).to(w.scalar_type());
-    }
+      dx = matmul_nt(quantize_rows(dy), transposed(quantize_blocks(w)), true, x.scalar_type());
+    if (ctx->needs_input_grad(1))
+      dw = matmul_nt(quantize_cols(dy), quantize_cols(x), false, torch::kFloat32).to(w.scalar_type());
     return {dx, dw};
   }
 };

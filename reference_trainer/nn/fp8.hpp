@@ -7,7 +7,8 @@
 //   value  = e4m3(x / scale)                  round to nearest even, saturating at 448
 //
 // A last partial group or block reads zeros past the edge (it scales what is there).
-// These are the ATen compositions: the tests' reference path on any device.
+// On a CUDA device, bf16 input takes the fused casts (nn/kernels/fp8_cast.hpp), which give
+// the same bits; elsewhere these are ATen compositions, the tests' reference path.
 //
 // Internal to nn/ (the FP8 linear) and its tests.
 #pragma once
@@ -34,8 +35,14 @@ struct Quantized {
 
 // x [rows, cols]: one scale per row and 128 columns.
 Quantized quantize_rows(const torch::Tensor& x);
+// x [rows, cols]: the casts of x^T with its columns zero-padded to a multiple of 128 (one
+// scale per column of x and 128 rows: the tokens of a weight gradient's operands).
+Quantized quantize_cols(const torch::Tensor& x);
 // w [rows, cols]: one scale per 128 x 128 block.
 Quantized quantize_blocks(const torch::Tensor& w);
+// The casts of w^T from those of w by blocks (the same blocks, transposed): exactly
+// quantize_blocks(w.t()).
+Quantized transposed(const Quantized& blocks);
 // values * scales, in FP32 (each scale over its group or block).
 torch::Tensor dequantize_rows(const Quantized& q);
 torch::Tensor dequantize_blocks(const Quantized& q);

@@ -41,3 +41,17 @@ TEST_CASE("fp8: a large tensor's casts are its rows' and blocks' casts, across t
         same_bits({blocks.values.narrow(0, r, n), blocks.scales.narrow(0, r / 128, (n + 127) / 128)}, part));
   }
 }
+
+// The backward's casts without a second read of the bf16 weight or a transposed copy of the
+// activations: W^T's blocks are W's transposed, and quantize_cols(x) is the cast of x^T
+// with its columns (the tokens) zero-padded to a multiple of 128.
+TEST_CASE("fp8: the backward's casts of W^T and X^T are the casts of the transposed matrices") {
+  torch::manual_seed(5);
+  const Tensor w = torch::randn({300, 200}) * torch::rand({300, 1}) * 4;
+  CHECK(same_bits(fp8::transposed(fp8::quantize_blocks(w)), fp8::quantize_blocks(w.t().contiguous())));
+  const fp8::Quantized cols = fp8::quantize_cols(w);
+  REQUIRE(cols.values.sizes() == torch::IntArrayRef{200, 384});
+  const Tensor padded = torch::zeros({200, 384});
+  padded.narrow(1, 0, 300).copy_(w.t());
+  CHECK(same_bits(cols, fp8::quantize_rows(padded)));
+}

@@ -1,15 +1,18 @@
 // FP8 with blockwise scales on a CUDA device of compute capability 9.0 (nn/fp8.hpp): the
-// casts give the CPU's bits (amax, an IEEE division and a rounding, the same on both), and
+// casts (the fused kernels where built) give the CPU's bits (amax, an IEEE division and a
+// rounding, the same on both), and
 // the FP8 linear's output and both gradients, on cuBLASLt's blockwise-scaled GEMM, equal
 // the CPU's dequantise-and-multiply path within what another order of the FP32 sums and
 // one bf16 rounding allow (the CPU path itself is held to the Python reference built from
 // the format's definition, tests/trainer/fp8_test.py). Skips elsewhere.
 #include "nn/fp8.hpp"
+#include "nn/kernels/fused_ops.hpp"
 #include "nn/transformer.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <cmath>
 
 #if defined(PRIMECFG_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +30,15 @@ bool sm90() {
 #else
   return false;
 #endif
+}
+
+// Equal scales and values, NaN where the other has NaN.
+bool same_bits(const fp8::Quantized& a, const fp8::Quantized& b) {
+  auto same = [](const Tensor& p, const Tensor& q) {
+    return p.sizes() == q.sizes() && torch::allclose(p.cpu().to(torch::kFloat32), q.cpu().to(torch::kFloat32),
+                                                     0, 0, /*equal_nan=*/true);
+  };
+  return same(a.scales, b.scales) && same(a.values, b.values);
 }
 
 struct Grads {
@@ -60,12 +72,25 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
   const Tensor x = torch::randn({tokens, in}, bf16), w = torch::randn({out, in}, bf16) * 0.05,
                dy = torch::randn({tokens, out}, bf16) * 0.01;
 
-  const fp8::Quantized cx = fp8::quantize_rows(x), gx = fp8::quantize_rows(x.cuda());
-  const fp8::Quantized cw = fp8::quantize_blocks(w), gw = fp8::quantize_blocks(w.cuda());
-  CHECK(torch::equal(cx.scales, gx.scales.cpu()));
-  CHECK(torch::equal(cx.values.to(torch::kFloat32), gx.values.cpu().to(torch::kFloat32)));
-  CHECK(torch::equal(cw.scales, gw.scales.cpu()));
-  CHECK(torch::equal(cw.values.to(torch::kFloat32), gw.values.cpu().to(torch::kFloat32)));
+  // The casts, on the fused kernels (nn/kernels/fp8_cast.hpp) where the build has them: the
+  // shapes above, and one whose groups and blocks are partial, with a NaN in one group.
+  Tensor odd = torch::randn({200, 300}, bf16) * torch::rand({200, 1}, bf16) * 3;
+  odd.index_put_({7, 250}, std::nan(""));
+  for (const Tensor& m : {x, w, dy, odd}) {
+    CAPTURE(m.sizes());
+    CHECK(same_bits(fp8::quantize_rows(m), fp8::quantize_rows(m.cuda())));
+    CHECK(same_bits(fp8::quantize_cols(m), fp8::quantize_cols(m.cuda())));
+    CHECK(same_bits(fp8::quantize_blocks(m), fp8::quantize_blocks(m.cuda())));
+  }
+  // ATen's composition on the GPU, for the record: its division by the scalar 448 is a
+  // multiplication by the reciprocal, so some scales may differ from the CPU's in the last bit.
+  train::fused::set_fp8_cast_enabled(false);
+  const fp8::Quantized aten = fp8::quantize_rows(x.cuda()), cpu_rows = fp8::quantize_rows(x);
+  train::fused::set_fp8_cast_enabled(true);
+  MESSAGE("fused FP8 casts in this build: "
+          << train::fused::kernels_built() << "; ATen's GPU casts differ from the CPU's in "
+          << aten.scales.cpu().ne(cpu_rows.scales).sum().item<std::int64_t>() << " of "
+          << cpu_rows.scales.numel() << " row scales");
 
   const Grads cpu = run(x, w, dy, torch::kCPU), gpu = run(x, w, dy, torch::kCUDA);
   const Tensor xa = x.to(torch::kFloat32).abs(), wa = w.to(torch::kFloat32).abs(),

@@ -5,6 +5,7 @@
 
 #if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
 #include "nn/kernels/cross_entropy.hpp"
+#include "nn/kernels/fp8_cast.hpp"
 #include "nn/kernels/norm_rope.hpp"
 #include "nn/kernels/rms_norm.hpp"
 #include "nn/kernels/swiglu.hpp"
@@ -27,6 +28,7 @@ namespace {
 std::atomic<bool> on{true};
 std::atomic<bool> norm_rope_on{true};
 std::atomic<bool> cross_entropy_on{true};
+std::atomic<bool> fp8_cast_on{true};
 
 // HF's rotate-half RoPE; cos/sin are [B, T, 1, head_dim].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -217,6 +219,39 @@ Tensor cross_entropy_grad_(Tensor& logits, const Tensor& targets, double scale) 
   return Tensor();
 }
 
+std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind) {
+#if PRIMECFG_HAVE_FUSED
+  if (on && fp8_cast_on && fusable(x) && x.dim() == 2) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const Tensor c = x.contiguous();
+    const std::int64_t rows = c.size(0), cols = c.size(1), g = 128;
+    const auto bytes = c.options().dtype(at::kFloat8_e4m3fn), floats = c.options().dtype(torch::kFloat32);
+    auto u8 = [](Tensor& t) { return reinterpret_cast<std::uint8_t*>(t.data_ptr()); };
+    Tensor values, scales;
+    switch (kind) {
+      case Fp8Cast::rows:
+        values = torch::empty({rows, cols}, bytes), scales = torch::empty({rows, (cols + g - 1) / g}, floats);
+        kernels::fp8_quantize_rows(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        break;
+      case Fp8Cast::cols: {
+        const std::int64_t padded = (rows + g - 1) / g * g;
+        values = torch::empty({cols, padded}, bytes), scales = torch::empty({cols, padded / g}, floats);
+        kernels::fp8_quantize_cols(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        break;
+      }
+      case Fp8Cast::blocks:
+        values = torch::empty({rows, cols}, bytes),
+        scales = torch::empty({(rows + g - 1) / g, (cols + g - 1) / g}, floats);
+        kernels::fp8_quantize_blocks(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        break;
+    }
+    return std::pair{values, scales};
+  }
+#endif
+  (void)x, (void)kind;
+  return std::nullopt;
+}
+
 bool kernels_built() { return PRIMECFG_HAVE_FUSED; }
 
 void set_enabled(bool enable) { on = enable; }
@@ -225,5 +260,7 @@ void set_norm_rope_enabled(bool enable) { norm_rope_on = enable; }
 bool norm_rope_enabled() { return norm_rope_on; }
 void set_cross_entropy_enabled(bool enable) { cross_entropy_on = enable; }
 bool cross_entropy_enabled() { return cross_entropy_on; }
+void set_fp8_cast_enabled(bool enable) { fp8_cast_on = enable; }
+bool fp8_cast_enabled() { return fp8_cast_on; }
 
 }  // namespace primecfg::train::fused

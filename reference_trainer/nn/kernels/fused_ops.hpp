@@ -7,6 +7,9 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+#include <utility>
+
 namespace primecfg::train::fused {
 
 // at::rms_norm(x, {x.size(-1)}, w, eps).
@@ -32,6 +35,14 @@ torch::Tensor cross_entropy_grad_(torch::Tensor& logits, const torch::Tensor& ta
 // Whether logits computed from these hidden states (the LM head's input) take the
 // kernel above: the loss then needs no list of the tokens to keep.
 bool cross_entropy_fused(const torch::Tensor& hidden);
+
+// FP8 blockwise casts of a bf16 matrix on a CUDA device (fp8_cast.hpp), while their switch
+// is on: {values, scales} exactly as nn/fp8.hpp's quantize_rows, quantize_cols and
+// quantize_blocks define them; anywhere else nullopt (the caller takes ATen's path).
+enum class Fp8Cast { rows, cols, blocks };
+std::optional<std::pair<torch::Tensor, torch::Tensor>> fp8_cast(const torch::Tensor& x, Fp8Cast kind);
+void set_fp8_cast_enabled(bool on);
+bool fp8_cast_enabled();
 
 // Whether this build has the kernels (compiled by nvcc and linked in).
 bool kernels_built();
