@@ -86,6 +86,7 @@ struct KernelOptions {
   bool norm_rope = true;
   bool cross_entropy = true;
   bool adamw = true;
+  bool fp8_cast = true;
 
   static constexpr auto fields() {
     using K = KernelOptions;
@@ -103,11 +104,16 @@ struct KernelOptions {
         field(&K::adamw,
               "Also run offload = \"none\"'s AdamW update, its gradient norm and the bf16 weight "
               "copy as one fused pass over the state (false: ATen's norm, _fused_adamw_ and copy). "
-              "Part of kernels.fused: off with it."));
+              "Part of kernels.fused: off with it."),
+        field(&K::fp8_cast,
+              "Also cast to FP8 (model.quantization) with one fused pass per cast: amax, scale and "
+              "e4m3 values, the weight gradient's operands transposed as they are cast (false: "
+              "ATen's operators, the same bits). Part of kernels.fused: off with it."));
   }
 
   // The kernels these options turn on, by field name ("fused": RMSNorm and SwiGLU), in a
-  // build that has them: what a machine profile records (planner/profile.hpp).
+  // build that has them: what a machine profile records (planner/profile.hpp). Not
+  // fp8_cast: a profile times bf16 blocks.
   std::vector<std::string> on() const {
     if (!fused) return {};
     std::vector<std::string> names{"fused"};
@@ -122,6 +128,7 @@ struct KernelOptions {
     if (norm_rope && !fused && v.is_set(norm_rope)) v.error(norm_rope, "needs kernels.fused");
     if (cross_entropy && !fused && v.is_set(cross_entropy)) v.error(cross_entropy, "needs kernels.fused");
     if (adamw && !fused && v.is_set(adamw)) v.error(adamw, "needs kernels.fused");
+    if (fp8_cast && !fused && v.is_set(fp8_cast)) v.error(fp8_cast, "needs kernels.fused");
   }
 };
 

@@ -983,6 +983,7 @@ RunResult run_sft(const SFTConfig& cfg, const RunOptions& opts) {
   fused::set_enabled(opts.kernels.fused);
   fused::set_norm_rope_enabled(opts.kernels.norm_rope);
   fused::set_cross_entropy_enabled(opts.kernels.cross_entropy);
+  fused::set_fp8_cast_enabled(opts.kernels.fp8_cast);
   // bf16 where the hardware has it (GPUs); FP32 on CPUs, where bf16 matmuls are emulated.
   setup.dtype = opts.bf16.value_or(setup.device.is_cuda()) ? torch::kBFloat16 : torch::kFloat32;
   return primecfg::visit_offload(

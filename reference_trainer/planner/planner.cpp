@@ -340,13 +340,15 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
     p.notes.push_back("muon: the orthogonalisation temporaries are an estimate");
   if (cfg.model.quantization) {
     // What FP8 adds is transient, in a linear's backward (nn/fp8.cpp): while dW is formed,
-    // the token-major copy of the wider operand being cast (bf16), both e4m3 operands, dW
-    // in FP32, and a cast's FP32 slices (3 of 2^24 elements). Its bound for the widest
-    // linear, every token of the micro-batch.
+    // both e4m3 operands (cast token-major) and dW in FP32; with ATen's casts (no fused
+    // kernels) also the token-major bf16 copy of the wider operand being cast and a cast's
+    // FP32 slices (3 of 2^24 elements). Its bound for the widest linear, every token of the
+    // micro-batch.
     i64 widest = std::max(shape.intermediate, shape.heads * shape.head_dim);
     if (shape.moe) widest = std::max(widest, shape.moe->intermediate);
     const i64 D = shape.hidden, padded = (w.N + 127) / 128 * 128;
-    const i64 bytes = padded * (D + 3 * widest) + 4 * D * widest + 3 * (i64{4} << 24);
+    const i64 bytes = padded * (D + widest) + 4 * D * widest +
+                      (a.fused_fp8_casts ? 0 : 2 * padded * widest + 3 * (i64{4} << 24));
     p.notes.push_back(fmt::format(
         "model.quantization (FP8) is planned as bf16: the FP8 forward saves what bf16's does (its input and "
         "weight, as prime-rl's), but a linear's FP8 backward holds up to {:.2f} GiB more for a moment (the "

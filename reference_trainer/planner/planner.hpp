@@ -65,6 +65,9 @@ struct Assumptions {
   // bf16 on CUDA with the fused kernels: offload = "none"'s AdamW runs on its fused
   // kernel, which reads autograd's bf16 gradients (optim/kernels/adamw.hpp).
   bool fused_adamw = kFusedKernels;
+  // model.quantization on CUDA with the fused kernels: each FP8 cast is one pass from bf16
+  // (nn/kernels/fp8_cast.hpp), without ATen's FP32 temporaries and transposed copies.
+  bool fused_fp8_casts = kFusedKernels;
   // The fused kernels the run uses (KernelOptions::on(), empty in a build without them);
   // a profile measured with others says so. nullopt: not known.
   std::optional<std::vector<std::string>> kernels;
