@@ -511,6 +511,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   // The kernels apply to bf16 on a GPU only; elsewhere the runs use none.
   p.provenance.kernels =
       fused::kernels_built() && d.is_cuda() && bf16 ? req.run.kernels.on() : std::vector<std::string>{};
+  if (!p.provenance.kernels->empty()) p.provenance.kernel_sources = plan::build_kernel_sources();
   if (req.run.peak_tflops) p.gpu.peak_tflops = *req.run.peak_tflops;
 
   // The trainer's own runs first, each in a process of its own, before this one

@@ -71,6 +71,9 @@ struct Assumptions {
   // The fused kernels the run uses (KernelOptions::on(), empty in a build without them);
   // a profile measured with others says so. nullopt: not known.
   std::optional<std::vector<std::string>> kernels;
+  // Their sources' fingerprint (build_kernel_sources()); a profile measured with other
+  // sources says so. nullopt: not known.
+  std::optional<std::string> kernel_sources;
   bool fp32_out_gemm = true;  // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)
   std::int64_t device_block = 512;             // CUDA caching allocator rounds every tensor up to this
   bool pinned_pow2 = true;                     // pinned host allocator rounds each tensor to a power of two

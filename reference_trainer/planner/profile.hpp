@@ -35,6 +35,9 @@ struct ProfileProvenance {
   // The fused CUDA kernels that were on (KernelOptions::on()): the GPU times are theirs.
   // nullopt: not recorded (profiles written before the field).
   std::optional<std::vector<std::string>> kernels;
+  // The fingerprint of those kernels' sources (tools/source_fingerprint.py): a build whose
+  // kernels differ has another. nullopt: not recorded (profiles written before the field).
+  std::optional<std::string> kernel_sources;
 
   static constexpr auto fields() {
     using P = ProfileProvenance;
@@ -44,7 +47,10 @@ struct ProfileProvenance {
                     field(&P::torch, "LibTorch version."), field(&P::command, "The calibrating command."),
                     field(&P::kernels,
                           "The fused CUDA kernels that were on while measuring (kernels.* option names; "
-                          "empty: none), whose times the profile holds."));
+                          "empty: none), whose times the profile holds."),
+                    field(&P::kernel_sources,
+                          "Fingerprint of the fused kernels' sources of the build that measured "
+                          "(tools/source_fingerprint.py): another build's kernels have another."));
   }
 };
 
@@ -246,6 +252,9 @@ MachineProfile read_profile_text(std::string_view name, std::string_view toml_te
 // The profile shipped with primecfg (planner/profiles/nvidia-h200.toml, measured on
 // the H200 machine); nullopt while that file holds no profile (comments only).
 const std::optional<MachineProfile>& shipped_profile();
+
+// The fingerprint of this build's fused kernels' sources (ProfileProvenance::kernel_sources).
+std::string build_kernel_sources();
 // A profile as TOML, as --calibrate writes it.
 std::string profile_toml(const MachineProfile& p);
 

@@ -136,6 +136,12 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
         fmt::format("GPU times measured with the fused kernels {} and this run uses {}: "
                     "--calibrate on this build measures its own",
                     list(*measured), list(*w.a.kernels)));
+  } else if (const auto& src = p.provenance.kernel_sources;
+             src && w.a.kernel_sources && *src != *w.a.kernel_sources) {
+    c.unsure.push_back(
+        fmt::format("GPU times measured with other code of the same fused kernels (sources {}, this "
+                    "build's {}): --calibrate on this build measures its own",
+                    *src, *w.a.kernel_sources));
   }
 
   // Outside attention, each measured block runs its matmuls (and what goes with them:
