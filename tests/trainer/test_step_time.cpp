@@ -429,6 +429,26 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   a.profile = &old;
   a.kernels = all.on();
   CHECK(plan::make_plan(config(1024), hand_shape(), a).mode(Offload::none).time->unsure.empty());
+
+  // The same kernels from other sources (a kernel changed since the profile was measured).
+  std::string with_sources = text;
+  with_sources.replace(with_sources.find("kernels = [\"fused\"]"), 19,
+                       "kernels = [\"fused\"]\nkernel_sources = \"0123456789abcdef\"");
+  const auto measured = plan::read_profile_text("test", with_sources);
+  REQUIRE(measured.provenance.kernel_sources == std::optional<std::string>("0123456789abcdef"));
+  auto unsure_from = [&](std::optional<std::string> build) {
+    plan::Assumptions b = unfused_assumptions();
+    b.profile = &measured;
+    b.kernels = std::vector<std::string>{"fused"};
+    b.kernel_sources = std::move(build);
+    return plan::make_plan(config(1024), hand_shape(), b).mode(Offload::none).time->unsure;
+  };
+  CHECK(unsure_from("0123456789abcdef").empty());
+  CHECK(unsure_from(std::nullopt).empty());  // the build's not known
+  const auto other = unsure_from(plan::build_kernel_sources());
+  REQUIRE(other.size() == 1);
+  CHECK(other[0].find("other code of the same fused kernels (sources 0123456789abcdef, this build's " +
+                      plan::build_kernel_sources()) != std::string::npos);
 }
 
 TEST_CASE("host memory: the runtime is the profile's measured one, and the plan says where it came from") {
