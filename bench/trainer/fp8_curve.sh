@@ -13,7 +13,8 @@
 # 3. Speed: the two runs' median step after the third, and FP8 with the experts in bf16
 #    where the model has routed experts, through offload_ab.sh (none and full).
 #
-# Environment: MODEL, SEQ, STEPS, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh.
+# Environment: MODEL, SEQ, STEPS, PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh; FLAGS: more
+# primecfg-train flags for both runs (e.g. --optim.max-norm=1.0: fake.toml does not clip).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -58,7 +59,7 @@ run() {  # name, extra flags
   shift
   rm -rf "$RES/$name"
   "$TRAIN" @ bench/trainer/fake.toml --model.name="$MODEL" --data.type=sft --data.path="$DATA" \
-    --data.seq-len="$SEQ" --data.pack=true --max-steps="$STEPS" --output-dir="$RES/$name" "$@" \
+    --data.seq-len="$SEQ" --data.pack=true --max-steps="$STEPS" --output-dir="$RES/$name" ${FLAGS:-} "$@" \
     >"$RES/$name.log" 2>&1
   echo "$name: exit $? ($(tail -1 "$RES/$name.log"))"
 }
