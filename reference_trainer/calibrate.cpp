@@ -10,6 +10,7 @@
 #include "optim/cpu/thread_pool.hpp"
 #include "planner/planner.hpp"
 #include "primecfg_commit.h"
+#include "primecfg_kernel_sources.h"
 #include "trainer.hpp"
 
 #include <primecfg/cli.hpp>
@@ -491,6 +492,8 @@ std::string calibration_summary(const MachineProfile& p, const std::string& file
   return out;
 }
 
+std::string build_kernel_sources() { return PRIMECFG_KERNEL_SOURCES; }
+
 MachineProfile calibrate(const CalibrateRequest& req) {
   const torch::Device d(req.run.device.value_or(torch::cuda::is_available() ? "cuda" : "cpu"));
   const bool bf16 = req.run.bf16.value_or(d.is_cuda());
@@ -511,7 +514,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   // The kernels apply to bf16 on a GPU only; elsewhere the runs use none.
   p.provenance.kernels =
       fused::kernels_built() && d.is_cuda() && bf16 ? req.run.kernels.on() : std::vector<std::string>{};
-  if (!p.provenance.kernels->empty()) p.provenance.kernel_sources = plan::build_kernel_sources();
+  if (!p.provenance.kernels->empty()) p.provenance.kernel_sources = build_kernel_sources();
   if (req.run.peak_tflops) p.gpu.peak_tflops = *req.run.peak_tflops;
 
   // The trainer's own runs first, each in a process of its own, before this one

@@ -38,4 +38,8 @@ plan::MachineProfile calibrate(const CalibrateRequest& req);
 // interpolated or beyond the measured ones) and how to use it.
 std::string calibration_summary(const plan::MachineProfile& p, const std::string& file);
 
+// The fingerprint of this build's fused kernels' sources (tools/source_fingerprint.py), which
+// a profile records (ProfileProvenance::kernel_sources) and a plan compares.
+std::string build_kernel_sources();
+
 }  // namespace primecfg::train

@@ -218,7 +218,7 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.fused_cross_entropy = uses("cross_entropy");
   a.fused_adamw = uses("adamw");
   a.fused_fp8_casts = uses("fused") && o.kernels.fp8_cast;
-  if (!a.kernels->empty()) a.kernel_sources = plan::build_kernel_sources();
+  if (!a.kernels->empty()) a.kernel_sources = train::build_kernel_sources();
   a.gpu_name = plan::cuda_device_name(device_index(o));
   std::string source;
   if (const auto* here = machine_profile(o, true, source)) plan::take_host_runtime(a, *here, source);

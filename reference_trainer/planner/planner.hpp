@@ -71,7 +71,7 @@ struct Assumptions {
   // The fused kernels the run uses (KernelOptions::on(), empty in a build without them);
   // a profile measured with others says so. nullopt: not known.
   std::optional<std::vector<std::string>> kernels;
-  // Their sources' fingerprint (build_kernel_sources()); a profile measured with other
+  // Their sources' fingerprint (train::build_kernel_sources(), calibrate.hpp); a profile measured with other
   // sources says so. nullopt: not known.
   std::optional<std::string> kernel_sources;
   bool fp32_out_gemm = true;  // CUDA: LM-head gradient GEMM adds into FP32 directly (no bf16 V x D product)

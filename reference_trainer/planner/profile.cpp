@@ -1,8 +1,6 @@
 // Machine profiles (profile.hpp): read through primecfg, written as TOML.
 #include "planner/profile.hpp"
 
-#include "primecfg_kernel_sources.h"
-
 #include <primecfg/dump.hpp>
 #include <primecfg/load.hpp>
 #include <primecfg/report.hpp>
@@ -13,8 +11,6 @@
 #include <fmt/format.h>
 
 namespace primecfg::train::plan {
-
-std::string build_kernel_sources() { return PRIMECFG_KERNEL_SOURCES; }
 
 // The profile shipped with primecfg: planner/profiles/nvidia-h200.toml, embedded at
 // build time (meson.build).

@@ -252,9 +252,6 @@ MachineProfile read_profile_text(std::string_view name, std::string_view toml_te
 // The profile shipped with primecfg (planner/profiles/nvidia-h200.toml, measured on
 // the H200 machine); nullopt while that file holds no profile (comments only).
 const std::optional<MachineProfile>& shipped_profile();
-
-// The fingerprint of this build's fused kernels' sources (ProfileProvenance::kernel_sources).
-std::string build_kernel_sources();
 // A profile as TOML, as --calibrate writes it.
 std::string profile_toml(const MachineProfile& p);
 

@@ -2,6 +2,7 @@
 // its arithmetic by hand, each mode's overlaps, the profile's reader, and
 // --calibrate on the CPU writing a profile that --plan reads back.
 #include "base/remove_tree.hpp"
+#include "calibrate.hpp"
 #include "hand_shape.hpp"
 #include "options.hpp"
 #include "planner/planner.hpp"
@@ -445,10 +446,10 @@ TEST_CASE("step time: a profile measured with other fused kernels than the run's
   };
   CHECK(unsure_from("0123456789abcdef").empty());
   CHECK(unsure_from(std::nullopt).empty());  // the build's not known
-  const auto other = unsure_from(plan::build_kernel_sources());
+  const auto other = unsure_from(train::build_kernel_sources());
   REQUIRE(other.size() == 1);
   CHECK(other[0].find("other code of the same fused kernels (sources 0123456789abcdef, this build's " +
-                      plan::build_kernel_sources()) != std::string::npos);
+                      train::build_kernel_sources()) != std::string::npos);
 }
 
 TEST_CASE("host memory: the runtime is the profile's measured one, and the plan says where it came from") {
