@@ -160,6 +160,11 @@ ProcessGroup::ProcessGroup(const Launch& launch, const MeshDims& mesh, torch::De
   } catch (const run_error&) {
     throw;
   } catch (const std::exception& e) {
+    // The rank that hosts the store fails at once when it cannot listen (a port in
+    // use): that is not a timeout, and the port is what the user must change.
+    if (!launch.agent_store && launch.rank == 0)
+      throw run_error(fmt::format("rank 0: cannot listen on {}:{} for the rendezvous store (MASTER_PORT): {}",
+                                  launch.master_addr, launch.master_port, first_line(e.what())));
     throw run_error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s: {}",
                                 launch.rank, launch.master_addr, launch.master_port, timeout.count(),
                                 first_line(e.what())));

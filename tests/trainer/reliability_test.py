@@ -503,6 +503,22 @@ def _(work):
         raise AssertionError("--plan under WORLD_SIZE=2 does not plan 2 ranks:\n" + p.stdout[:600])
 
 
+@case("a rendezvous port already in use is an error naming MASTER_PORT, at once, not a timeout")
+def _(work):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = dict(os.environ, WORLD_SIZE="1", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        started = time.monotonic()
+        p = subprocess.run([TRAIN, "@", toml(work, 2), "--device=cpu"], capture_output=True, text=True, env=env, timeout=120)
+        expect(p, 1, "cannot listen", f"127.0.0.1:{port}", "MASTER_PORT")
+        if time.monotonic() - started > 60:
+            raise AssertionError("a port in use waited for the rendezvous timeout")
+
+
 @case("a TrainerConfig's settings are all applied or refused by name")
 def _(work):
     cfg = os.path.join(work, "trainer.toml")

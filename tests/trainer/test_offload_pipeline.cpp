@@ -389,7 +389,7 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
       train::TestSeams seams({.defer = true, .worker_delay_ms = 2});
       auto r = o;
       r.launch.launched = true;
-      r.launch.master_port = 31600 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      r.launch.master_port = 0;  // one rank: the store listens on a port the kernel picks
       ranked = train::run_sft(tiny_full(4, 17, 5, dir / "ranked"), r);
     }
     // Held (as in one process above): the head share waits until the next forward
@@ -402,7 +402,7 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
       train::TestSeams seams({.defer = true, .hold_head_share = true});
       auto r = o;
       r.launch.launched = true;
-      r.launch.master_port = 31800 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      r.launch.master_port = 0;  // one rank: the store listens on a port the kernel picks
       held = train::run_sft(tiny_full(4, 17, 5, dir / "held"), r);
     }
     CHECK(held.losses == plain.losses);
@@ -420,7 +420,7 @@ TEST_CASE("full offload, sharded: deferred updates are in the pieces before the 
     {
       auto r = o;
       r.launch.launched = true;
-      r.launch.master_port = 31700 + static_cast<int>(::getpid() % 2000) + (bf16 ? 1 : 0);
+      r.launch.master_port = 0;  // one rank: the store listens on a port the kernel picks
       r.offload.ring_mib = 1e-6;
       one_slot = train::run_sft(tiny_full(4, 17, 5, dir / "one-slot"), r);
     }
