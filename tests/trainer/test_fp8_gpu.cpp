@@ -72,8 +72,13 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
   torch::manual_seed(7);
   const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
   const std::int64_t tokens = 320, in = 512, out = 384;
-  const Tensor x = torch::randn({tokens, in}, bf16), w = torch::randn({out, in}, bf16) * 0.05,
-               dy = torch::randn({tokens, out}, bf16) * 0.01;
+  // Magnitudes that differ by row and by column, so that every group and block has a scale
+  // of its own: a scale applied to the wrong group moves a value by far more than the bound.
+  const auto spread = [&](std::int64_t r, std::int64_t c, double size) {
+    return (torch::randn({r, c}) * torch::randn({r, 1}).exp() * torch::randn({1, c}).exp() * size)
+        .to(torch::kBFloat16);
+  };
+  const Tensor x = spread(tokens, in, 1), w = spread(out, in, 0.05), dy = spread(tokens, out, 0.01);
 
   // The casts, on the fused kernels (nn/kernels/fp8_cast.hpp) where the build has them: the
   // shapes above, and one whose groups and blocks are partial, with a NaN in one group.
@@ -99,8 +104,7 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
   // routed expert's rows: cuBLASLt's blockwise GEMM refuses such an M, so matmul_nt pads it).
   for (const std::int64_t n : {tokens, std::int64_t{37}}) {
     CAPTURE(n);
-    const Tensor xn = n == tokens ? x : torch::randn({n, in}, bf16),
-                 dyn = n == tokens ? dy : torch::randn({n, out}, bf16) * 0.01;
+    const Tensor xn = n == tokens ? x : spread(n, in, 1), dyn = n == tokens ? dy : spread(n, out, 0.01);
     const Grads cpu = run(xn, w, dyn, torch::kCPU), gpu = run(xn, w, dyn, torch::kCUDA);
     const Tensor xa = xn.to(torch::kFloat32).abs(), wa = w.to(torch::kFloat32).abs(),
                  dya = dyn.to(torch::kFloat32).abs();
