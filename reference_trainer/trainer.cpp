@@ -619,6 +619,10 @@ class Trainer {
     const double lr = scheduled_lr(cfg_.scheduler, opt_.lr, pos_.scheduler_step, max_steps_);
     state.begin_step(lr, pos_.step + 1, batch.micro.size() == 1);
     const double scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, batch.loss_tokens));
+    // prime-rl's backward carries the loss summed over tokens, over the micro-batches; FP8's
+    // scale floor is meant for gradients of that size (nn/fp8.hpp).
+    if (cfg_.model.quantization)
+      fp8::set_output_grad_ratio(1.0 / (scale * static_cast<double>(batch.micro.size())));
     // Summed on the device, read once per step: the host runs ahead of the GPU
     // across micro-batches.
     Tensor loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(setup_.device));
@@ -932,6 +936,10 @@ class Trainer {
   std::unique_ptr<Reporter> reporter_;
   double flops_per_token_ = 0;
   std::optional<double> peak_;
+  // FP8's gradient units are the process's (nn/fp8.hpp): prime-rl's again when this trainer goes.
+  struct Fp8UnitsReset {
+    ~Fp8UnitsReset() { fp8::set_output_grad_ratio(1.0); }
+  } fp8_units_reset_;
 };
 
 }  // namespace

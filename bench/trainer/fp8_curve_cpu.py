@@ -8,8 +8,14 @@ then as plain FP32. AdamW at 3e-4 without clipping, as bench/trainer/fake.toml. 
 losses along the way and the largest relative gap of their 20-step means: what the format
 alone costs, beside bench/trainer/fp8_curve.sh's GPU curve.
 
-usage: python3 bench/trainer/fp8_curve_cpu.py [STEPS] [SEQ]   (200 and 256: about 10 minutes
-on one core for both runs)
+LOSS_SCALE multiplies the loss (and so every gradient; AdamW's step hardly changes): 256/8192
+gives the output gradients the size they have when the loss is a mean over 8,192 tokens, as
+in the GPU curve. FLOOR is the scale's floor (prime-rl's 1e-4): a group whose amax is below
+448 x FLOOR is cast with the floor as its scale, so its values lose bits or flush to zero.
+The FP8 run counts how many of the output gradients' groups the floor took.
+
+usage: python3 bench/trainer/fp8_curve_cpu.py [STEPS] [SEQ] [LOSS_SCALE] [FLOOR]
+(200, 256, 1, 1e-4: about 10 minutes on one core for both runs)
 """
 import os
 import statistics
@@ -19,7 +25,9 @@ import sysconfig
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-GROUP, E4M3_MAX, SCALE_FLOOR = 128, 448.0, 1e-4
+GROUP, E4M3_MAX = 128, 448.0
+SCALE_FLOOR = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-4
+FLOORED = [0, 0]  # output-gradient groups cast with the floor as their scale, all such groups
 
 
 def dequantized(x, row_group, col_group):
@@ -56,6 +64,9 @@ class Fp8Linear(torch.autograd.Function):
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+        amax = torch.nn.functional.pad(dy2.abs(), (0, -dy2.shape[1] % GROUP)).view(dy2.shape[0], -1, GROUP).amax(2)
+        FLOORED[0] += int((amax / E4M3_MAX < SCALE_FLOOR).sum())
+        FLOORED[1] += amax.numel()
         dx = dequantized(dy2, 1, GROUP) @ dequantized(w.t().contiguous(), GROUP, GROUP).t()
         dw = dequantized(tokens_padded(dy2.t()), 1, GROUP) @ dequantized(tokens_padded(x2.t()), 1, GROUP).t()
         return dx.view_as(x), dw
@@ -72,7 +83,7 @@ def byte_text(n):
     return torch.tensor(list(data[:n]), dtype=torch.long)
 
 
-def train(fp8, steps, seq, data):
+def train(fp8, steps, seq, data, loss_scale):
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=256, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True,
@@ -89,7 +100,7 @@ def train(fp8, steps, seq, data):
         ids = data[s * seq:(s + 1) * seq + 1]
         loss = torch.nn.functional.cross_entropy(model(ids[:-1].unsqueeze(0)).logits[0], ids[1:])
         opt.zero_grad()
-        loss.backward()
+        (loss * loss_scale).backward()
         opt.step()
         losses.append(loss.item())
         if s % 25 == 0 or s == steps - 1:
@@ -100,13 +111,15 @@ def train(fp8, steps, seq, data):
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     seq = int(sys.argv[2]) if len(sys.argv) > 2 else 256
+    loss_scale = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
     torch.set_num_threads(1)
     data = byte_text(seq * (steps + 1) + 1)
-    fp32, fp8 = train(False, steps, seq, data), train(True, steps, seq, data)
+    fp32, fp8 = train(False, steps, seq, data, loss_scale), train(True, steps, seq, data, loss_scale)
     mean = lambda xs, i: statistics.mean(xs[max(0, i - 20):i])
     gaps = [abs(mean(fp8, i) / mean(fp32, i) - 1) for i in range(20, steps + 1)]
     print(f"loss at the end: FP32 {fp32[-1]:.4f}, FP8 {fp8[-1]:.4f}; largest relative gap of the 20-step "
-          f"means: {max(gaps):.4f}")
+          f"means: {max(gaps):.4f}; output-gradient groups under the floor {SCALE_FLOOR:g}: "
+          f"{FLOORED[0] / max(1, FLOORED[1]):.3f}")
 
 
 if __name__ == "__main__":

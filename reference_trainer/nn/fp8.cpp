@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cmath>
 
 #include <stdexcept>
 
@@ -33,7 +35,7 @@ Tensor padded(const Tensor& x, i64 row_group) {
   return out;
 }
 
-Tensor scale_of(const Tensor& amax) { return (amax / e4m3_max).clamp_min(scale_floor); }
+Tensor scale_of(const Tensor& amax, double floor) { return (amax / e4m3_max).clamp_min(floor); }
 
 // A cast works through its tensor in slices of rows of about this many elements, so that its
 // FP32 temporaries (the padded copy, |x|, x / scale) stay near 64 MiB each whatever the tensor.
@@ -50,9 +52,9 @@ void check_matrix(const Tensor& t, const char* what) {
 
 }  // namespace
 
-Quantized quantize_rows(const Tensor& x) {
+Quantized quantize_rows(const Tensor& x, double floor) {
   check_matrix(x, "quantize_rows");
-  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::rows)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::rows, floor)) return {q->first, q->second};
   const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
   Quantized q{torch::empty({rows, cols}, x.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({rows, g}, x.options().dtype(torch::kFloat32))};
@@ -60,7 +62,7 @@ Quantized quantize_rows(const Tensor& x) {
   for (i64 r = 0; r < rows; r += step) {
     const i64 n = std::min(step, rows - r);
     const Tensor p = padded(x.narrow(0, r, n), 1).view({n, g, group});
-    const Tensor scales = scale_of(p.abs().amax(2));
+    const Tensor scales = scale_of(p.abs().amax(2), floor);
     q.scales.narrow(0, r, n).copy_(scales);
     q.values.narrow(0, r, n).copy_(to_e4m3(p / scales.unsqueeze(2)).view({n, g * group}).narrow(1, 0, cols));
   }
@@ -69,7 +71,7 @@ Quantized quantize_rows(const Tensor& x) {
 
 Quantized quantize_blocks(const Tensor& w) {
   check_matrix(w, "quantize_blocks");
-  if (auto q = fused::fp8_cast(w, fused::Fp8Cast::blocks)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(w, fused::Fp8Cast::blocks, scale_floor)) return {q->first, q->second};
   const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
   Quantized q{torch::empty({rows, cols}, w.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({gr, gc}, w.options().dtype(torch::kFloat32))};
@@ -77,7 +79,7 @@ Quantized quantize_blocks(const Tensor& w) {
   for (i64 b = 0; b < gr; b += step) {
     const i64 nb = std::min(step, gr - b), r = b * group, n = std::min(nb * group, rows - r);
     const Tensor p = padded(w.narrow(0, r, n), group).view({nb, group, gc, group});
-    const Tensor scales = scale_of(p.abs().amax({1, 3}));
+    const Tensor scales = scale_of(p.abs().amax({1, 3}), scale_floor);
     q.scales.narrow(0, b, nb).copy_(scales);
     q.values.narrow(0, r, n).copy_(to_e4m3(p / scales.view({nb, 1, gc, 1}))
                                        .view({nb * group, gc * group})
@@ -87,12 +89,12 @@ Quantized quantize_blocks(const Tensor& w) {
   return q;
 }
 
-Quantized quantize_cols(const Tensor& x) {
+Quantized quantize_cols(const Tensor& x, double floor) {
   check_matrix(x, "quantize_cols");
-  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::cols)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::cols, floor)) return {q->first, q->second};
   const i64 rows = x.size(0), want = groups(rows) * group;
   const Tensor t = x.t();
-  return quantize_rows(want == rows ? t.contiguous() : at::constant_pad_nd(t, {0, want - rows}));
+  return quantize_rows(want == rows ? t.contiguous() : at::constant_pad_nd(t, {0, want - rows}), floor);
 }
 
 Quantized transposed(const Quantized& q) { return {q.values.t().contiguous(), q.scales.t().contiguous()}; }
@@ -121,9 +123,12 @@ bool scaled_mm_here(const Tensor& t) {
 #endif
 }
 
+std::atomic<double> grad_ratio{1.0};
+
 struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w) {
     ctx->save_for_backward({x, w});
+    ctx->saved_data["dy_floor"] = scale_floor / grad_ratio.load();
     // No rows (a routed expert without tokens): nothing to multiply, and a zero gradient.
     if (x.size(0) == 0) return x.new_empty({0, w.size(0)});
     // y in x's dtype: bf16 in training, as prime-rl's; FP32 in the CPU reference model.
@@ -134,14 +139,16 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &w = saved[1];
     const Tensor dy = grads[0].contiguous();
+    const double dy_floor = ctx->saved_data["dy_floor"].toDouble();
     if (x.size(0) == 0) return {x.new_empty(x.sizes()), torch::zeros_like(w)};
     Tensor dx, dw;
     // W^T's 128 x 128 blocks are W's transposed (the same amax each): its casts transposed,
     // a copy of bytes, not a second cast of the bf16 weight.
     if (ctx->needs_input_grad(0))
-      dx = matmul_nt(quantize_rows(dy), transposed(quantize_blocks(w)), true, x.scalar_type());
+      dx = matmul_nt(quantize_rows(dy, dy_floor), transposed(quantize_blocks(w)), true, x.scalar_type());
     if (ctx->needs_input_grad(1))
-      dw = matmul_nt(quantize_cols(dy), quantize_cols(x), false, torch::kFloat32).to(w.scalar_type());
+      dw = matmul_nt(quantize_cols(dy, dy_floor), quantize_cols(x), false, torch::kFloat32)
+               .to(w.scalar_type());
     return {dx, dw};
   }
 };
@@ -185,6 +192,13 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight) { return Fp8Linear::apply(x, weight); }
+
+void set_output_grad_ratio(double ratio) {
+  if (!(ratio > 0) || !std::isfinite(ratio))
+    throw std::invalid_argument(fmt::format("fp8::set_output_grad_ratio: {} is no positive ratio", ratio));
+  grad_ratio = ratio;
+}
+double output_grad_ratio() { return grad_ratio; }
 
 std::optional<std::string> unavailable_on(torch::Device device) {
   if (!device.is_cuda())

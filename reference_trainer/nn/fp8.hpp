@@ -33,11 +33,12 @@ struct Quantized {
   torch::Tensor scales;  // FP32: [rows, ceil(cols / 128)] or [ceil(rows / 128), ceil(cols / 128)]
 };
 
-// x [rows, cols]: one scale per row and 128 columns.
-Quantized quantize_rows(const torch::Tensor& x);
+// x [rows, cols]: one scale per row and 128 columns. `floor`: the smallest scale (below:
+// an output gradient's, in this trainer's units).
+Quantized quantize_rows(const torch::Tensor& x, double floor = scale_floor);
 // x [rows, cols]: the casts of x^T with its columns zero-padded to a multiple of 128 (one
 // scale per column of x and 128 rows: the tokens of a weight gradient's operands).
-Quantized quantize_cols(const torch::Tensor& x);
+Quantized quantize_cols(const torch::Tensor& x, double floor = scale_floor);
 // w [rows, cols]: one scale per 128 x 128 block.
 Quantized quantize_blocks(const torch::Tensor& w);
 // The casts of w^T from those of w by blocks (the same blocks, transposed): exactly
@@ -59,6 +60,20 @@ torch::Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, t
 // rows along the tokens (padded with zeros to a multiple of 128). Saves x and W as they
 // are (bf16) for the backward; y and dX in x's dtype, dW in W's. x [tokens, in].
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+
+// The units of the output gradients. prime-rl backpropagates each micro-batch's loss summed
+// over its tokens, divided by the number of micro-batches, and divides the gradients by the
+// step's token count only after the backward; this trainer backpropagates that division
+// with the loss. The scale floor is an absolute size, so it floors other groups of a
+// gradient 8,192 times smaller: at 8,192 tokens every output-gradient group of a mean loss
+// sits under 1e-4 x 448, and its small values flush to zero. The trainer says, per step,
+// how many times larger prime-rl's gradient is than its own (`ratio`: the loss tokens over
+// the micro-batches), and the backward casts dY with the floor scale_floor / ratio: the
+// groups prime-rl floors, the values prime-rl casts (the scales `ratio` times smaller, the
+// products as this trainer's units have them). A linear reads the ratio in its forward,
+// for its backward. 1 (prime-rl's units) until set.
+void set_output_grad_ratio(double ratio);
+double output_grad_ratio();
 
 // Why FP8 training cannot run on `device`; nothing where it can: a CUDA device of compute
 // capability 9.x (H100, H200), where cuBLASLt has the blockwise-scaled FP8 GEMM. The CPU

@@ -55,3 +55,33 @@ TEST_CASE("fp8: the backward's casts of W^T and X^T are the casts of the transpo
   padded.narrow(1, 0, 300).copy_(w.t());
   CHECK(same_bits(cols, fp8::quantize_rows(padded)));
 }
+
+// prime-rl backpropagates the loss summed over tokens and normalises the gradients after;
+// this trainer backpropagates the mean. With the ratio of the two set (a power of two here,
+// so that every scaling is exact), the backward casts the groups prime-rl casts: its
+// gradients are prime-rl's divided by the ratio, bit for bit. Output gradients of the size
+// they have in prime-rl's units (some groups above the floor, some below), in both units.
+TEST_CASE("fp8: the backward casts the output gradient in prime-rl's units (the loss summed over tokens)") {
+  torch::manual_seed(11);
+  const double ratio = 4096;
+  const Tensor x = torch::randn({256, 256}), w = torch::randn({128, 256}) * 0.05;
+  const Tensor dy_prime = torch::randn({256, 128}) * (torch::randn({256, 1}) * 2).exp() * 0.01;
+  auto grads = [&](const Tensor& dy, double set_ratio) {
+    const Tensor xv = x.clone().requires_grad_(), wv = w.clone().requires_grad_();
+    fp8::set_output_grad_ratio(set_ratio);
+    const Tensor y = fp8::linear(xv, wv);
+    fp8::set_output_grad_ratio(1);  // the forward's setting is the one its backward uses
+    y.backward(dy);
+    return std::pair{xv.grad(), wv.grad()};
+  };
+  const auto [dx_prime, dw_prime] = grads(dy_prime, 1);
+  const auto [dx, dw] = grads(dy_prime / ratio, ratio);
+  CHECK(torch::equal(dx * ratio, dx_prime));
+  CHECK(torch::equal(dw * ratio, dw_prime));
+  // In this trainer's units without the ratio, the floor takes every group and the small
+  // values of each are lost: another gradient.
+  const auto [dx_floored, dw_floored] = grads(dy_prime / ratio, 1);
+  CHECK_FALSE(torch::allclose(dx_floored * ratio, dx_prime, 1e-2, 0));
+  CHECK_FALSE(torch::allclose(dw_floored * ratio, dw_prime, 1e-2, 0));
+  CHECK_THROWS_AS(fp8::set_output_grad_ratio(0), std::invalid_argument);
+}

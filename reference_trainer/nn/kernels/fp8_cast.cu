@@ -16,7 +16,6 @@ using i64 = std::int64_t;
 
 constexpr int kGroup = 128;
 constexpr float kE4m3Max = 448.f;
-constexpr float kScaleFloor = 1e-4f;  // (float) 1e-4, as ATen's clamp_min converts it
 
 // max(|a|, |b|) that keeps a NaN (fmaxf would drop it; ATen's amax keeps it).
 __device__ inline float amax2(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -27,7 +26,7 @@ __device__ inline float warp_amax(float v) {
   return v;
 }
 
-__device__ inline float scale_of(float amax) { return amax2(__fdiv_rn(amax, kE4m3Max), kScaleFloor); }
+__device__ inline float scale_of(float amax, float floor) { return amax2(__fdiv_rn(amax, kE4m3Max), floor); }
 
 // Round to nearest even; SATFINITE clamps to +-448 (what the ATen path's clamp does) and
 // keeps NaN.
@@ -41,7 +40,7 @@ constexpr int kWarps = kThreads / 32;
 // One warp per group of 128 values of a row; lane l reads elements l, l + 32, l + 64,
 // l + 96 of the group (coalesced), zeros past the row's end.
 __global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 cols,
-                            std::uint8_t* __restrict__ values, float* __restrict__ scales) {
+                            std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
   const i64 groups = (cols + kGroup - 1) / kGroup;
   const int lane = threadIdx.x % 32;
   for (i64 g = static_cast<i64>(blockIdx.x) * kWarps + threadIdx.x / 32; g < rows * groups;
@@ -56,7 +55,7 @@ __global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 c
       v[k] = c < cols ? __bfloat162float(row[c]) : 0.f;
       m = amax2(m, fabsf(v[k]));
     }
-    const float s = scale_of(warp_amax(m));
+    const float s = scale_of(warp_amax(m), floor);
     if (lane == 0) scales[g] = s;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -72,7 +71,7 @@ __global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 c
 constexpr int kTileCols = 64;
 
 __global__ void cols_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 cols, i64 padded,
-                            std::uint8_t* __restrict__ values, float* __restrict__ scales) {
+                            std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
   __shared__ float tile[kGroup][kTileCols + 1];
   __shared__ float part[4][kTileCols];
   __shared__ float scale[kTileCols];
@@ -91,7 +90,7 @@ __global__ void cols_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 c
   __syncthreads();
   if (threadIdx.x < kTileCols) {
     const int c = threadIdx.x;
-    const float s = scale_of(amax2(amax2(part[0][c], part[1][c]), amax2(part[2][c], part[3][c])));
+    const float s = scale_of(amax2(amax2(part[0][c], part[1][c]), amax2(part[2][c], part[3][c])), floor);
     scale[c] = s;
     if (c0 + c < cols) scales[(c0 + c) * (padded / kGroup) + blockIdx.y] = s;
   }
@@ -105,7 +104,7 @@ __global__ void cols_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 c
 // One block of 256 threads per 128 x 128 block: the amax in a first read, the values in a
 // second (from L2). Thread t reads columns t % 128 of rows t / 128, t / 128 + 2, ...
 __global__ void blocks_kernel(const __nv_bfloat16* __restrict__ w, i64 rows, i64 cols,
-                              std::uint8_t* __restrict__ values, float* __restrict__ scales) {
+                              std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
   __shared__ float warp_max[kWarps];
   const i64 r0 = static_cast<i64>(blockIdx.y) * kGroup,
             c = static_cast<i64>(blockIdx.x) * kGroup + threadIdx.x % kGroup;
@@ -121,7 +120,7 @@ __global__ void blocks_kernel(const __nv_bfloat16* __restrict__ w, i64 rows, i64
   m = warp_max[0];
 #pragma unroll
   for (int k = 1; k < kWarps; ++k) m = amax2(m, warp_max[k]);
-  const float s = scale_of(m);
+  const float s = scale_of(m, floor);
   if (threadIdx.x == 0) scales[static_cast<i64>(blockIdx.y) * gridDim.x + blockIdx.x] = s;
   if (in_cols)
     for (i64 r = r0 + threadIdx.x / kGroup; r < r_end; r += kThreads / kGroup)
@@ -134,30 +133,30 @@ unsigned grid_of(i64 units, int per_block) {
 
 }  // namespace
 
-void fp8_quantize_rows(const bf16* x, i64 rows, i64 cols, std::uint8_t* values, float* scales,
+void fp8_quantize_rows(const bf16* x, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
                        cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const i64 groups = rows * ((cols + kGroup - 1) / kGroup);
-  rows_kernel<<<grid_of(groups, kWarps), kThreads, 0, stream>>>(dev(x), rows, cols, values, scales);
+  rows_kernel<<<grid_of(groups, kWarps), kThreads, 0, stream>>>(dev(x), rows, cols, values, scales, floor);
   detail::check_launch("fp8_quantize_rows");
 }
 
-void fp8_quantize_cols(const bf16* x, i64 rows, i64 cols, std::uint8_t* values, float* scales,
+void fp8_quantize_cols(const bf16* x, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
                        cudaStream_t stream) {
   const i64 padded = (rows + kGroup - 1) / kGroup * kGroup;
   if (padded == 0 || cols == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
                   static_cast<unsigned>(padded / kGroup));
-  cols_kernel<<<grid, kThreads, 0, stream>>>(dev(x), rows, cols, padded, values, scales);
+  cols_kernel<<<grid, kThreads, 0, stream>>>(dev(x), rows, cols, padded, values, scales, floor);
   detail::check_launch("fp8_quantize_cols");
 }
 
-void fp8_quantize_blocks(const bf16* w, i64 rows, i64 cols, std::uint8_t* values, float* scales,
+void fp8_quantize_blocks(const bf16* w, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
                          cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kGroup - 1) / kGroup),
                   static_cast<unsigned>((rows + kGroup - 1) / kGroup));
-  blocks_kernel<<<grid, kThreads, 0, stream>>>(dev(w), rows, cols, values, scales);
+  blocks_kernel<<<grid, kThreads, 0, stream>>>(dev(w), rows, cols, values, scales, floor);
   detail::check_launch("fp8_quantize_blocks");
 }
 

@@ -219,7 +219,7 @@ Tensor cross_entropy_grad_(Tensor& logits, const Tensor& targets, double scale) 
   return Tensor();
 }
 
-std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind) {
+std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind, double floor) {
 #if PRIMECFG_HAVE_FUSED
   if (on && fp8_cast_on && fusable(x) && x.dim() == 2) {
     c10::cuda::CUDAGuard guard(x.device());
@@ -227,28 +227,29 @@ std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind)
     const std::int64_t rows = c.size(0), cols = c.size(1), g = 128;
     const auto bytes = c.options().dtype(at::kFloat8_e4m3fn), floats = c.options().dtype(torch::kFloat32);
     auto u8 = [](Tensor& t) { return reinterpret_cast<std::uint8_t*>(t.data_ptr()); };
+    const auto f = static_cast<float>(floor);  // as ATen's clamp_min converts it on an FP32 tensor
     Tensor values, scales;
     switch (kind) {
       case Fp8Cast::rows:
         values = torch::empty({rows, cols}, bytes), scales = torch::empty({rows, (cols + g - 1) / g}, floats);
-        kernels::fp8_quantize_rows(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        kernels::fp8_quantize_rows(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
         break;
       case Fp8Cast::cols: {
         const std::int64_t padded = (rows + g - 1) / g * g;
         values = torch::empty({cols, padded}, bytes), scales = torch::empty({cols, padded / g}, floats);
-        kernels::fp8_quantize_cols(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        kernels::fp8_quantize_cols(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
         break;
       }
       case Fp8Cast::blocks:
         values = torch::empty({rows, cols}, bytes),
         scales = torch::empty({(rows + g - 1) / g, (cols + g - 1) / g}, floats);
-        kernels::fp8_quantize_blocks(in(c), rows, cols, u8(values), scales.data_ptr<float>(), stream());
+        kernels::fp8_quantize_blocks(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
         break;
     }
     return std::pair{values, scales};
   }
 #endif
-  (void)x, (void)kind;
+  (void)x, (void)kind, (void)floor;
   return std::nullopt;
 }
 

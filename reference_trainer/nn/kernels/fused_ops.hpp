@@ -39,8 +39,10 @@ bool cross_entropy_fused(const torch::Tensor& hidden);
 // FP8 blockwise casts of a bf16 matrix on a CUDA device (fp8_cast.hpp), while their switch
 // is on: {values, scales} exactly as nn/fp8.hpp's quantize_rows, quantize_cols and
 // quantize_blocks define them; anywhere else nullopt (the caller takes ATen's path).
+// `floor` is the scales' floor.
 enum class Fp8Cast { rows, cols, blocks };
-std::optional<std::pair<torch::Tensor, torch::Tensor>> fp8_cast(const torch::Tensor& x, Fp8Cast kind);
+std::optional<std::pair<torch::Tensor, torch::Tensor>> fp8_cast(const torch::Tensor& x, Fp8Cast kind,
+                                                                double floor);
 void set_fp8_cast_enabled(bool on);
 bool fp8_cast_enabled();
 
