@@ -647,8 +647,9 @@ class Trainer {
         loss.backward();
         return loss;
       };
-      replayed = use_graph(mb, batch.micro.size());
-      Tensor loss = replayed ? from_graph(in, targets, forward_backward) : forward_backward(in, targets);
+      replayed = use_graph(mb, batch.micro.size(), scale);
+      Tensor loss =
+          replayed ? from_graph(in, targets, scale, forward_backward) : forward_backward(in, targets);
       if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
       if (model.args().moe) routing.add(model.take_moe_stats(), *model.args().moe);
@@ -768,7 +769,7 @@ class Trainer {
 
   // Whether this micro-batch's forward and backward replay the graph (captured first, at
   // the step after the warm-up).
-  bool use_graph(const data::MicroBatch& mb, std::size_t micro_batches) {
+  bool use_graph(const data::MicroBatch& mb, std::size_t micro_batches, double loss_scale) {
     if (!graph_on_) return false;
     std::string why;
     if (model_->args().moe)
@@ -780,6 +781,11 @@ class Trainer {
     else if (graph_ &&
              (graph_->in.input_ids.size(0) != mb.rows || graph_->in.input_ids.size(1) != mb.seq_len))
       why = "a micro-batch of another shape than the captured one";
+    else if (graph_ && graph_->loss_scale != loss_scale)
+      // The loss's 1 / (loss tokens) is a constant of the captured kernels: a replay would
+      // scale this step's loss and gradients by the captured step's count.
+      why = fmt::format("{} loss tokens where the captured step had {} (its 1 / tokens is in the graph)",
+                        mb.loss_tokens, std::llround(1.0 / graph_->loss_scale));
     if (why.empty()) return graph_ || eager_steps_ >= kGraphWarmup;
     if (opts_.cuda_graph)
       throw run_error(fmt::format("cuda_graph = true: step {} has {}, which a CUDA graph does not replay",
@@ -793,9 +799,11 @@ class Trainer {
   // The forward and backward replayed from the graph: the inputs copied into the tensors
   // the capture read, the loss read from the one it wrote. The first call captures.
   template <class ForwardBackward>
-  Tensor from_graph(const Transformer::Inputs& in, const Tensor& targets, ForwardBackward& forward_backward) {
+  Tensor from_graph(const Transformer::Inputs& in, const Tensor& targets, double loss_scale,
+                    ForwardBackward& forward_backward) {
     if (!graph_) {
       StepGraph& g = graph_.emplace();
+      g.loss_scale = loss_scale;
       g.in = {in.input_ids.clone(), in.positions.clone(), std::nullopt};
       g.targets = targets.clone();
       try {
@@ -923,6 +931,7 @@ class Trainer {
     dev::DeviceGraph graph;
     Transformer::Inputs in;
     Tensor targets, loss;
+    double loss_scale = 0;  // the captured step's 1 / (loss tokens)
   };
   bool graph_on_ = false;       // opts_.cuda_graph, where it applies
   bool graph_refused_ = false;  // a step it does not apply to was said

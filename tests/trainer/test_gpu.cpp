@@ -244,6 +244,33 @@ TEST_CASE("GPU: the forward and backward replayed from a CUDA graph train as eag
       replays += line.find("\"cuda_graph_replayed\":1") != std::string::npos;
     CHECK(replays == 4);
   }
+  // The built-in task unpacked: one document a row, its prompt masked, so the loss tokens
+  // (and the loss's 1 / tokens, a constant of the captured kernels) differ from step to
+  // step. A step whose count is not the captured step's runs eagerly: the same numbers as
+  // a run without the graph (a replay would scale its loss and gradients by the wrong count).
+  {
+    auto unpacked = [&](const std::string& name) {
+      SFTConfig c = config(Offload::none, name, a, 1);
+      auto& d = std::get<SFTDataConfig>(c.data);
+      d.pack = false;
+      d.batch_size = 1;
+      return c;
+    };
+    auto graph_opts = gpu(true), eager_opts = gpu(true);
+    graph_opts.cuda_graph = std::nullopt;  // where it applies
+    eager_opts.cuda_graph = false;
+    const auto graphed = train::run_sft(unpacked("graph-unpacked"), graph_opts);
+    const auto eager = train::run_sft(unpacked("eager-unpacked"), eager_opts);
+    const Diff d = compare(graphed, eager);
+    MESSAGE("unpacked rows, graph where it applies vs eager: loss " << d.loss_rel << ", masters "
+                                                                    << d.weight_abs);
+    CHECK(d.loss_rel == 0);
+    CHECK(d.weight_abs == 0);
+    // Asked for outright, a step it cannot replay is an error that says why.
+    graph_opts.cuda_graph = true;
+    CHECK_THROWS_WITH_AS(train::run_sft(unpacked("graph-unpacked"), graph_opts),
+                         doctest::Contains("loss tokens"), train::run_error);
+  }
   // Where it does not apply, asking for it is an error that says why.
   auto o = gpu(true);
   o.cuda_graph = true;
