@@ -13,6 +13,11 @@ The loss is the plain one: full logits, then F.cross_entropy in FP32.
              config of the same sizes, random init, sdpa attention), its loss too.
   --impl liger: the same with Liger's kernels patched in first (RMSNorm, RoPE, SwiGLU,
              fused linear cross-entropy; liger-kernel must be importable).
+  --float8 RECIPE: torchao's float8 training (tensorwise, rowwise or rowwise_with_gw_hp)
+             on every block linear (q, k, v, o, gate, up, down), the LM head in bf16 as
+             prime-rl's default ignore patterns keep it: the three matmuls of each through
+             torchao's autograd function, as its Float8Linear runs them (dense presets,
+             --impl own; on the CPU, torchao's emulation, only to check that it runs).
   Qwen3-MoE presets (--impl own): the routed blocks as reference_trainer/nn/moe.cpp runs
              them: the router's GEMM and softmax in FP32, top-k, the weights renormalised
              (norm_topk_prob), the slots sorted by expert and padded to multiples of 8
@@ -40,6 +45,7 @@ PRESETS = {
     "Qwen/Qwen3-0.6B": (151936, 1024, 28, 16, 8, 128, 3072, 1e6, 1e-6, True, True),
     "meta-llama/Llama-3.2-1B": (128256, 2048, 16, 32, 8, 64, 8192, 5e5, 1e-5, False, True),
     "meta-llama/Llama-3.2-3B": (128256, 3072, 28, 24, 8, 128, 8192, 5e5, 1e-5, False, True),
+    "meta-llama/Meta-Llama-3-8B": (128256, 4096, 32, 32, 8, 128, 14336, 5e5, 1e-5, False, False),
     "primecfg/tiny-moe": (260, 128, 2, 4, 2, 32, 384, 1e4, 1e-6, True, True),
     "Qwen/Qwen3-30B-A3B": (151936, 2048, 48, 32, 4, 128, 6144, 1e6, 1e-6, True, False),
 }
@@ -126,16 +132,29 @@ def routed_experts(g, router, w1, w3, w2, top_k, norm_topk_prob, align=8):
     return torch.zeros_like(g).index_add(0, src, scaled)
 
 
-def make_block(a, moe=None):
+def float8_matmul(recipe, device):
+    """h @ w.t() with torchao's float8 training recipe, as its Float8Linear computes it."""
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.float8_linear import Float8Linear, matmul_with_hp_or_float8_args
+
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    if device.type != "cuda":
+        config = Float8LinearConfig(**{**config.__dict__, "emulate": True})
+    mm = Float8Linear(16, 16, bias=False, config=config, device="meta").linear_mm_config
+    return lambda h, w: matmul_with_hp_or_float8_args.apply(h, w.t(), mm, config)
+
+
+def make_block(a, moe=None, mm=None):
     vocab, d, layers, heads, kv, hd, inter, theta, eps, qk_norm, tied = a
+    mm = mm or (lambda h, w: h @ w.t())
 
     def block(x, cos, sin, in_norm, wq, wk, wv, wo, post_norm, w_gate=None, w_up=None, w_down=None, q_norm=None,
               k_norm=None, router=None, w1=None, w3=None, w2=None):
         B, T, _ = x.shape
         h = F.rms_norm(x, (d,), in_norm, eps)
-        q = (h @ wq.t()).view(B, T, heads, hd)
-        k = (h @ wk.t()).view(B, T, kv, hd)
-        v = (h @ wv.t()).view(B, T, kv, hd)
+        q = mm(h, wq).view(B, T, heads, hd)
+        k = mm(h, wk).view(B, T, kv, hd)
+        v = mm(h, wv).view(B, T, kv, hd)
         if q_norm is not None:
             q = F.rms_norm(q, (hd,), q_norm, eps)
             k = F.rms_norm(k, (hd,), k_norm, eps)
@@ -143,11 +162,11 @@ def make_block(a, moe=None):
         k = rope(k, cos, sin).transpose(1, 2)
         v = v.transpose(1, 2)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + o.transpose(1, 2).reshape(B, T, heads * hd) @ wo.t()
+        x = x + mm(o.transpose(1, 2).reshape(B, T, heads * hd), wo)
         g = F.rms_norm(x, (d,), post_norm, eps)
         if router is not None:
             return x + routed_experts(g.view(B * T, d), router, w1, w3, w2, moe[1], moe[3]).view(B, T, d)
-        return x + (F.silu(g @ w_gate.t()) * (g @ w_up.t())) @ w_down.t()
+        return x + mm(F.silu(mm(g, w_gate)) * mm(g, w_up), w_down)
 
     return block
 
@@ -225,6 +244,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--trace", help="write a Chrome trace of the last two steps (torch.profiler)")
     ap.add_argument("--layers", type=int, help="the model's first LAYERS blocks only (as model.debug.num_layers)")
+    ap.add_argument("--float8", choices=["tensorwise", "rowwise", "rowwise_with_gw_hp"],
+                    help="torchao's float8 training recipe on the block linears (--impl own, dense presets)")
     args = ap.parse_args()
 
     dev = torch.device(args.device)
@@ -237,6 +258,8 @@ def main():
     moe = MOE.get(args.model)
     if moe and args.impl != "own":
         ap.error("the Qwen3-MoE presets run with --impl own")
+    if args.float8 and (moe or args.impl != "own"):
+        ap.error("--float8 applies to the dense presets with --impl own")
     vocab, d, layers, heads, kv, hd, inter, theta, eps, qk_norm, tied = a
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -249,7 +272,7 @@ def main():
     masters = [p.detach().float().clone() for p in flat]
     opt = torch.optim.AdamW(masters, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, fused=True)
 
-    block = make_block(a, moe)
+    block = make_block(a, moe, float8_matmul(args.float8, dev) if args.float8 else None)
     lossf = loss_fn
     if args.compile:
         block = torch.compile(block)
@@ -340,7 +363,7 @@ def main():
     flops_tok = 6 * matmul_params(a, moe) + 12 * layers * heads * hd * T
     h2d, d2h, duplex = pcie
     impl = {"own": "pytorch-compile" if args.compile else "pytorch-eager", "hf": "hf-transformers",
-            "liger": "hf-transformers-liger"}[args.impl]
+            "liger": "hf-transformers-liger"}[args.impl] + (f"-float8-{args.float8}" if args.float8 else "")
     out = dict(
         impl=impl, model=args.model, seq_len=T, batch=B,
         ac=args.ac, step_time_s=med, step_times=times, tokens_per_s=tokens / med,
@@ -349,6 +372,10 @@ def main():
         host_hwm_gib=hwm / 2**30, first_step_s=t_compile, loss_first=losses[0], loss_last=losses[-1],
         pcie_h2d_gbs=h2d, pcie_d2h_gbs=d2h, pcie_duplex_gbs=duplex, torch=torch.__version__,
         gpu=torch.cuda.get_device_name() if cuda else "cpu", params=sum(p.numel() for p in flat))
+    if args.float8:
+        import importlib.metadata
+
+        out["torchao"] = importlib.metadata.version("torchao")
     if args.impl != "own":
         import transformers
 
