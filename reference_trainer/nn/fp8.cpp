@@ -176,14 +176,12 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
     const std::array<Tensor, 1> sb{b_blocks ? block_major(b.scales) : outer_major(b.scales)};
     // cuBLASLt finds no blockwise algorithm for an M that is no multiple of 16 (a routed
     // expert's rows): A gets zero rows (scale 1) up to one, and D loses them again.
-    const i64 m = a.values.size(0), padded_m = (m + 15) / 16 * 16;
-    if (padded_m == m) {
-      const std::array<Tensor, 1> sa{outer_major(a.scales)};
-      return at::_scaled_mm_v2(a.values, b.values.t(), sa, ra, none, sb, rb, none, std::nullopt, out);
-    }
+    const i64 m = a.values.size(0), pad = (m + 15) / 16 * 16 - m;
     const Tensor values =
-        at::constant_pad_nd(a.values.view(at::kByte), {0, 0, 0, padded_m - m}).view(a.values.scalar_type());
-    const std::array<Tensor, 1> sa{outer_major(at::constant_pad_nd(a.scales, {0, 0, 0, padded_m - m}, 1.0))};
+        pad == 0 ? a.values
+                 : at::constant_pad_nd(a.values.view(at::kByte), {0, 0, 0, pad}).view(a.values.scalar_type());
+    const std::array<Tensor, 1> sa{
+        outer_major(pad == 0 ? a.scales : at::constant_pad_nd(a.scales, {0, 0, 0, pad}, 1.0))};
     return at::_scaled_mm_v2(values, b.values.t(), sa, ra, none, sb, rb, none, std::nullopt, out)
         .narrow(0, 0, m);
   }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #if PRIMECFG_WITH_CUDA && PRIMECFG_FUSED_KERNELS
+#include "model/fp8_layers.hpp"
 #include "nn/kernels/cross_entropy.hpp"
 #include "nn/kernels/fp8_cast.hpp"
 #include "nn/kernels/norm_rope.hpp"
@@ -224,7 +225,7 @@ std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind,
   if (on && fp8_cast_on && fusable(x) && x.dim() == 2) {
     c10::cuda::CUDAGuard guard(x.device());
     const Tensor c = x.contiguous();
-    const std::int64_t rows = c.size(0), cols = c.size(1), g = 128;
+    const std::int64_t rows = c.size(0), cols = c.size(1), g = fp8::group;
     const auto bytes = c.options().dtype(at::kFloat8_e4m3fn), floats = c.options().dtype(torch::kFloat32);
     auto u8 = [](Tensor& t) { return reinterpret_cast<std::uint8_t*>(t.data_ptr()); };
     const auto f = static_cast<float>(floor);  // as ATen's clamp_min converts it on an FP32 tensor
