@@ -89,6 +89,10 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
     CHECK(same_bits(fp8::quantize_rows(m), fp8::quantize_rows(m.cuda())));
     CHECK(same_bits(fp8::quantize_cols(m), fp8::quantize_cols(m.cuda())));
     CHECK(same_bits(fp8::quantize_blocks(m), fp8::quantize_blocks(m.cuda())));
+    // An output gradient's casts in this trainer's units (the floor over 8,192 tokens).
+    const double floor = fp8::scale_floor / 8192;
+    CHECK(same_bits(fp8::quantize_rows(m * 1e-4, floor), fp8::quantize_rows(m.cuda() * 1e-4, floor)));
+    CHECK(same_bits(fp8::quantize_cols(m * 1e-4, floor), fp8::quantize_cols(m.cuda() * 1e-4, floor)));
   }
   // ATen's composition on the GPU, for the record: its division by the scalar 448 is a
   // multiplication by the reciprocal, so some scales may differ from the CPU's in the last bit.
