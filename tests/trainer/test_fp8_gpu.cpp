@@ -91,8 +91,9 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
     CHECK(same_bits(fp8::quantize_blocks(m), fp8::quantize_blocks(m.cuda())));
     // An output gradient's casts in this trainer's units (the floor over 8,192 tokens).
     const double floor = fp8::scale_floor / 8192;
-    CHECK(same_bits(fp8::quantize_rows(m * 1e-4, floor), fp8::quantize_rows(m.cuda() * 1e-4, floor)));
-    CHECK(same_bits(fp8::quantize_cols(m * 1e-4, floor), fp8::quantize_cols(m.cuda() * 1e-4, floor)));
+    const Tensor small = m * 1e-4;
+    CHECK(same_bits(fp8::quantize_rows(small, floor), fp8::quantize_rows(small.cuda(), floor)));
+    CHECK(same_bits(fp8::quantize_cols(small, floor), fp8::quantize_cols(small.cuda(), floor)));
   }
   // ATen's composition on the GPU, for the record: its division by the scalar 448 is a
   // multiplication by the reciprocal, so some scales may differ from the CPU's in the last bit.
