@@ -3,6 +3,7 @@
 // so any rows of a large tensor's cast must be the cast of those rows by themselves (whose
 // bits tests/trainer/fp8_test.py holds to the format's definition).
 #include "nn/fp8.hpp"
+#include "nn/transformer.hpp"
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -10,6 +11,7 @@
 namespace {
 
 namespace fp8 = primecfg::train::fp8;
+namespace train = primecfg::train;
 using torch::Tensor;
 
 bool same_bits(const fp8::Quantized& a, const fp8::Quantized& b) {
@@ -84,4 +86,54 @@ TEST_CASE("fp8: the backward casts the output gradient in prime-rl's units (the 
   CHECK_FALSE(torch::allclose(dx_floored * ratio, dx_prime, 1e-2, 0));
   CHECK_FALSE(torch::allclose(dw_floored * ratio, dw_prime, 1e-2, 0));
   CHECK_THROWS_AS(fp8::set_output_grad_ratio(0), std::invalid_argument);
+}
+
+// The same through whole models, dense and with routed experts in FP8, as the trainer runs
+// them: the loss as a mean over 256 tokens with the ratio 256 set gives every parameter
+// the gradient of the loss summed (prime-rl's backward) with the ratio 1, divided by 256,
+// bit for bit (every scaling is by a power of two). Without the ratio, another gradient.
+TEST_CASE(
+    "fp8: a model's gradients of the mean loss with the ratio are those of the summed loss over the tokens") {
+  train::ModelArgs dense;
+  dense.vocab_size = 512, dense.hidden = 256, dense.heads = 2, dense.kv_heads = 1, dense.head_dim = 128,
+  dense.intermediate = 512;
+  train::ModelArgs moe = dense;
+  moe.model_type = "qwen3_moe";
+  train::MoeArgs m;
+  m.experts = 8, m.top_k = 2, m.intermediate = 256, m.norm_topk_prob = true;
+  moe.moe = m;
+  const std::int64_t tokens = 256;
+  torch::manual_seed(13);
+  const Tensor ids = torch::randint(0, dense.vocab_size, {1, tokens}, torch::kInt64);
+  const Tensor pos = torch::arange(tokens, torch::kInt64).unsqueeze(0);
+  for (const train::ModelArgs& a : {dense, moe}) {
+    CAPTURE(a.model_type);
+    auto grads = [&](double loss_scale, double ratio) {
+      train::Transformer model(a, torch::kCPU, torch::kFloat32, 5);
+      std::size_t n_fp8 = 0;
+      for (const auto& c : model.use_fp8({"lm_head", "router"})) n_fp8 += !c.bf16_because;
+      REQUIRE(n_fp8 > 0);
+      if (a.moe) {
+        train::MoeSettings s;
+        s.fp8 = true;
+        model.set_moe_settings(s);
+      }
+      fp8::set_output_grad_ratio(ratio);
+      model.loss(model.hidden({ids, pos, std::nullopt}, train::Recompute::nothing), ids, loss_scale, tokens)
+          .backward();
+      fp8::set_output_grad_ratio(1);
+      std::vector<std::pair<std::string, Tensor>> out;
+      for (const auto& p : model.params()) out.emplace_back(p.name, p.tensor.grad());
+      return out;
+    };
+    const auto summed = grads(1.0, 1), mean = grads(1.0 / tokens, tokens), floored = grads(1.0 / tokens, 1);
+    REQUIRE(summed.size() == mean.size());
+    bool any_differs = false;
+    for (std::size_t i = 0; i < summed.size(); ++i) {
+      CAPTURE(summed[i].first);
+      CHECK(torch::equal(mean[i].second * tokens, summed[i].second));
+      any_differs = any_differs || !torch::equal(floored[i].second * tokens, summed[i].second);
+    }
+    CHECK(any_differs);
+  }
 }
