@@ -58,6 +58,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -171,7 +172,10 @@ struct RoutingFigures {
         const Tensor sorted = std::get<0>(all_counts[mb][b].sort(0, /*descending=*/true));
         const Tensor rest = E > top_k ? sorted.narrow(0, top_k, E - top_k) : sorted;
         const double mean = rest.mean().item<double>();
-        vio += mean > 0 ? (rest.max().item<double>() - mean) / mean : 0.0;
+        // No slot beyond the top_k most loaded (a micro-batch of one token): 0 / 0, NaN as
+        // in prime-rl (written as null), not 0, which would say "balanced".
+        vio +=
+            mean > 0 ? (rest.max().item<double>() - mean) / mean : std::numeric_limits<double>::quiet_NaN();
         conf += all_sums[mb][b].item<double>() / static_cast<double>(tokens[mb][b]);
       }
       max_vio.push_back(vio / static_cast<double>(blocks));

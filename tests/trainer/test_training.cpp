@@ -442,6 +442,15 @@ TEST_CASE(
   // The top-2 probability mass before renormalisation (after it, every token's would be 1).
   CHECK(m.at("routing_confidence").get<double>() < 1.0);
 
+  // One token a micro-batch: no slot beyond the top 2, so prime-rl's max_vio is 0 / 0, NaN
+  // (null in JSON), not 0, which would mean perfectly balanced.
+  auto one_token = moe("moe-one-token", false, false);
+  std::get<SFTDataConfig>(one_token.data).seq_len = 1;
+  std::get<SFTDataConfig>(one_token.data).micro_batch_size = 1;
+  std::get<SFTDataConfig>(one_token.data).batch_size = 1;
+  run_sft(one_token, quiet());
+  CHECK(last_metrics(one_token).at("max_vio").is_null());
+
   // Balanced: every expert gets 48 slots, max_vio 0; with checkpointing, the same numbers.
   const auto balanced = moe("moe-balanced", false, true);
   auto plain = run_sft(balanced, quiet());
