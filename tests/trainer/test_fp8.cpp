@@ -2,6 +2,7 @@
 // group's scale and values depend on its row alone, a 128 x 128 block's on its 128 rows,
 // so any rows of a large tensor's cast must be the cast of those rows by themselves (whose
 // bits tests/trainer/fp8_test.py holds to the format's definition).
+#include "fp8_models.hpp"
 #include "nn/fp8.hpp"
 #include "nn/transformer.hpp"
 
@@ -94,14 +95,7 @@ TEST_CASE("fp8: the backward casts the output gradient in prime-rl's units (the 
 // bit for bit (every scaling is by a power of two). Without the ratio, another gradient.
 TEST_CASE(
     "fp8: a model's gradients of the mean loss with the ratio are those of the summed loss over the tokens") {
-  train::ModelArgs dense;
-  dense.vocab_size = 512, dense.hidden = 256, dense.heads = 2, dense.kv_heads = 1, dense.head_dim = 128,
-  dense.intermediate = 512;
-  train::ModelArgs moe = dense;
-  moe.model_type = "qwen3_moe";
-  train::MoeArgs m;
-  m.experts = 8, m.top_k = 2, m.intermediate = 256, m.norm_topk_prob = true;
-  moe.moe = m;
+  const auto [dense, moe] = train::fp8_test_models();
   const std::int64_t tokens = 256;
   torch::manual_seed(13);
   const Tensor ids = torch::randint(0, dense.vocab_size, {1, tokens}, torch::kInt64);

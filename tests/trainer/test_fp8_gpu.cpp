@@ -5,6 +5,7 @@
 // the CPU's dequantise-and-multiply path within what another order of the FP32 sums and
 // one bf16 rounding allow (the CPU path itself is held to the Python reference built from
 // the format's definition, tests/trainer/fp8_test.py). Skips elsewhere.
+#include "fp8_models.hpp"
 #include "nn/fp8.hpp"
 #include "nn/kernels/fused_ops.hpp"
 #include "nn/transformer.hpp"
@@ -135,14 +136,7 @@ TEST_CASE("GPU kernels: models with FP8 linears and FP8 experts train beside bf1
     return;
   }
   CHECK(!fp8::unavailable_on(torch::Device(torch::kCUDA, 0)));
-  train::ModelArgs dense;
-  dense.vocab_size = 512, dense.hidden = 256, dense.heads = 2, dense.kv_heads = 1, dense.head_dim = 128,
-  dense.intermediate = 512;
-  train::ModelArgs moe = dense;
-  moe.model_type = "qwen3_moe";
-  train::MoeArgs m;
-  m.experts = 8, m.top_k = 2, m.intermediate = 256, m.norm_topk_prob = true;
-  moe.moe = m;
+  const auto [dense, moe] = train::fp8_test_models();
   for (const train::ModelArgs& a : {dense, moe}) {
     CAPTURE(a.model_type);
     train::Transformer bf16(a, torch::kCUDA, torch::kBFloat16, 5), f8(a, torch::kCUDA, torch::kBFloat16, 5);
