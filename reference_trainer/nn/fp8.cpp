@@ -13,6 +13,8 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include <stdexcept>
 
@@ -54,7 +56,7 @@ void check_matrix(const Tensor& t, const char* what) {
 
 Quantized quantize_rows(const Tensor& x, double floor) {
   check_matrix(x, "quantize_rows");
-  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::rows, floor)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::rows}, floor)) return {(*q)[0].first, (*q)[0].second};
   const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
   Quantized q{torch::empty({rows, cols}, x.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({rows, g}, x.options().dtype(torch::kFloat32))};
@@ -71,7 +73,8 @@ Quantized quantize_rows(const Tensor& x, double floor) {
 
 Quantized quantize_blocks(const Tensor& w) {
   check_matrix(w, "quantize_blocks");
-  if (auto q = fused::fp8_cast(w, fused::Fp8Cast::blocks, scale_floor)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks}, scale_floor))
+    return {(*q)[0].first, (*q)[0].second};
   const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
   Quantized q{torch::empty({rows, cols}, w.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({gr, gc}, w.options().dtype(torch::kFloat32))};
@@ -91,13 +94,27 @@ Quantized quantize_blocks(const Tensor& w) {
 
 Quantized quantize_cols(const Tensor& x, double floor) {
   check_matrix(x, "quantize_cols");
-  if (auto q = fused::fp8_cast(x, fused::Fp8Cast::cols, floor)) return {q->first, q->second};
+  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::cols}, floor)) return {(*q)[0].first, (*q)[0].second};
   const i64 rows = x.size(0), want = groups(rows) * group;
   const Tensor t = x.t();
   return quantize_rows(want == rows ? t.contiguous() : at::constant_pad_nd(t, {0, want - rows}), floor);
 }
 
+std::pair<Quantized, Quantized> quantize_rows_cols(const Tensor& x, double floor) {
+  check_matrix(x, "quantize_rows_cols");
+  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::rows, fused::Fp8Cast::cols}, floor))
+    return {{(*q)[0].first, (*q)[0].second}, {(*q)[1].first, (*q)[1].second}};
+  return {quantize_rows(x, floor), quantize_cols(x, floor)};
+}
+
 Quantized transposed(const Quantized& q) { return {q.values.t().contiguous(), q.scales.t().contiguous()}; }
+
+Quantized quantize_blocks_transposed(const Tensor& w) {
+  check_matrix(w, "quantize_blocks_transposed");
+  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks_transposed}, scale_floor))
+    return {(*q)[0].first, (*q)[0].second};
+  return transposed(quantize_blocks(w));
+}
 
 Tensor dequantize_rows(const Quantized& q) {
   const i64 cols = q.values.size(1);
@@ -142,13 +159,25 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const double dy_floor = ctx->saved_data["dy_floor"].toDouble();
     if (x.size(0) == 0) return {x.new_empty(x.sizes()), torch::zeros_like(w)};
     Tensor dx, dw;
-    // W^T's 128 x 128 blocks are W's transposed (the same amax each): its casts transposed,
-    // a copy of bytes, not a second cast of the bf16 weight.
-    if (ctx->needs_input_grad(0))
-      dx = matmul_nt(quantize_rows(dy, dy_floor), transposed(quantize_blocks(w)), true, x.scalar_type());
-    if (ctx->needs_input_grad(1))
-      dw = matmul_nt(quantize_cols(dy, dy_floor), quantize_cols(x), false, torch::kFloat32)
-               .to(w.scalar_type());
+    const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
+    // dY's two casts from one read of it when both products want it; dY's rows are let go
+    // before dW's operands are made (the planner's FP8 note counts on that order).
+    std::optional<Quantized> dy_cols;
+    if (want_dx) {
+      std::optional<Quantized> dy_rows;
+      if (want_dw) {
+        auto [r, c] = quantize_rows_cols(dy, dy_floor);
+        dy_rows = std::move(r), dy_cols = std::move(c);
+      } else {
+        dy_rows = quantize_rows(dy, dy_floor);
+      }
+      // W^T's 128 x 128 blocks are W's transposed (the same amax each), cast from W.
+      dx = matmul_nt(*dy_rows, quantize_blocks_transposed(w), true, x.scalar_type());
+    }
+    if (want_dw) {
+      if (!dy_cols) dy_cols = quantize_cols(dy, dy_floor);
+      dw = matmul_nt(*dy_cols, quantize_cols(x), false, torch::kFloat32).to(w.scalar_type());
+    }
     return {dx, dw};
   }
 };

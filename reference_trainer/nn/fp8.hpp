@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace primecfg::train::fp8 {
@@ -39,11 +40,16 @@ Quantized quantize_rows(const torch::Tensor& x, double floor = scale_floor);
 // x [rows, cols]: the casts of x^T with its columns zero-padded to a multiple of 128 (one
 // scale per column of x and 128 rows: the tokens of a weight gradient's operands).
 Quantized quantize_cols(const torch::Tensor& x, double floor = scale_floor);
+// Both of the above, {rows, cols}, from one read of x where the fused casts run.
+std::pair<Quantized, Quantized> quantize_rows_cols(const torch::Tensor& x, double floor = scale_floor);
 // w [rows, cols]: one scale per 128 x 128 block.
 Quantized quantize_blocks(const torch::Tensor& w);
 // The casts of w^T from those of w by blocks (the same blocks, transposed): exactly
 // quantize_blocks(w.t()).
 Quantized transposed(const Quantized& blocks);
+// quantize_blocks(w.t()), cast from w without a copy of w^T where the fused casts run
+// (elsewhere transposed(quantize_blocks(w))).
+Quantized quantize_blocks_transposed(const torch::Tensor& w);
 // values * scales, in FP32 (each scale over its group or block).
 torch::Tensor dequantize_rows(const Quantized& q);
 torch::Tensor dequantize_blocks(const Quantized& q);

@@ -90,11 +90,19 @@ TEST_CASE("GPU kernels: FP8 blockwise casts give the CPU's bits, the FP8 linear 
     CHECK(same_bits(fp8::quantize_rows(m), fp8::quantize_rows(m.cuda())));
     CHECK(same_bits(fp8::quantize_cols(m), fp8::quantize_cols(m.cuda())));
     CHECK(same_bits(fp8::quantize_blocks(m), fp8::quantize_blocks(m.cuda())));
+    // Several casts from one read: the same bits as each alone.
+    const auto [rows_gpu, cols_gpu] = fp8::quantize_rows_cols(m.cuda());
+    CHECK(same_bits(fp8::quantize_rows(m), rows_gpu));
+    CHECK(same_bits(fp8::quantize_cols(m), cols_gpu));
+    CHECK(same_bits(fp8::quantize_blocks(m.t().contiguous()), fp8::quantize_blocks_transposed(m.cuda())));
     // An output gradient's casts in this trainer's units (the floor over 8,192 tokens).
     const double floor = fp8::scale_floor / 8192;
     const Tensor small = m * 1e-4;
     CHECK(same_bits(fp8::quantize_rows(small, floor), fp8::quantize_rows(small.cuda(), floor)));
     CHECK(same_bits(fp8::quantize_cols(small, floor), fp8::quantize_cols(small.cuda(), floor)));
+    const auto [small_rows, small_cols] = fp8::quantize_rows_cols(small.cuda(), floor);
+    CHECK(same_bits(fp8::quantize_rows(small, floor), small_rows));
+    CHECK(same_bits(fp8::quantize_cols(small, floor), small_cols));
   }
   // ATen's composition on the GPU, for the record: its division by the scalar 448 is a
   // multiplication by the reciprocal, so some scales may differ from the CPU's in the last bit.

@@ -254,6 +254,7 @@ TEST_CASE("GPU: the forward and backward replayed from a CUDA graph train as eag
       auto& d = std::get<SFTDataConfig>(c.data);
       d.pack = false;
       d.batch_size = 1;
+      c.model.ac_offloading = std::nullopt;  // which alone keeps the graph off
       return c;
     };
     auto graph_opts = gpu(true), eager_opts = gpu(true);

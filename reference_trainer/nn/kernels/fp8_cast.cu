@@ -1,12 +1,11 @@
-// FP8 blockwise casts (fp8_cast.hpp). Memory-bound: each reads its bf16 input once from
-// global memory (the 128 x 128 blocks twice, the second time from L2) and writes one byte
-// per value and one scale per group.
+// FP8 blockwise casts (fp8_cast.hpp). Memory-bound: one kernel reads its bf16 input once,
+// a tile of 128 x 128 at a time into shared memory, and writes from there whichever casts
+// were asked for, each along its output's rows (coalesced): a tile row is a 1 x 128 group,
+// a tile column a 128 x 1 group (the transposed cast), the tile a 128 x 128 block.
 #include "device.cuh"
 #include "fp8_cast.hpp"
 
 #include <cuda_fp8.h>
-
-#include <algorithm>
 
 namespace primecfg::train::kernels {
 namespace {
@@ -16,6 +15,11 @@ using i64 = std::int64_t;
 
 constexpr int kGroup = 128;
 constexpr float kE4m3Max = 448.f;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// bf16 per shared tile row: 65 words, so that the 32 lanes reading one column (rows
+// lane, lane + 32, ...) hit 32 different banks.
+constexpr int kPitch = kGroup + 2;
 
 // max(|a|, |b|) that keeps a NaN (fmaxf would drop it; ATen's amax keeps it).
 __device__ inline float amax2(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -34,130 +38,131 @@ __device__ inline std::uint8_t to_e4m3(float x, float scale) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
 }
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+using Tile = __nv_bfloat16[kGroup][kPitch];
 
-// One warp per group of 128 values of a row; lane l reads elements l, l + 32, l + 64,
-// l + 96 of the group (coalesced), zeros past the row's end.
-__global__ void rows_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 cols,
-                            std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
-  const i64 groups = (cols + kGroup - 1) / kGroup;
+// Tile row r (128 values along x's row) cast with scale s, or with its own amax when
+// s < 0, to out[0..128) (up to `n` of them); returns the scale. Lane l takes columns
+// 4l..4l+3: two word reads, one 4-byte store when the row is whole and aligned.
+__device__ inline float cast_tile_row(const Tile& t, int r, float s, float floor, std::uint8_t* out, i64 n,
+                                      bool packed) {
   const int lane = threadIdx.x % 32;
-  for (i64 g = static_cast<i64>(blockIdx.x) * kWarps + threadIdx.x / 32; g < rows * groups;
-       g += static_cast<i64>(gridDim.x) * kWarps) {
-    const i64 r = g / groups, c0 = (g % groups) * kGroup;
-    const __nv_bfloat16* row = x + r * cols;
-    float v[4];
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t[r][4 * lane]));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t[r][4 * lane + 2]));
+  const float v[4] = {a.x, a.y, b.x, b.y};
+  if (s < 0.f) {
     float m = 0.f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const i64 c = c0 + lane + 32 * k;
-      v[k] = c < cols ? __bfloat162float(row[c]) : 0.f;
-      m = amax2(m, fabsf(v[k]));
-    }
-    const float s = scale_of(warp_amax(m), floor);
-    if (lane == 0) scales[g] = s;
+    for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
+    s = scale_of(warp_amax(m), floor);
+  }
+  std::uint8_t q[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const i64 c = c0 + lane + 32 * k;
-      if (c < cols) values[r * cols + c] = to_e4m3(v[k], s);
-    }
+  for (int k = 0; k < 4; ++k) q[k] = to_e4m3(v[k], s);
+  if (packed) {
+    *reinterpret_cast<std::uint32_t*>(out + 4 * lane) =
+        q[0] | (std::uint32_t{q[1]} << 8) | (std::uint32_t{q[2]} << 16) | (std::uint32_t{q[3]} << 24);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (4 * lane + k < n) out[4 * lane + k] = q[k];
   }
+  return s;
 }
 
-// A tile of 128 rows x 64 columns of x per block: read along x's rows, amax per column
-// (four threads of 32 rows each, then combined), written along the output's rows (x's
-// columns) from shared memory.
-constexpr int kTileCols = 64;
-
-__global__ void cols_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 cols, i64 padded,
-                            std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
-  __shared__ float tile[kGroup][kTileCols + 1];
-  __shared__ float part[4][kTileCols];
-  __shared__ float scale[kTileCols];
-  const i64 r0 = static_cast<i64>(blockIdx.y) * kGroup, c0 = static_cast<i64>(blockIdx.x) * kTileCols;
-  for (int i = threadIdx.x; i < kGroup * kTileCols; i += kThreads) {
-    const int r = i / kTileCols, c = i % kTileCols;
-    tile[r][c] = (r0 + r < rows && c0 + c < cols) ? __bfloat162float(x[(r0 + r) * cols + c0 + c]) : 0.f;
-  }
-  __syncthreads();
-  {
-    const int c = threadIdx.x % kTileCols, q = threadIdx.x / kTileCols;  // 4 quarters of 32 rows
+// Tile column c (128 values down x's column) likewise, to out[0..128) (up to `n`). Lane l
+// takes rows l, l + 32, l + 64, l + 96: conflict-free reads (kPitch), 32-byte stores.
+__device__ inline float cast_tile_col(const Tile& t, int c, float s, float floor, std::uint8_t* out, i64 n) {
+  const int lane = threadIdx.x % 32;
+  float v[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = __bfloat162float(t[lane + 32 * k][c]);
+  if (s < 0.f) {
     float m = 0.f;
-    for (int r = q * 32; r < q * 32 + 32; ++r) m = amax2(m, fabsf(tile[r][c]));
-    part[q][c] = m;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
+    s = scale_of(warp_amax(m), floor);
   }
-  __syncthreads();
-  if (threadIdx.x < kTileCols) {
-    const int c = threadIdx.x;
-    const float s = scale_of(amax2(amax2(part[0][c], part[1][c]), amax2(part[2][c], part[3][c])), floor);
-    scale[c] = s;
-    if (c0 + c < cols) scales[(c0 + c) * (padded / kGroup) + blockIdx.y] = s;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kGroup * kTileCols; i += kThreads) {
-    const int c = i / kGroup, r = i % kGroup;
-    if (c0 + c < cols) values[(c0 + c) * padded + r0 + r] = to_e4m3(tile[r][c], scale[c]);
-  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (lane + 32 * k < n) out[lane + 32 * k] = to_e4m3(v[k], s);
+  return s;
 }
 
-// One block of 256 threads per 128 x 128 block: the amax in a first read, the values in a
-// second (from L2). Thread t reads columns t % 128 of rows t / 128, t / 128 + 2, ...
-__global__ void blocks_kernel(const __nv_bfloat16* __restrict__ w, i64 rows, i64 cols,
-                              std::uint8_t* __restrict__ values, float* __restrict__ scales, float floor) {
+// One block of 256 threads per 128 x 128 tile of x (grid: column tiles, row tiles). The
+// tile is read once, with 16-byte loads where `vec` (x 16-byte aligned, cols a multiple
+// of 8), zeros past x's edges; then each asked-for cast: warp w takes tile rows or
+// columns w, w + 8, ...
+__global__ void __launch_bounds__(kThreads)
+    tile_kernel(const __nv_bfloat16* __restrict__ x, i64 rows, i64 cols, float floor, Fp8Casts o, bool vec) {
+  __shared__ Tile t;
   __shared__ float warp_max[kWarps];
-  const i64 r0 = static_cast<i64>(blockIdx.y) * kGroup,
-            c = static_cast<i64>(blockIdx.x) * kGroup + threadIdx.x % kGroup;
-  const i64 r_end = min(r0 + kGroup, rows);
-  const bool in_cols = c < cols;
-  float m = 0.f;
-  if (in_cols)
-    for (i64 r = r0 + threadIdx.x / kGroup; r < r_end; r += kThreads / kGroup)
-      m = amax2(m, fabsf(__bfloat162float(w[r * cols + c])));
-  m = warp_amax(m);
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  const i64 r0 = static_cast<i64>(blockIdx.y) * kGroup, c0 = static_cast<i64>(blockIdx.x) * kGroup;
+  const i64 n_rows = min(i64{kGroup}, rows - r0), n_cols = min(i64{kGroup}, cols - c0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (vec && n_rows == kGroup && n_cols == kGroup) {
+    for (int i = threadIdx.x; i < kGroup * kGroup / 8; i += kThreads) {
+      const int r = i / (kGroup / 8), c = i % (kGroup / 8) * 8;
+      const uint4 q = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+      auto* dst = reinterpret_cast<std::uint32_t*>(&t[r][c]);  // 4-byte aligned: kPitch is even
+      dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < kGroup * kGroup; i += kThreads) {
+      const int r = i / kGroup, c = i % kGroup;
+      t[r][c] = (r < n_rows && c < n_cols) ? x[(r0 + r) * cols + c0 + c] : __float2bfloat16(0.f);
+    }
+  }
   __syncthreads();
-  m = warp_max[0];
-#pragma unroll
-  for (int k = 1; k < kWarps; ++k) m = amax2(m, warp_max[k]);
-  const float s = scale_of(m, floor);
-  if (threadIdx.x == 0) scales[static_cast<i64>(blockIdx.y) * gridDim.x + blockIdx.x] = s;
-  if (in_cols)
-    for (i64 r = r0 + threadIdx.x / kGroup; r < r_end; r += kThreads / kGroup)
-      values[r * cols + c] = to_e4m3(__bfloat162float(w[r * cols + c]), s);
-}
 
-unsigned grid_of(i64 units, int per_block) {
-  return static_cast<unsigned>(std::clamp<i64>((units + per_block - 1) / per_block, 1, 132 * 32));
+  const i64 col_groups = (cols + kGroup - 1) / kGroup;
+  // A 4-byte store per lane when the output row is whole and 4-byte aligned.
+  const bool packed_rows = n_cols == kGroup && cols % 4 == 0;
+  if (o.rows_values)
+    for (int r = warp; r < n_rows; r += kWarps) {
+      const float s =
+          cast_tile_row(t, r, -1.f, floor, o.rows_values + (r0 + r) * cols + c0, n_cols, packed_rows);
+      if (lane == 0) o.rows_scales[(r0 + r) * col_groups + blockIdx.x] = s;
+    }
+  if (o.cols_values) {
+    const i64 padded = (rows + kGroup - 1) / kGroup * kGroup;
+    for (int c = warp; c < n_cols; c += kWarps) {
+      const float s = cast_tile_col(t, c, -1.f, floor, o.cols_values + (c0 + c) * padded + r0, kGroup);
+      if (lane == 0) o.cols_scales[(c0 + c) * (padded / kGroup) + blockIdx.y] = s;
+    }
+  }
+  if (o.block_values || o.block_t_values) {
+    float m = 0.f;  // zeros past the edges leave the amax as it is
+    for (int i = threadIdx.x; i < kGroup * kGroup; i += kThreads)
+      m = amax2(m, fabsf(__bfloat162float(t[i / kGroup][i % kGroup])));
+    m = warp_amax(m);
+    if (lane == 0) warp_max[warp] = m;
+    __syncthreads();
+    m = warp_max[0];
+#pragma unroll
+    for (int k = 1; k < kWarps; ++k) m = amax2(m, warp_max[k]);
+    const float s = scale_of(m, floor);
+    if (o.block_values) {
+      if (threadIdx.x == 0) o.block_scales[static_cast<i64>(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+      for (int r = warp; r < n_rows; r += kWarps)
+        cast_tile_row(t, r, s, floor, o.block_values + (r0 + r) * cols + c0, n_cols, packed_rows);
+    }
+    if (o.block_t_values) {  // x^T [cols, rows]: its row c0 + c is the tile's column c
+      if (threadIdx.x == 0) o.block_t_scales[static_cast<i64>(blockIdx.x) * gridDim.y + blockIdx.y] = s;
+      for (int c = warp; c < n_cols; c += kWarps)
+        cast_tile_col(t, c, s, floor, o.block_t_values + (c0 + c) * rows + r0, n_rows);
+    }
+  }
 }
 
 }  // namespace
 
-void fp8_quantize_rows(const bf16* x, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
-                       cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  const i64 groups = rows * ((cols + kGroup - 1) / kGroup);
-  rows_kernel<<<grid_of(groups, kWarps), kThreads, 0, stream>>>(dev(x), rows, cols, values, scales, floor);
-  detail::check_launch("fp8_quantize_rows");
-}
-
-void fp8_quantize_cols(const bf16* x, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
-                       cudaStream_t stream) {
-  const i64 padded = (rows + kGroup - 1) / kGroup * kGroup;
-  if (padded == 0 || cols == 0) return;
-  const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
-                  static_cast<unsigned>(padded / kGroup));
-  cols_kernel<<<grid, kThreads, 0, stream>>>(dev(x), rows, cols, padded, values, scales, floor);
-  detail::check_launch("fp8_quantize_cols");
-}
-
-void fp8_quantize_blocks(const bf16* w, i64 rows, i64 cols, float floor, std::uint8_t* values, float* scales,
-                         cudaStream_t stream) {
+void fp8_quantize(const bf16* x, i64 rows, i64 cols, float floor, const Fp8Casts& out, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kGroup - 1) / kGroup),
                   static_cast<unsigned>((rows + kGroup - 1) / kGroup));
-  blocks_kernel<<<grid, kThreads, 0, stream>>>(dev(w), rows, cols, values, scales, floor);
-  detail::check_launch("fp8_quantize_blocks");
+  const bool vec = detail::aligned16(x) && cols % 8 == 0;
+  tile_kernel<<<grid, kThreads, 0, stream>>>(dev(x), rows, cols, floor, out, vec);
+  detail::check_launch("fp8_quantize");
 }
 
 }  // namespace primecfg::train::kernels

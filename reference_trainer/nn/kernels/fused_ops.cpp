@@ -220,37 +220,52 @@ Tensor cross_entropy_grad_(Tensor& logits, const Tensor& targets, double scale) 
   return Tensor();
 }
 
-std::optional<std::pair<Tensor, Tensor>> fp8_cast(const Tensor& x, Fp8Cast kind, double floor) {
+std::optional<std::vector<std::pair<Tensor, Tensor>>> fp8_cast(const Tensor& x,
+                                                               std::initializer_list<Fp8Cast> kinds,
+                                                               double floor) {
 #if PRIMECFG_HAVE_FUSED
   if (on && fp8_cast_on && fusable(x) && x.dim() == 2) {
     c10::cuda::CUDAGuard guard(x.device());
     const Tensor c = x.contiguous();
     const std::int64_t rows = c.size(0), cols = c.size(1), g = fp8::group;
+    const std::int64_t row_groups = (rows + g - 1) / g, col_groups = (cols + g - 1) / g;
     const auto bytes = c.options().dtype(at::kFloat8_e4m3fn), floats = c.options().dtype(torch::kFloat32);
     auto u8 = [](Tensor& t) { return reinterpret_cast<std::uint8_t*>(t.data_ptr()); };
-    const auto f = static_cast<float>(floor);  // as ATen's clamp_min converts it on an FP32 tensor
-    Tensor values, scales;
-    switch (kind) {
-      case Fp8Cast::rows:
-        values = torch::empty({rows, cols}, bytes), scales = torch::empty({rows, (cols + g - 1) / g}, floats);
-        kernels::fp8_quantize_rows(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
-        break;
-      case Fp8Cast::cols: {
-        const std::int64_t padded = (rows + g - 1) / g * g;
-        values = torch::empty({cols, padded}, bytes), scales = torch::empty({cols, padded / g}, floats);
-        kernels::fp8_quantize_cols(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
-        break;
+    std::vector<std::pair<Tensor, Tensor>> result;
+    kernels::Fp8Casts casts;
+    for (const Fp8Cast kind : kinds) {
+      switch (kind) {
+        case Fp8Cast::rows:
+          result.emplace_back(torch::empty({rows, cols}, bytes), torch::empty({rows, col_groups}, floats));
+          casts.rows_values = u8(result.back().first),
+          casts.rows_scales = result.back().second.data_ptr<float>();
+          break;
+        case Fp8Cast::cols:
+          result.emplace_back(torch::empty({cols, row_groups * g}, bytes),
+                              torch::empty({cols, row_groups}, floats));
+          casts.cols_values = u8(result.back().first),
+          casts.cols_scales = result.back().second.data_ptr<float>();
+          break;
+        case Fp8Cast::blocks:
+          result.emplace_back(torch::empty({rows, cols}, bytes),
+                              torch::empty({row_groups, col_groups}, floats));
+          casts.block_values = u8(result.back().first),
+          casts.block_scales = result.back().second.data_ptr<float>();
+          break;
+        case Fp8Cast::blocks_transposed:
+          result.emplace_back(torch::empty({cols, rows}, bytes),
+                              torch::empty({col_groups, row_groups}, floats));
+          casts.block_t_values = u8(result.back().first);
+          casts.block_t_scales = result.back().second.data_ptr<float>();
+          break;
       }
-      case Fp8Cast::blocks:
-        values = torch::empty({rows, cols}, bytes),
-        scales = torch::empty({(rows + g - 1) / g, (cols + g - 1) / g}, floats);
-        kernels::fp8_quantize_blocks(in(c), rows, cols, f, u8(values), scales.data_ptr<float>(), stream());
-        break;
     }
-    return std::pair{values, scales};
+    // as ATen's clamp_min converts it on an FP32 tensor
+    kernels::fp8_quantize(in(c), rows, cols, static_cast<float>(floor), casts, stream());
+    return result;
   }
 #endif
-  (void)x, (void)kind, (void)floor;
+  (void)x, (void)kinds, (void)floor;
   return std::nullopt;
 }
 

@@ -7,8 +7,10 @@
 
 #include <torch/torch.h>
 
+#include <initializer_list>
 #include <optional>
 #include <utility>
+#include <vector>
 
 namespace primecfg::train::fused {
 
@@ -37,12 +39,13 @@ torch::Tensor cross_entropy_grad_(torch::Tensor& logits, const torch::Tensor& ta
 bool cross_entropy_fused(const torch::Tensor& hidden);
 
 // FP8 blockwise casts of a bf16 matrix on a CUDA device (fp8_cast.hpp), while their switch
-// is on: {values, scales} exactly as nn/fp8.hpp's quantize_rows, quantize_cols and
-// quantize_blocks define them; anywhere else nullopt (the caller takes ATen's path).
-// `floor` is the scales' floor.
-enum class Fp8Cast { rows, cols, blocks };
-std::optional<std::pair<torch::Tensor, torch::Tensor>> fp8_cast(const torch::Tensor& x, Fp8Cast kind,
-                                                                double floor);
+// is on: one {values, scales} per kind asked for, in that order, exactly as nn/fp8.hpp's
+// quantize_rows, quantize_cols, quantize_blocks and quantize_blocks(x.t()) define them, all
+// from one read of x; anywhere else nullopt (the caller takes ATen's path). `floor` is the
+// scales' floor.
+enum class Fp8Cast { rows, cols, blocks, blocks_transposed };
+std::optional<std::vector<std::pair<torch::Tensor, torch::Tensor>>> fp8_cast(
+    const torch::Tensor& x, std::initializer_list<Fp8Cast> kinds, double floor);
 void set_fp8_cast_enabled(bool on);
 bool fp8_cast_enabled();
 
