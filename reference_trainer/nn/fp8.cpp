@@ -176,7 +176,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     }
     if (want_dw) {
       if (!dy_cols) dy_cols = quantize_cols(dy, dy_floor);
-      dw = matmul_nt(*dy_cols, quantize_cols(x), false, torch::kFloat32).to(w.scalar_type());
+      dw = matmul_nt(*dy_cols, quantize_cols(x), false, w.scalar_type());
     }
     return {dx, dw};
   }

@@ -342,18 +342,19 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
     // What FP8 adds is transient, in a linear's backward (nn/fp8.cpp), the larger of two
     // moments of its widest linear at every token of the micro-batch: while dX is formed,
     // dY cast both ways and W^T's e4m3 copy; while dW is formed, both e4m3 operands (cast
-    // token-major) and dW in FP32. With ATen's casts (no fused kernels) also the
+    // token-major) and dW (bf16, as cuBLASLt writes it). With ATen's casts (no fused kernels) also the
     // token-major bf16 copy of the wider operand being cast and a cast's FP32 slices (3 of
     // 2^24 elements).
     i64 widest = std::max(shape.intermediate, shape.heads * shape.head_dim);
     if (shape.moe) widest = std::max(widest, shape.moe->intermediate);
     const i64 D = shape.hidden, padded = (w.N + 127) / 128 * 128;
-    const i64 bytes = std::max(2 * padded * widest + D * widest, padded * (D + widest) + 4 * D * widest) +
+    const i64 bytes = std::max(2 * padded * widest + D * widest, padded * (D + widest) + 2 * D * widest) +
                       (a.fused_fp8_casts ? 0 : 2 * padded * widest + 3 * (i64{4} << 24));
     p.notes.push_back(fmt::format(
         "model.quantization (FP8) is planned as bf16: the FP8 forward saves what bf16's does (its input and "
         "weight, as prime-rl's), but a linear's FP8 backward holds up to {:.2f} GiB more for a moment (the "
-        "widest, {} x {}, at {} tokens: dY cast both ways for dX, or the operands cast for dW and dW in FP32), and the FP8 matmuls' "
+        "widest, {} x {}, at {} tokens: dY cast both ways for dX, or the operands cast for dW and dW), and "
+        "the FP8 matmuls' "
         "speed is not modelled (the step times are bf16's)",
         static_cast<double>(bytes) / (1 << 30), widest, D, w.N));
   }

@@ -32,10 +32,21 @@ __device__ inline float warp_amax(float v) {
 
 __device__ inline float scale_of(float amax, float floor) { return amax2(__fdiv_rn(amax, kE4m3Max), floor); }
 
-// Round to nearest even; SATFINITE clamps to +-448 (what the ATen path's clamp does) and
-// keeps NaN.
-__device__ inline std::uint8_t to_e4m3(float x, float scale) {
-  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+// x / s, IEEE-rounded as the CPU's division, from r = 1 / s (IEEE-rounded): one product and
+// Markstein's correction (the residual x - q s is exact in an FMA, and q + residual r is
+// then the rounded quotient), not a division per value. Where the quotient or residual is
+// subnormal it may differ from the division in its last bit; such a quotient is below
+// 2^-126, far under e4m3's smallest value (2^-9), and casts to the same signed zero.
+__device__ inline float quotient(float x, float s, float r) {
+  const float q = __fmul_rn(x, r);
+  return __fmaf_rn(__fmaf_rn(-q, s, x), r, q);
+}
+
+// Two values cast to e4m3 (round to nearest even; SATFINITE clamps to +-448, what the ATen
+// path's clamp does, and keeps NaN): a in the low byte.
+__device__ inline std::uint16_t to_e4m3x2(float a, float b, float s, float r) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(quotient(a, s, r), quotient(b, s, r)), __NV_SATFINITE,
+                                  __NV_E4M3);
 }
 
 using Tile = __nv_bfloat16[kGroup][kPitch];
@@ -55,16 +66,15 @@ __device__ inline float cast_tile_row(const Tile& t, int r, float s, float floor
     for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
     s = scale_of(warp_amax(m), floor);
   }
-  std::uint8_t q[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) q[k] = to_e4m3(v[k], s);
+  const float rcp = __frcp_rn(s);
+  const std::uint32_t q =
+      to_e4m3x2(v[0], v[1], s, rcp) | (std::uint32_t{to_e4m3x2(v[2], v[3], s, rcp)} << 16);
   if (packed) {
-    *reinterpret_cast<std::uint32_t*>(out + 4 * lane) =
-        q[0] | (std::uint32_t{q[1]} << 8) | (std::uint32_t{q[2]} << 16) | (std::uint32_t{q[3]} << 24);
+    *reinterpret_cast<std::uint32_t*>(out + 4 * lane) = q;
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (4 * lane + k < n) out[4 * lane + k] = q[k];
+      if (4 * lane + k < n) out[4 * lane + k] = static_cast<std::uint8_t>(q >> (8 * k));
   }
   return s;
 }
@@ -82,9 +92,12 @@ __device__ inline float cast_tile_col(const Tile& t, int c, float s, float floor
     for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
     s = scale_of(warp_amax(m), floor);
   }
+  const float rcp = __frcp_rn(s);
+  const std::uint32_t q =
+      to_e4m3x2(v[0], v[1], s, rcp) | (std::uint32_t{to_e4m3x2(v[2], v[3], s, rcp)} << 16);
 #pragma unroll
   for (int k = 0; k < 4; ++k)
-    if (lane + 32 * k < n) out[lane + 32 * k] = to_e4m3(v[k], s);
+    if (lane + 32 * k < n) out[lane + 32 * k] = static_cast<std::uint8_t>(q >> (8 * k));
   return s;
 }
 
@@ -100,11 +113,18 @@ __global__ void __launch_bounds__(kThreads)
   const i64 n_rows = min(i64{kGroup}, rows - r0), n_cols = min(i64{kGroup}, cols - c0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (vec && n_rows == kGroup && n_cols == kGroup) {
-    for (int i = threadIdx.x; i < kGroup * kGroup / 8; i += kThreads) {
-      const int r = i / (kGroup / 8), c = i % (kGroup / 8) * 8;
-      const uint4 q = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+    constexpr int kLoads = kGroup * kGroup / 8 / kThreads;  // 16-byte loads per thread, all in flight
+    uint4 q[kLoads];
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int i = threadIdx.x + k * kThreads, r = i / (kGroup / 8), c = i % (kGroup / 8) * 8;
+      q[k] = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+    }
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int i = threadIdx.x + k * kThreads, r = i / (kGroup / 8), c = i % (kGroup / 8) * 8;
       auto* dst = reinterpret_cast<std::uint32_t*>(&t[r][c]);  // 4-byte aligned: kPitch is even
-      dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
+      dst[0] = q[k].x, dst[1] = q[k].y, dst[2] = q[k].z, dst[3] = q[k].w;
     }
   } else {
     for (int i = threadIdx.x; i < kGroup * kGroup; i += kThreads) {
