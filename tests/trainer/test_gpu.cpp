@@ -244,15 +244,32 @@ TEST_CASE("GPU: the forward and backward replayed from a CUDA graph train as eag
       replays += line.find("\"cuda_graph_replayed\":1") != std::string::npos;
     CHECK(replays == 4);
   }
-  // The built-in task unpacked: one document a row, its prompt masked, so the loss tokens
-  // (and the loss's 1 / tokens, a constant of the captured kernels) differ from step to
-  // step. A step whose count is not the captured step's runs eagerly: the same numbers as
-  // a run without the graph (a replay would scale its loss and gradients by the wrong count).
+  // One document a row, whole rows (a row with padding has a mask), each step's loss tokens
+  // set by its record's loss mask: the same count for the warm-up, the capture and the next
+  // step, then another, then the captured count again. The loss's 1 / tokens is a constant
+  // of the captured kernels, so the step with the other count runs eagerly (a replay would
+  // scale its loss and gradients by the captured count): the same numbers as without the
+  // graph, with the other steps from the capture on replayed.
   {
-    auto unpacked = [&](const std::string& name) {
+    const fs::path records = out_dir("graph-records") / "records.jsonl";
+    fs::create_directories(records.parent_path());
+    {
+      std::ofstream f(records);
+      for (const int prompt : {5, 5, 5, 5, 9, 5}) {  // tokens without loss at each row's start
+        std::string ids, mask;
+        for (int i = 0; i < 70; ++i) {
+          ids += (i ? "," : "") + std::to_string((i * 37 + prompt) % 256);
+          mask += (i ? "," : "") + std::string(i < prompt ? "0" : "1");
+        }
+        f << "{\"input_ids\": [" << ids << "], \"loss_mask\": [" << mask << "]}\n";
+      }
+    }
+    auto rows = [&](const std::string& name) {
       SFTConfig c = config(Offload::none, name, a, 1);
       auto& d = std::get<SFTDataConfig>(c.data);
+      d.path = records;
       d.pack = false;
+      d.shuffle = false;
       d.batch_size = 1;
       c.model.ac_offloading = std::nullopt;  // which alone keeps the graph off
       return c;
@@ -260,17 +277,22 @@ TEST_CASE("GPU: the forward and backward replayed from a CUDA graph train as eag
     auto graph_opts = gpu(true), eager_opts = gpu(true);
     graph_opts.cuda_graph = std::nullopt;  // where it applies
     eager_opts.cuda_graph = false;
-    const auto graphed = train::run_sft(unpacked("graph-unpacked"), graph_opts);
-    const auto eager = train::run_sft(unpacked("eager-unpacked"), eager_opts);
+    const auto graphed = train::run_sft(rows("graph-rows"), graph_opts);
+    const auto eager = train::run_sft(rows("eager-rows"), eager_opts);
     const Diff d = compare(graphed, eager);
-    MESSAGE("unpacked rows, graph where it applies vs eager: loss " << d.loss_rel << ", masters "
-                                                                    << d.weight_abs);
+    MESSAGE("rows of other loss-token counts, graph where it applies vs eager: loss "
+            << d.loss_rel << ", masters " << d.weight_abs);
     CHECK(d.loss_rel == 0);
     CHECK(d.weight_abs == 0);
-    // Asked for outright, a step it cannot replay is an error that says why.
+    std::ifstream metrics(out_dir("graph-rows") / "metrics.jsonl");
+    std::vector<int> replayed;
+    for (std::string line; std::getline(metrics, line);)
+      replayed.push_back(line.find("\"cuda_graph_replayed\":1") != std::string::npos);
+    CHECK(replayed == std::vector<int>{0, 0, 1, 1, 0, 1});
+    // Asked for outright, the step it cannot replay is an error that says why.
     graph_opts.cuda_graph = true;
-    CHECK_THROWS_WITH_AS(train::run_sft(unpacked("graph-unpacked"), graph_opts),
-                         doctest::Contains("loss tokens"), train::run_error);
+    CHECK_THROWS_WITH_AS(train::run_sft(rows("graph-rows"), graph_opts), doctest::Contains("loss tokens"),
+                         train::run_error);
   }
   // Where it does not apply, asking for it is an error that says why.
   auto o = gpu(true);
