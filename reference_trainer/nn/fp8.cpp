@@ -182,6 +182,64 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   }
 };
 
+// Fp8Linear for several weights that read one input (q, k and v; gate and up): x cast by
+// rows once for every forward product and by columns once for every dW; dX is their
+// products' sum, added in the order autograd adds the separate linears' (the last first).
+struct Fp8Linears : torch::autograd::Function<Fp8Linears> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                                                at::TensorList ws) {
+    std::vector<Tensor> saved{x};
+    saved.insert(saved.end(), ws.begin(), ws.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["dy_floor"] = scale_floor / grad_ratio.load();
+    torch::autograd::variable_list ys;
+    if (x.size(0) == 0) {
+      for (const Tensor& w : ws) ys.push_back(x.new_empty({0, w.size(0)}));
+      return ys;
+    }
+    const Quantized qx = quantize_rows(x);
+    for (const Tensor& w : ws) ys.push_back(matmul_nt(qx, quantize_blocks(w), true, x.scalar_type()));
+    return ys;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor& x = saved[0];
+    const auto n = static_cast<std::int64_t>(saved.size()) - 1;
+    const double dy_floor = ctx->saved_data["dy_floor"].toDouble();
+    torch::autograd::variable_list out(saved.size());
+    std::optional<Quantized> x_cols;
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      const Tensor& w = saved[i + 1];
+      const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(i + 1);
+      if (!grads[i].defined() || x.size(0) == 0) {  // an output nothing used, or no rows
+        if (want_dw) out[i + 1] = torch::zeros_like(w);
+        continue;
+      }
+      const Tensor dy = grads[i].contiguous();
+      std::optional<Quantized> dy_cols;
+      if (want_dx) {
+        std::optional<Quantized> dy_rows;
+        if (want_dw) {
+          auto [r, c] = quantize_rows_cols(dy, dy_floor);
+          dy_rows = std::move(r), dy_cols = std::move(c);
+        } else {
+          dy_rows = quantize_rows(dy, dy_floor);
+        }
+        Tensor dx = matmul_nt(*dy_rows, quantize_blocks_transposed(w), true, x.scalar_type());
+        out[0] = out[0].defined() ? out[0] + dx : dx;
+      }
+      if (want_dw) {
+        if (!dy_cols) dy_cols = quantize_cols(dy, dy_floor);
+        if (!x_cols) x_cols = quantize_cols(x);
+        out[i + 1] = matmul_nt(*dy_cols, *x_cols, false, w.scalar_type());
+      }
+    }
+    if (ctx->needs_input_grad(0) && !out[0].defined()) out[0] = torch::zeros_like(x);
+    return out;
+  }
+};
+
 }  // namespace
 
 Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::ScalarType out) {
@@ -219,6 +277,10 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight) { return Fp8Linear::apply(x, weight); }
+
+std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights) {
+  return Fp8Linears::apply(x, at::TensorList(weights));
+}
 
 void set_output_grad_ratio(double ratio) {
   if (!(ratio > 0) || !std::isfinite(ratio))

@@ -66,6 +66,10 @@ torch::Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, t
 // rows along the tokens (padded with zeros to a multiple of 128). Saves x and W as they
 // are (bf16) for the backward; y and dX in x's dtype, dW in W's. x [tokens, in].
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight);
+// linear(x, w) for each of `weights` [out_i, in], x cast once for all of them (by rows in
+// the forward, by columns for the dWs): the projections of one input (q, k and v; gate
+// and up). The same values as the separate linears; dX their sum.
+std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
 
 // The units of the output gradients. prime-rl backpropagates each micro-batch's loss summed
 // over its tokens, divided by the number of micro-batches, and divides the gradients by the

@@ -8,6 +8,9 @@
 
 #include <torch/torch.h>
 
+#include <initializer_list>
+#include <vector>
+
 namespace primecfg::train {
 
 struct Linear {
@@ -18,5 +21,10 @@ struct Linear {
   // x [..., in] -> [..., out].
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
+
+// Each of `layers` applied to x, [..., in] -> [..., out_i]: the projections of one input
+// (q, k and v; gate and up). Where all of them are FP8, x is cast once for all of them
+// (fp8::linears); otherwise each runs alone.
+std::vector<torch::Tensor> apply_linears(const torch::Tensor& x, std::initializer_list<const Linear*> layers);
 
 }  // namespace primecfg::train

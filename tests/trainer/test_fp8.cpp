@@ -64,6 +64,36 @@ TEST_CASE("fp8: the backward's casts of W^T and X^T are the casts of the transpo
 // so that every scaling is exact), the backward casts the groups prime-rl casts: its
 // gradients are prime-rl's divided by the ratio, bit for bit. Output gradients of the size
 // they have in prime-rl's units (some groups above the floor, some below), in both units.
+// The projections of one input (q, k, v) with x cast once: each output and each weight's
+// gradient the separate linear's to the bit, the input's gradient their sum (added as
+// autograd adds the separate linears': the last first).
+TEST_CASE("fp8: linears that read one input give the separate linears' values") {
+  torch::manual_seed(5);
+  const Tensor x0 = torch::randn({70, 256}) * torch::randn({70, 1}).exp();
+  const std::vector<Tensor> w0{torch::randn({256, 256}) * 0.05, torch::randn({128, 256}) * 0.05,
+                               torch::randn({384, 256}) * 0.05};
+  std::vector<Tensor> dys;
+  for (const Tensor& w : w0) dys.push_back(torch::randn({70, w.size(0)}) * 1e-3);
+
+  const Tensor x = x0.clone().requires_grad_();
+  std::vector<Tensor> ws;
+  for (const Tensor& w : w0) ws.push_back(w.clone().requires_grad_());
+  const auto ys = fp8::linears(x, ws);
+  torch::autograd::backward(ys, dys);
+
+  Tensor dx_sum;
+  for (std::size_t i = w0.size(); i-- > 0;) {
+    CAPTURE(i);
+    const Tensor xi = x0.clone().requires_grad_(), wi = w0[i].clone().requires_grad_();
+    const Tensor y = fp8::linear(xi, wi);
+    y.backward(dys[i]);
+    CHECK(torch::equal(y, ys[i]));
+    CHECK(torch::equal(wi.grad(), ws[i].grad()));
+    dx_sum = dx_sum.defined() ? dx_sum + xi.grad() : xi.grad();
+  }
+  CHECK(torch::equal(dx_sum, x.grad()));
+}
+
 TEST_CASE("fp8: the backward casts the output gradient in prime-rl's units (the loss summed over tokens)") {
   torch::manual_seed(11);
   const double ratio = 4096;

@@ -47,9 +47,10 @@ Tensor attention_residual(const BlockContext& c, const AttentionWeights& w, cons
   // The norms, RoPE and the SwiGLU are fused CUDA kernels on bf16 GPU tensors
   // (kernels/fused_ops.hpp), ATen's operators elsewhere.
   Tensor h = fused::rms_norm(x, w.in_norm, a.rms_eps);
-  Tensor q = w.q(h).view({B, T, a.heads, a.head_dim});
-  Tensor k = w.k(h).view({B, T, a.kv_heads, a.head_dim});
-  Tensor v = w.v(h).view({B, T, a.kv_heads, a.head_dim});
+  const auto qkv = apply_linears(h, {&w.q, &w.k, &w.v});
+  Tensor q = qkv[0].view({B, T, a.heads, a.head_dim});
+  Tensor k = qkv[1].view({B, T, a.kv_heads, a.head_dim});
+  Tensor v = qkv[2].view({B, T, a.kv_heads, a.head_dim});
   // QK-norm (where the architecture has it), then RoPE.
   q = fused::norm_rope(q, a.qk_norm ? w.q_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
   k = fused::norm_rope(k, a.qk_norm ? w.k_norm : Tensor(), c.cos, c.sin, a.rms_eps).transpose(1, 2);
@@ -68,7 +69,8 @@ MlpWeights::MlpWeights(int layer, const ParamLookup& find) {
 
 Tensor mlp_residual(const BlockContext& c, const MlpWeights& w, const Tensor& post_norm, const Tensor& x1) {
   Tensor g = fused::rms_norm(x1, post_norm, c.args->rms_eps);
-  return x1 + w.down(fused::swiglu(w.gate(g), w.up(g)));
+  const auto gate_up = apply_linears(g, {&w.gate, &w.up});
+  return x1 + w.down(fused::swiglu(gate_up[0], gate_up[1]));
 }
 
 LlamaBlock::LlamaBlock(int layer, const ParamLookup& find) : attn_(layer, find), mlp_(layer, find) {}
