@@ -142,49 +142,10 @@ bool scaled_mm_here(const Tensor& t) {
 
 std::atomic<double> grad_ratio{1.0};
 
-struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w) {
-    ctx->save_for_backward({x, w});
-    ctx->saved_data["dy_floor"] = scale_floor / grad_ratio.load();
-    // No rows (a routed expert without tokens): nothing to multiply, and a zero gradient.
-    if (x.size(0) == 0) return x.new_empty({0, w.size(0)});
-    // y in x's dtype: bf16 in training, as prime-rl's; FP32 in the CPU reference model.
-    return matmul_nt(quantize_rows(x), quantize_blocks(w), true, x.scalar_type());
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &w = saved[1];
-    const Tensor dy = grads[0].contiguous();
-    const double dy_floor = ctx->saved_data["dy_floor"].toDouble();
-    if (x.size(0) == 0) return {x.new_empty(x.sizes()), torch::zeros_like(w)};
-    Tensor dx, dw;
-    const bool want_dx = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
-    // dY's two casts from one read of it when both products want it; dY's rows are let go
-    // before dW's operands are made (the planner's FP8 note counts on that order).
-    std::optional<Quantized> dy_cols;
-    if (want_dx) {
-      std::optional<Quantized> dy_rows;
-      if (want_dw) {
-        auto [r, c] = quantize_rows_cols(dy, dy_floor);
-        dy_rows = std::move(r), dy_cols = std::move(c);
-      } else {
-        dy_rows = quantize_rows(dy, dy_floor);
-      }
-      // W^T's 128 x 128 blocks are W's transposed (the same amax each), cast from W.
-      dx = matmul_nt(*dy_rows, quantize_blocks_transposed(w), true, x.scalar_type());
-    }
-    if (want_dw) {
-      if (!dy_cols) dy_cols = quantize_cols(dy, dy_floor);
-      dw = matmul_nt(*dy_cols, quantize_cols(x), false, w.scalar_type());
-    }
-    return {dx, dw};
-  }
-};
-
-// Fp8Linear for several weights that read one input (q, k and v; gate and up): x cast by
-// rows once for every forward product and by columns once for every dW; dX is their
-// products' sum, added in the order autograd adds the separate linears' (the last first).
+// y_i = x W_i^T for weights that read one input (q, k and v; gate and up; or one alone): x
+// cast by rows once for every forward product and by columns once for every dW; dX is their
+// products' sum, added in the order autograd adds separate linears' (the last first). Saves
+// x and the weights as they are (bf16) for the backward.
 struct Fp8Linears : torch::autograd::Function<Fp8Linears> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
                                                 at::TensorList ws) {
@@ -193,10 +154,12 @@ struct Fp8Linears : torch::autograd::Function<Fp8Linears> {
     ctx->save_for_backward(saved);
     ctx->saved_data["dy_floor"] = scale_floor / grad_ratio.load();
     torch::autograd::variable_list ys;
+    // No rows (a routed expert without tokens): nothing to multiply, and zero gradients.
     if (x.size(0) == 0) {
       for (const Tensor& w : ws) ys.push_back(x.new_empty({0, w.size(0)}));
       return ys;
     }
+    // y in x's dtype: bf16 in training, as prime-rl's; FP32 in the CPU reference model.
     const Quantized qx = quantize_rows(x);
     for (const Tensor& w : ws) ys.push_back(matmul_nt(qx, quantize_blocks(w), true, x.scalar_type()));
     return ys;
@@ -226,6 +189,7 @@ struct Fp8Linears : torch::autograd::Function<Fp8Linears> {
         } else {
           dy_rows = quantize_rows(dy, dy_floor);
         }
+        // W^T's 128 x 128 blocks are W's transposed (the same amax each), cast from W.
         Tensor dx = matmul_nt(*dy_rows, quantize_blocks_transposed(w), true, x.scalar_type());
         out[0] = out[0].defined() ? out[0] + dx : dx;
       }
@@ -276,7 +240,7 @@ Tensor matmul_nt(const Quantized& a, const Quantized& b, bool b_blocks, torch::S
   return at::matmul(da, db.t()).to(out);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight) { return Fp8Linear::apply(x, weight); }
+Tensor linear(const Tensor& x, const Tensor& weight) { return linears(x, {weight})[0]; }
 
 std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights) {
   return Fp8Linears::apply(x, at::TensorList(weights));

@@ -51,6 +51,19 @@ __device__ inline std::uint16_t to_e4m3x2(float a, float b, float s, float r) {
 
 using Tile = __nv_bfloat16[kGroup][kPitch];
 
+// A warp's 128 values, four a lane (v), cast with scale s, or with the warp's amax when
+// s < 0 (the scale, returned, in `s`): value k of the lane in byte k of the result.
+__device__ inline std::uint32_t cast4(const float (&v)[4], float& s, float floor) {
+  if (s < 0.f) {
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
+    s = scale_of(warp_amax(m), floor);
+  }
+  const float rcp = __frcp_rn(s);
+  return to_e4m3x2(v[0], v[1], s, rcp) | (std::uint32_t{to_e4m3x2(v[2], v[3], s, rcp)} << 16);
+}
+
 // Tile row r (128 values along x's row) cast with scale s, or with its own amax when
 // s < 0, to out[0..128) (up to `n` of them); returns the scale. Lane l takes columns
 // 4l..4l+3: two word reads, one 4-byte store when the row is whole and aligned.
@@ -60,15 +73,7 @@ __device__ inline float cast_tile_row(const Tile& t, int r, float s, float floor
   const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t[r][4 * lane]));
   const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t[r][4 * lane + 2]));
   const float v[4] = {a.x, a.y, b.x, b.y};
-  if (s < 0.f) {
-    float m = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
-    s = scale_of(warp_amax(m), floor);
-  }
-  const float rcp = __frcp_rn(s);
-  const std::uint32_t q =
-      to_e4m3x2(v[0], v[1], s, rcp) | (std::uint32_t{to_e4m3x2(v[2], v[3], s, rcp)} << 16);
+  const std::uint32_t q = cast4(v, s, floor);
   if (packed) {
     *reinterpret_cast<std::uint32_t*>(out + 4 * lane) = q;
   } else {
@@ -86,15 +91,7 @@ __device__ inline float cast_tile_col(const Tile& t, int c, float s, float floor
   float v[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) v[k] = __bfloat162float(t[lane + 32 * k][c]);
-  if (s < 0.f) {
-    float m = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) m = amax2(m, fabsf(v[k]));
-    s = scale_of(warp_amax(m), floor);
-  }
-  const float rcp = __frcp_rn(s);
-  const std::uint32_t q =
-      to_e4m3x2(v[0], v[1], s, rcp) | (std::uint32_t{to_e4m3x2(v[2], v[3], s, rcp)} << 16);
+  const std::uint32_t q = cast4(v, s, floor);
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     if (lane + 32 * k < n) out[lane + 32 * k] = static_cast<std::uint8_t>(q >> (8 * k));
