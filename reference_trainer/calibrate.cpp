@@ -568,6 +568,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     const double block = (r3 - r1) / 2;
     const double fwd = std::max(1e-9, (r3ac - r3) / 3);
     plan::BlockTiming b = plan::block_key(s);
+    b.fp8 = req.config.model.quantization.has_value();  // the runs' config is the user's
     b.tokens = tokens;
     b.forward_s = fwd;
     b.backward_s = std::max(1e-9, block - fwd - static_cast<double>(block_params) / p.gpu.adamw_params_per_s);

@@ -49,6 +49,7 @@ struct Workload {
   i64 ac_inflight = 5;
   bool ac_pinned = true;
   bool masked = false;
+  bool fp8 = false;  // model.quantization: the blocks' linears in FP8 (their step time)
   i64 ce_chunk = 0;
   i64 micro_batches = 1;  // per optimizer step, on one rank
   bool ckpt = false, ckpt_optimizer = false;

@@ -234,6 +234,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;
+  w.fp8 = cfg.model.quantization.has_value();
   std::vector<MeshProblem> problems;
   // Expert parallelism (ep = "auto" too, as prime-rl resolves it) splits routed experts.
   w.experts = shape.moe ? shape.moe->experts : 0;
@@ -351,11 +352,10 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
     const i64 bytes = std::max(2 * padded * widest + D * widest, padded * (D + widest) + 2 * D * widest) +
                       (a.fused_fp8_casts ? 0 : 2 * padded * widest + 3 * (i64{4} << 24));
     p.notes.push_back(fmt::format(
-        "model.quantization (FP8) is planned as bf16: the FP8 forward saves what bf16's does (its input and "
+        "model.quantization (FP8): its memory is planned as bf16's: the FP8 forward saves what bf16's does "
+        "(its input and "
         "weight, as prime-rl's), but a linear's FP8 backward holds up to {:.2f} GiB more for a moment (the "
-        "widest, {} x {}, at {} tokens: dY cast both ways for dX, or the operands cast for dW and dW), and "
-        "the FP8 matmuls' "
-        "speed is not modelled (the step times are bf16's)",
+        "widest, {} x {}, at {} tokens: dY cast both ways for dX, or the operands cast for dW and dW)",
         static_cast<double>(bytes) / (1 << 30), widest, D, w.N));
   }
   if (!a.cuda) p.notes.push_back("CPU run: device memory is host memory; the modes differ only in layout");

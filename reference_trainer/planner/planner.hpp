@@ -160,6 +160,8 @@ struct MemoryPlan {
 // block is smaller (larger) than any measured one and takes the nearest one's.
 enum class Coverage { measured, interpolated, smaller, larger };
 Coverage block_coverage(const MachineProfile& p, const ModelShape& s);
+// The same among `blocks` (one kind of them: bf16 or FP8).
+Coverage block_coverage(const std::vector<BlockTiming>& blocks, const ModelShape& s);
 // The profile's key for the blocks of s (architecture and shape; tokens and times unset):
 // what --calibrate writes and the step model looks up.
 BlockTiming block_key(const ModelShape& s);

@@ -61,6 +61,7 @@ struct BlockTiming {
   bool qk_norm = false;
   // Routed experts (0: none): how many, how many a token uses, each one's width.
   std::int64_t experts = 0, top_k = 0, moe_intermediate = 0;
+  bool fp8 = false;  // its linears in FP8 (timed with model.quantization)
   std::int64_t tokens = 0;
   double forward_s = 0;   // one block's forward, its attention included
   double backward_s = 0;  // one block's backward (without the optimizer update)
@@ -69,7 +70,7 @@ struct BlockTiming {
   bool same_shape(const BlockTiming& o) const {
     return architecture == o.architecture && hidden == o.hidden && intermediate == o.intermediate &&
            heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim && qk_norm == o.qk_norm &&
-           experts == o.experts && top_k == o.top_k && moe_intermediate == o.moe_intermediate;
+           experts == o.experts && top_k == o.top_k && moe_intermediate == o.moe_intermediate && fp8 == o.fp8;
   }
 
   static constexpr auto fields() {
@@ -83,6 +84,7 @@ struct BlockTiming {
                     field(&B::experts, "Routed experts (0: a dense block).", ge(0)),
                     field(&B::top_k, "Experts each token is routed to.", ge(0)),
                     field(&B::moe_intermediate, "Each routed expert's MLP width.", ge(0)),
+                    field(&B::fp8, "Its linears in FP8 (timed with model.quantization)."),
                     field(&B::tokens, "Tokens of the measured micro-batch (one sequence).", ge(1)),
                     field(&B::forward_s, "One block's forward, seconds.", gt(0)),
                     field(&B::backward_s, "One block's backward without the update, seconds.", gt(0)));

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 
 namespace primecfg::train::plan::detail {
@@ -64,7 +65,12 @@ double block_matmul_flops(const BlockTiming& b) {
   }
 }
 
-bool same_block(const BlockTiming& b, const ModelShape& s) { return b.same_shape(block_key(s)); }
+// Whether b timed a block of s's shape (in bf16 or FP8: callers pick the kind).
+bool same_block(const BlockTiming& b, const ModelShape& s) {
+  BlockTiming key = block_key(s);
+  key.fp8 = b.fp8;
+  return b.same_shape(key);
+}
 
 bool same_head(const HeadTiming& h, const ModelShape& s) {
   HeadTiming key;
@@ -144,6 +150,21 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
                     *src, *w.a.kernel_sources));
   }
 
+  // Blocks timed with the linears this run has (bf16, or FP8 under model.quantization); the
+  // other kind only where the profile has none of this one.
+  std::vector<BlockTiming> blocks;
+  std::copy_if(p.gpu.blocks.begin(), p.gpu.blocks.end(), std::back_inserter(blocks),
+               [&](const BlockTiming& b) { return b.fp8 == w.fp8; });
+  if (blocks.empty()) {
+    blocks = p.gpu.blocks;
+    c.unsure.push_back(
+        w.fp8
+            ? "model.quantization: the profile's blocks are timed in bf16, so the FP8 matmuls' speed is not "
+              "in the step time (--calibrate with model.quantization on an sm90 GPU times FP8 blocks)"
+            : "the profile's blocks are timed with FP8 linears (model.quantization) and this run's are bf16 "
+              "(--calibrate without model.quantization times bf16 blocks)");
+  }
+
   // Outside attention, each measured block runs its matmuls (and what goes with them:
   // norms, casts, launches) at some throughput; bigger matmuls run faster.
   auto rest_of = [&](const BlockTiming& b) {
@@ -154,10 +175,10 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
                  b.backward_s - 2.5 * attn / attention_rate(p, b.tokens, b.head_dim, true))};
   };
   const double flops = block_matmul_flops(s);
-  const Coverage coverage = block_coverage(p, s);
+  const Coverage coverage = block_coverage(blocks, s);
   double rest_f = 0, rest_b = 0;  // seconds per token outside attention
   const BlockTiming* blk = nullptr;
-  for (const auto& b : p.gpu.blocks)
+  for (const auto& b : blocks)
     if (same_block(b, s)) blk = &b;
   if (blk) {
     const auto [f, b] = rest_of(*blk);
@@ -165,7 +186,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   } else {
     // This shape's throughput from the measured ones, by matmul FLOPs per token.
     std::vector<std::pair<double, double>> fwd_rate, bwd_rate;
-    for (const auto& b : p.gpu.blocks) {
+    for (const auto& b : blocks) {
       const double x = block_matmul_flops(b);
       const auto [f, bw] = rest_of(b);
       fwd_rate.emplace_back(x, x * static_cast<double>(b.tokens) / f);
@@ -184,7 +205,7 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
         fmt::format("block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}",
                     s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, how));
     const auto arch = s.architecture().name();
-    if (std::none_of(p.gpu.blocks.begin(), p.gpu.blocks.end(),
+    if (std::none_of(blocks.begin(), blocks.end(),
                      [&](const BlockTiming& b) { return b.architecture == arch; }))
       c.unsure.push_back(fmt::format(
           "the profile has no block of architecture \"{}\": its matmul throughput is that of other "
@@ -369,12 +390,16 @@ BlockTiming block_key(const ModelShape& s) {
 }
 
 Coverage block_coverage(const MachineProfile& p, const ModelShape& s) {
+  return block_coverage(p.gpu.blocks, s);
+}
+
+Coverage block_coverage(const std::vector<BlockTiming>& blocks, const ModelShape& s) {
   using detail::block_matmul_flops;
-  for (const auto& b : p.gpu.blocks)
+  for (const auto& b : blocks)
     if (detail::same_block(b, s)) return Coverage::measured;
   const double flops = block_matmul_flops(s);
   bool below = false, above = false;
-  for (const auto& b : p.gpu.blocks) {
+  for (const auto& b : blocks) {
     const double x = block_matmul_flops(b);
     below = below || x <= flops;
     above = above || x >= flops;
