@@ -286,7 +286,7 @@ TEST_CASE("planner: model.quantization says what of FP8 it does not model") {
   auto cfg = fake_config("hand", 4);
   auto has_note = [](const plan::Plan& p) {
     return std::any_of(p.notes.begin(), p.notes.end(), [](const std::string& n) {
-      return n.starts_with("model.quantization (FP8) is planned as bf16");
+      return n.starts_with("model.quantization (FP8): its memory is planned as bf16");
     });
   };
   const auto bf16 = plan::make_plan(cfg, hand_shape(), exact());
