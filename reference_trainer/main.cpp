@@ -7,6 +7,7 @@
 #include "calibrate.hpp"
 #include "checkpoint/dir.hpp"
 #include "command_line.hpp"
+#include "model/architecture.hpp"
 #include "model/config.hpp"
 #include "options.hpp"
 #include "planner/machine.hpp"
@@ -118,9 +119,12 @@ std::string models_help() {
     line += name.size() + 2;
   }
   text.back() = '.';
-  return text + R"(
-Or a local HF directory (llama, qwen2, qwen3; every config.json key is used or refused
-by name).
+  // The model_type values a local directory may hold, from the architectures' registry.
+  std::string types;
+  for (const train::Architecture* a : train::architectures())
+    for (std::string_view t : a->model_types()) types += (types.empty() ? "" : ", ") + std::string(t);
+  return text + "\nOr a local HF directory (config.json's model_type: " + types +
+         ";\nevery config.json key is used or refused by name)." + R"(
 Metrics go to <output_dir>/metrics.jsonl, the resolved config to <output_dir>/config.toml
 and the options to <output_dir>/options.toml.
 )";

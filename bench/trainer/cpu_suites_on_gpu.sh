@@ -22,6 +22,9 @@ SUITES=("$@")
   trainer-plan-bad-size trainer-plan-flag-alone trainer-plan-bad-model trainer-reliability
   trainer-distributed trainer-fp8-vs-reference cpu_optim cpu_optim_numa cpu_optim_torch "bad input")
 export TMPDIR=$RES/tmp
+# As tools/test.sh: torch's compiled-kernel cache (which importing transformers' models
+# creates) is meant to outlive a run, so it goes under the build, not into TMPDIR.
+export TORCHINDUCTOR_CACHE_DIR="$PWD/build-bench/torchinductor-cache"
 rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 # (The device copy's git may report the session's first commit, not the tree it holds.)
 echo "== $(git log -1 --format=%h 2>/dev/null), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"

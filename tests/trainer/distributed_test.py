@@ -27,6 +27,8 @@ would depend on which CPU summed them.
 usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
   WORDS: run only the cases whose name has them; FLAGs go to every primecfg-train
   (CI runs the `full` cases once per --offload.cpu-isa the machine has).
+  PRIMECFG_TEST_SHARD=I/N (environment): only every N-th selected case from the I-th
+  (0-based), so that N processes run the suite side by side on a machine with the cores.
 """
 
 import json
@@ -48,6 +50,8 @@ EXTRA = _args[_args.index("--") + 1 :] if "--" in _args else []
 _args = _args[: _args.index("--")] if "--" in _args else _args
 TRAIN = _args[0]
 ONLY = _args[1] if len(_args) > 1 else ""
+SHARD, SHARDS = (int(v) for v in os.environ.get("PRIMECFG_TEST_SHARD", "0/1").split("/"))
+selected = 0  # cases whose name has ONLY, counted for PRIMECFG_TEST_SHARD
 ROOT = tempfile.mkdtemp(prefix="distributed-")
 # torchrun keeps a log folder (torchelastic_*) in its temporary directory: under ROOT,
 # it goes when ROOT does.
@@ -232,7 +236,11 @@ def case(name):
     def wrap(fn):
         global passed
         global worst
+        global selected
         if ONLY not in name:
+            return fn
+        selected += 1
+        if (selected - 1) % SHARDS != SHARD:
             return fn
         work = tempfile.mkdtemp(dir=ROOT)
         t = time.time()
