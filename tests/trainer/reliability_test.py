@@ -429,10 +429,11 @@ def _(work):
         expect(p, 2, "cannot write to standard output")
 
 
-@case("--help lists every model preset the trainer accepts, and each it lists is accepted")
+@case("--help lists every model preset and model_type the trainer accepts, and each it lists is accepted")
 def _(work):
     p = subprocess.run([TRAIN, "--help"], capture_output=True, text=True)
     expect(p, 0)
+    help_text = p.stdout
     para = p.stdout[p.stdout.index("Model presets (model.name):") :].split("\nOr a local HF directory")[0]
     listed = [n.strip(" .\n") for n in para.split(":", 1)[1].split(",")]
     # The resolver's own list, as its error for an unknown name gives it.
@@ -447,6 +448,16 @@ def _(work):
         expect(p, 0)
         if name not in p.stdout:
             raise AssertionError(f"--plan for {name} does not name it:\n{p.stdout[:500]}")
+    # The model_type values a local directory may hold, against the loader's own list.
+    types = help_text.split("(config.json's model_type: ", 1)[1].split(";", 1)[0].split(", ")
+    os.makedirs(f"{work}/m")
+    with open(f"{work}/m/config.json", "w") as f:
+        json.dump({"model_type": "no_such_type"}, f)
+    p = subprocess.run([TRAIN, f"--model.name={work}/m", "--plan"], capture_output=True, text=True)
+    expect(p, 1, '"no_such_type" is not supported (')
+    known = p.stderr.split('"no_such_type" is not supported (', 1)[1].split(" are)", 1)[0].split(", ")
+    if sorted(types) != sorted(known):
+        raise AssertionError(f"--help names model_type {types}, the loader reads {known}")
 
 
 @case("a deferral of moment write-backs where none happen is a usage error naming the option and why")
