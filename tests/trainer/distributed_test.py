@@ -29,6 +29,8 @@ usage: distributed_test.py PRIMECFG_TRAIN [WORDS] [-- FLAG...]
   (CI runs the `full` cases once per --offload.cpu-isa the machine has).
   PRIMECFG_TEST_SHARD=I/N (environment): only every N-th selected case from the I-th
   (0-based), so that N processes run the suite side by side on a machine with the cores.
+  PRIMECFG_TEST_FIRST=K (environment): start at the K-th selected case (1-based), to finish
+  a run that a time limit stopped.
 """
 
 import json
@@ -51,7 +53,8 @@ _args = _args[: _args.index("--")] if "--" in _args else _args
 TRAIN = _args[0]
 ONLY = _args[1] if len(_args) > 1 else ""
 SHARD, SHARDS = (int(v) for v in os.environ.get("PRIMECFG_TEST_SHARD", "0/1").split("/"))
-selected = 0  # cases whose name has ONLY, counted for PRIMECFG_TEST_SHARD
+FIRST = int(os.environ.get("PRIMECFG_TEST_FIRST", "1"))
+selected = 0  # cases whose name has ONLY, counted for PRIMECFG_TEST_SHARD and _FIRST
 ROOT = tempfile.mkdtemp(prefix="distributed-")
 # torchrun keeps a log folder (torchelastic_*) in its temporary directory: under ROOT,
 # it goes when ROOT does.
@@ -240,7 +243,7 @@ def case(name):
         if ONLY not in name:
             return fn
         selected += 1
-        if (selected - 1) % SHARDS != SHARD:
+        if selected < FIRST or (selected - FIRST) % SHARDS != SHARD:
             return fn
         work = tempfile.mkdtemp(dir=ROOT)
         t = time.time()
@@ -248,7 +251,7 @@ def case(name):
         try:
             fn(work)
             passed += 1
-            print(f"ok    {name} ({time.time() - t:.1f} s, largest difference {worst:.2g})")
+            print(f"ok    [{selected}] {name} ({time.time() - t:.1f} s, largest difference {worst:.2g})")
             shutil.rmtree(work, ignore_errors=True)  # a CI disk holds the suite only if cases clean up
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next case runs
             failed.append(name)
