@@ -4,13 +4,16 @@
 #pragma once
 
 #include "base/device_streams.hpp"
+#include "base/run_error.hpp"
 #include "base/strict_json.hpp"
+#include "checkpoint/dir.hpp"
 #include "options.hpp"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 #if defined(PRIMECFG_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 #endif
 
 #include <fmt/format.h>
@@ -224,6 +227,56 @@ class StepProfiler {
   std::int64_t first_ = 0, last_ = 0;
   bool on_ = false;
   bool cpu_ops_ = true;
+};
+
+// --profile.memory=FILE records every allocation of the CUDA caching allocator, with its
+// C++ stack, from before the model is loaded to the end of the run, and writes the
+// allocator's snapshot (the pickle that torch.cuda.memory._snapshot() returns) there: what
+// is live at the peak, by stack, is what --plan's terms are checked against
+// (bench/trainer/memory_peak.py). Several ranks: rank r > 0 writes FILE.rank<r>.
+class MemoryRecorder {
+ public:
+  MemoryRecorder(const std::optional<fs::path>& path, torch::Device device) {
+    if (!path) return;
+    if (!device.is_cuda())
+      throw run_error(
+          fmt::format("profile.memory = \"{}\": the allocation record is the CUDA allocator's, and "
+                      "this run is on the {}",
+                      path->string(), device.str()));
+#if defined(PRIMECFG_WITH_CUDA)
+    path_ = *path;
+    // Every event kept (the runs this is for are a few steps long), with C++ stacks ('all':
+    // a process without Python has only those).
+    torch::cuda::_record_memory_history(std::optional<std::string>("all"), std::optional<std::string>("all"),
+                                        "all");
+#endif
+  }
+  MemoryRecorder(const MemoryRecorder&) = delete;
+  MemoryRecorder& operator=(const MemoryRecorder&) = delete;
+  ~MemoryRecorder() {
+#if defined(PRIMECFG_WITH_CUDA)
+    if (!path_.empty()) torch::cuda::_record_memory_history(std::nullopt);
+#endif
+  }
+  // Writes the snapshot (whole, or an error naming the file); `rank` > 0 adds .rank<r>.
+  void write(int rank) {
+#if defined(PRIMECFG_WITH_CUDA)
+    if (path_.empty()) return;
+    fs::path out = path_;
+    if (rank > 0) out += fmt::format(".rank{}", rank);
+    try {
+      replace_file(out, torch::cuda::_memory_snapshot_pickled());
+    } catch (const std::exception& e) {
+      throw run_error(fmt::format("profile.memory: {}", e.what()));
+    }
+    std::fprintf(stderr, "primecfg-train: GPU allocations written to %s\n", out.c_str());
+#else
+    (void)rank;
+#endif
+  }
+
+ private:
+  fs::path path_;
 };
 
 }  // namespace primecfg::train

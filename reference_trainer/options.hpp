@@ -66,6 +66,7 @@ struct ProfileOptions {
   std::optional<std::filesystem::path> trace = std::nullopt;
   bool cpu_ops = true;
   std::optional<std::filesystem::path> host_trace = std::nullopt;
+  std::optional<std::filesystem::path> memory = std::nullopt;
 
   static constexpr auto fields() {
     using P = ProfileOptions;
@@ -75,7 +76,11 @@ struct ProfileOptions {
                           "which leaves a host-bound step as it is)."),
                     field(&P::host_trace,
                           "Write the offload pipeline's host threads (hooks, worker, uploads) as a Chrome "
-                          "trace here."));
+                          "trace here."),
+                    field(&P::memory,
+                          "Record every GPU allocation of the run with its C++ stack and write the CUDA "
+                          "allocator's snapshot here (torch.cuda.memory._snapshot's pickle; "
+                          "bench/trainer/memory_peak.py lists what is live at the peak). CUDA only."));
   }
 };
 

@@ -230,6 +230,7 @@ class Trainer {
 
  private:
   RunResult run_steps() {
+    MemoryRecorder memory(opts_.profile.memory, setup_.device);  // before the model's allocations
     setup();
     if (opts_.dump_logits) {
       write_logits(*model_, loader_->next().micro.front(), *opts_.dump_logits);
@@ -254,6 +255,7 @@ class Trainer {
       if (cfg_.ckpt && checkpoint_due()) save();
     }
     if (cfg_.ckpt && !checkpoint_due() && pos_.step > result.first_step) save();
+    memory.write(pg_ ? pg_->rank() : 0);
     return finish(std::move(result));
   }
 
@@ -298,6 +300,7 @@ class Trainer {
       for (unsigned char c : *s) h = (h ^ c) * 1099511628211ull;
     pg_->check_same("the config (the resolved [config] and primecfg-train's options)", h);
     // One rank writes the traces (they would all go to the same paths).
+    // (The GPU allocations are each rank's own: MemoryRecorder names each rank's file.)
     if (pg_->rank() != 0) opts_.profile = ProfileOptions{};
   }
   // The run's folder: one writer, never two runs mixed; a resume names a complete

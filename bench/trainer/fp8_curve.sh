@@ -28,7 +28,11 @@ source bench/trainer/gpu_env.sh
 
 if [ -n "${GPUTESTS:-}" ]; then
   echo "== FP8 GPU tests"
-  "$GPUTESTS" -tc='*FP8*' 2>&1 | tail -20
+  # The whole log stays in $RES; a failure is said here, not left to a tail of the log.
+  "$GPUTESTS" -tc='*FP8*' >"$RES/fp8-gpu-tests.log" 2>&1
+  rc=$?
+  grep -E '^\[doctest\] (test cases|assertions)|ERROR|FAILED' "$RES/fp8-gpu-tests.log" | tail -40
+  [ $rc -eq 0 ] || echo "the FP8 GPU tests FAILED (exit $rc): $RES/fp8-gpu-tests.log"
 fi
 
 # Real text, byte-tokenized: every .py and .txt file of the standard library, in pieces

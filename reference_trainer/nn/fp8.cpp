@@ -52,11 +52,14 @@ void check_matrix(const Tensor& t, const char* what) {
     throw std::invalid_argument(fmt::format("fp8::{}: a matrix, not {} dimensions", what, t.dim()));
 }
 
+// One cast of the fused kernel's result (values, scales).
+Quantized cast_of(const std::pair<Tensor, Tensor>& c) { return {c.first, c.second}; }
+
 }  // namespace
 
 Quantized quantize_rows(const Tensor& x, double floor) {
   check_matrix(x, "quantize_rows");
-  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::rows}, floor)) return {(*q)[0].first, (*q)[0].second};
+  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::rows}, floor)) return cast_of((*q)[0]);
   const i64 rows = x.size(0), cols = x.size(1), g = groups(cols);
   Quantized q{torch::empty({rows, cols}, x.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({rows, g}, x.options().dtype(torch::kFloat32))};
@@ -73,8 +76,7 @@ Quantized quantize_rows(const Tensor& x, double floor) {
 
 Quantized quantize_blocks(const Tensor& w) {
   check_matrix(w, "quantize_blocks");
-  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks}, scale_floor))
-    return {(*q)[0].first, (*q)[0].second};
+  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks}, scale_floor)) return cast_of((*q)[0]);
   const i64 rows = w.size(0), cols = w.size(1), gr = groups(rows), gc = groups(cols);
   Quantized q{torch::empty({rows, cols}, w.options().dtype(at::kFloat8_e4m3fn)),
               torch::empty({gr, gc}, w.options().dtype(torch::kFloat32))};
@@ -94,7 +96,7 @@ Quantized quantize_blocks(const Tensor& w) {
 
 Quantized quantize_cols(const Tensor& x, double floor) {
   check_matrix(x, "quantize_cols");
-  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::cols}, floor)) return {(*q)[0].first, (*q)[0].second};
+  if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::cols}, floor)) return cast_of((*q)[0]);
   const i64 rows = x.size(0), want = groups(rows) * group;
   const Tensor t = x.t();
   return quantize_rows(want == rows ? t.contiguous() : at::constant_pad_nd(t, {0, want - rows}), floor);
@@ -103,7 +105,7 @@ Quantized quantize_cols(const Tensor& x, double floor) {
 std::pair<Quantized, Quantized> quantize_rows_cols(const Tensor& x, double floor) {
   check_matrix(x, "quantize_rows_cols");
   if (auto q = fused::fp8_cast(x, {fused::Fp8Cast::rows, fused::Fp8Cast::cols}, floor))
-    return {{(*q)[0].first, (*q)[0].second}, {(*q)[1].first, (*q)[1].second}};
+    return {cast_of((*q)[0]), cast_of((*q)[1])};
   return {quantize_rows(x, floor), quantize_cols(x, floor)};
 }
 
@@ -111,8 +113,7 @@ Quantized transposed(const Quantized& q) { return {q.values.t().contiguous(), q.
 
 Quantized quantize_blocks_transposed(const Tensor& w) {
   check_matrix(w, "quantize_blocks_transposed");
-  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks_transposed}, scale_floor))
-    return {(*q)[0].first, (*q)[0].second};
+  if (auto q = fused::fp8_cast(w, {fused::Fp8Cast::blocks_transposed}, scale_floor)) return cast_of((*q)[0]);
   return transposed(quantize_blocks(w));
 }
 

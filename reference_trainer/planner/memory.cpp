@@ -301,8 +301,10 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                     : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
   // What a block holds only while it runs (a routed block's experts stacked): the block
-  // in forward holds it, the block in backward it and its gradient.
-  b.add("block_in_use", bm.in_use_per_block, "the running block's experts stacked for the grouped GEMM");
+  // in forward holds it, the block in backward it and its gradient. A term of the blocks
+  // that have it only, as ep_exchange is (a dense model's plan has neither).
+  if (bm.in_use_per_block > 0)
+    b.add("block_in_use", bm.in_use_per_block, "the running block's experts stacked for the grouped GEMM");
   b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + 2 * bm.in_use_per_block,
         bm.in_use_per_block
             ? "the last block's full activations during its backward (+ recompute output), its "

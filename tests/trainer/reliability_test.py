@@ -486,6 +486,17 @@ def _(work):
     expect(train(toml(work, 2), "--no-cuda-graph", "--clean"), 0)
 
 
+@case("a GPU allocation record asked for on the CPU is an error naming the option, before the run starts")
+def _(work):
+    cfg = toml(work, 2)
+    p = train(cfg, f"--profile.memory={work}/run.mem.pickle")
+    expect(p, 1, "profile.memory")
+    if "CUDA allocator" not in p.stderr:
+        raise AssertionError(f"the error does not say why: {p.stderr}")
+    if os.path.exists(f"{work}/run.mem.pickle") or os.path.exists(f"{work}/out/metrics.jsonl"):
+        raise AssertionError("the refused run wrote files")
+
+
 @case("a launcher's variables that are malformed or inconsistent are usage errors naming them")
 def _(work):
     plan = [TRAIN, "--plan", "--plan-gpu-memory=80", "--plan-host-memory=100"]

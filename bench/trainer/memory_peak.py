@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""What is live on the GPU at a run's peak, by the code that allocated it.
+
+    primecfg-train ... --profile.memory=run.mem.pickle        # on the GPU machine
+    python3 bench/trainer/memory_peak.py run.mem.pickle [--top N] [--depth D] [--json OUT]
+
+Reads the CUDA caching allocator's snapshot that --profile.memory writes (the pickle of
+torch.cuda.memory._snapshot(), readable by pytorch.org/memory_viz too), replays its
+allocation trace, finds the moment the allocated bytes peaked (the figure metrics.jsonl's
+peak and --plan's GPU peak are about) and lists the blocks live then, grouped by their
+allocation site: the first D frames of primecfg's own code in each block's C++ stack.
+Blocks allocated before the record began are not in the trace and are not counted (the
+trainer starts the record before it loads the model, so there are none of its own).
+"""
+
+import argparse
+import collections
+import json
+import pickle
+import sys
+
+GiB = 1024**3
+
+
+def site(frames, depth):
+    """The allocation site: the innermost `depth` frames of primecfg's code, else of anything."""
+    names = [f.get("name", "?") for f in frames or []]
+    ours = [n for n in names if "primecfg" in n]
+    picked = (ours or names)[:depth]
+    return " <- ".join(short(n) for n in picked) or "(no stack)"
+
+
+def short(name):
+    """A C++ frame without its argument list (the qualified name says enough)."""
+    cut = name.find("(")
+    return name[:cut] if cut > 0 else name
+
+
+def peak_of(trace):
+    """(peak bytes, index of the event that reached it, live blocks then: addr -> event)."""
+    live, total = {}, 0
+    best, best_at, best_live = -1, -1, {}
+    for i, e in enumerate(trace):
+        action = e.get("action")
+        if action == "alloc":
+            live[e["addr"]] = e
+            total += e["size"]
+            if total > best:
+                best, best_at = total, i
+                best_live = dict(live)
+        elif action == "free_requested" and e["addr"] in live:
+            # The allocator's allocated_bytes drop when the block is freed, not when the
+            # streams that used it are done with it (free_completed).
+            total -= live.pop(e["addr"])["size"]
+    return best, best_at, best_live
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("snapshot")
+    ap.add_argument("--top", type=int, default=25, help="sites to list (25)")
+    ap.add_argument("--depth", type=int, default=2, help="frames of primecfg's code that name a site (2)")
+    ap.add_argument("--json", help="write the sites at the peak here as JSON as well")
+    args = ap.parse_args()
+    with open(args.snapshot, "rb") as f:
+        snap = pickle.load(f)
+    traces = snap.get("device_traces") or []
+    if not any(traces):
+        sys.exit(f"{args.snapshot}: no allocation trace (was the run made with --profile.memory?)")
+    for device, trace in enumerate(traces):
+        if not trace:
+            continue
+        peak, at, live = peak_of(trace)
+        sites = collections.defaultdict(lambda: [0, 0])
+        for e in live.values():
+            s = sites[site(e.get("frames"), args.depth)]
+            s[0] += e["size"]
+            s[1] += 1
+        ranked = sorted(sites.items(), key=lambda kv: -kv[1][0])
+        print(f"device {device}: peak {peak / GiB:.3f} GiB allocated at event {at} of {len(trace)}, "
+              f"{len(live)} blocks live in {len(sites)} sites")
+        for name, (size, count) in ranked[: args.top]:
+            print(f"  {size / GiB:8.3f} GiB {count:6d} blocks  {name}")
+        rest = sum(v[0] for _, v in ranked[args.top :])
+        if rest:
+            print(f"  {rest / GiB:8.3f} GiB in the other {len(ranked) - args.top} sites")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": device, "peak_bytes": peak,
+                           "sites": [{"site": n, "bytes": b, "blocks": c} for n, (b, c) in ranked]}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
