@@ -24,16 +24,28 @@ GiB = 1024**3
 
 def site(frames, depth):
     """The allocation site: the innermost `depth` frames of primecfg's code, else of anything."""
-    names = [f.get("name", "?") for f in frames or []]
-    ours = [n for n in names if "primecfg" in n]
-    picked = (ours or names)[:depth]
-    return " <- ".join(short(n) for n in picked) or "(no stack)"
+    names = [short(f.get("name", "?")) for f in frames or []]
+    ours = [n for n in names if n.startswith("primecfg::")]
+    return " <- ".join((ours or names)[:depth]) or "(no stack)"
 
 
 def short(name):
-    """A C++ frame without its argument list (the qualified name says enough)."""
-    cut = name.find("(")
-    return name[:cut] if cut > 0 else name
+    """A C++ frame's qualified function name: no return type, template or argument lists."""
+    name = name.replace("(anonymous namespace)::", "").replace("operator()", "operator_call")
+    out, angle, paren = [], 0, 0
+    for c in name:
+        if c == "<" and not paren:
+            angle += 1
+        elif c == ">" and angle and not paren:
+            angle -= 1
+        elif c == "(":
+            paren += 1
+        elif c == ")" and paren:
+            paren -= 1
+        elif not angle and not paren:
+            out.append(c)
+    words = "".join(out).replace(" const", "").split()
+    return (words[-1] if words else name).replace("operator_call", "operator()")
 
 
 def peak_of(trace):
