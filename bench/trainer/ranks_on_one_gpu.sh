@@ -21,6 +21,10 @@
 #                        options, comma-separated, e.g. --model.ep=2,--model.debug.num-layers=4)
 #              STEPS     steps per row (3)
 #              BUDGET_S  seconds for all rows; later rows are skipped (540)
+#              MEMORY    1: every rank records its GPU allocations (--profile.memory) and
+#                        bench/trainer/memory_peak.py lists what each had live at its
+#                        peak, beside the plan's terms of the peak's phase (the file
+#                        <row>.sites.txt); the record slows the steps
 #              PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -75,10 +79,29 @@ PY
   fi
   t0=$(date +%s)
   rm -rf "$RES/$name"
+  mem=()
+  [ -n "${MEMORY:-}" ] && mem=("--profile.memory=$RES/$name.mem.pickle")
   timeout "$(( $(left) < 240 ? $(left) : 240 ))" "$PY" -m torch.distributed.run --standalone \
     --nproc-per-node "$ranks" --no-python "$TRAIN" "${args[@]}" --device=cuda:0 --dist.backend=gloo \
-    >"$RES/$name.log" 2>&1
+    "${mem[@]}" >"$RES/$name.log" 2>&1
   rc=$?
+  if [ -n "${MEMORY:-}" ]; then
+    {
+      "$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
+import json, sys
+plan, mode = sys.argv[1:]
+m = next(x for x in json.load(open(plan))["modes"] if x["offload"] == mode)["gpu"]
+phase = next(p for p in m["phases"] if p["name"] == m["peak_phase"])
+print(f"plan: {m['peak_gib']} GiB at {m['peak_phase']}:")
+for t in phase["terms"]:
+    print(f"  {m['terms'][t] / 2**30:8.3f} GiB  {t}")
+PY
+      for f in "$RES/$name.mem.pickle" "$RES/$name.mem.pickle".rank*; do
+        [ -f "$f" ] && echo "== $(basename "$f")" && "$PY" bench/trainer/memory_peak.py "$f" --top 20
+      done
+    } >"$RES/$name.sites.txt" 2>&1
+    rm -f "$RES/$name.mem.pickle" "$RES/$name.mem.pickle".rank*  # large; the sites say what they held
+  fi
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB per rank"
   "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$ranks" "$predicted" "${flags//,/ }" >>"$table" <<'PY'
 import json, os, sys
