@@ -636,8 +636,12 @@ int main(int argc, char** argv) {
     try {
       auto a = machine(opts);
       train::plan::apply_ranks(a, opts, train::Launch::from_environment());
-      // Step times from a machine profile: the one given, else the shipped one.
+      // Step times from a machine profile: the one given, else the shipped one. Beside a
+      // GPU the shipped profile was not measured on, optimizer's pipeline is planned as a
+      // run here chooses it (choose_pipeline: without a profile of this GPU).
       a.profile = machine_profile(opts, false, a.profile_source);
+      a.profile_chooses_here =
+          opts.plan_profile || !a.gpu_name || (a.profile && *a.gpu_name == a.profile->provenance.device);
       auto plan = train::plan::make_plan(cfg.value, a);
       const auto advice = train::plan::advise(cfg.value, plan);
       return print_out(opts.plan_format == train::PlanFormat::json ? train::plan::format_json(plan, &advice)

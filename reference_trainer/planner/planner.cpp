@@ -169,6 +169,14 @@ ModePlan with_pipeline(const Workload& w, ModePlan mp) {
     c.why = "no machine profile for this device: no step time to choose by";
     return mp;
   }
+  if (!w.a.profile_chooses_here) {
+    c.why = fmt::format(
+        "a run on this machine's {} has no machine profile of its own to choose by (the plan's step times "
+        "are "
+        "the {}'s); --calibrate=FILE here, then --plan-profile=FILE, lets it choose",
+        w.a.gpu_name.value_or("GPU"), w.a.profile ? w.a.profile->provenance.device : "profile");
+    return mp;
+  }
   const StepTime& t = *mp.time;
   const double compute = t.forward + t.recompute + t.backward + t.gpu_update;
   if (t.bound != "PCIe") {

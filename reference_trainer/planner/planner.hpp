@@ -109,6 +109,10 @@ struct Assumptions {
   const MachineProfile* profile = nullptr;
   std::string profile_source;
   std::optional<std::string> gpu_name;  // this machine's CUDA device, as CUDA names it (nullopt: none)
+  // Whether a run on this machine would choose optimizer's pipeline by `profile`: a run
+  // chooses only by a profile of its own GPU or one it is given (--plan-profile), so a
+  // plan made beside a GPU the profile was not measured on plans what that run does.
+  bool profile_chooses_here = true;
   std::optional<std::int64_t> cpu_threads;
   std::int64_t per_node() const { return ranks_per_node.value_or(world); }
 };

@@ -301,6 +301,20 @@ TEST_CASE(
   CHECK(planned(prof, config(1024, {"--optim.max-norm=1.0"}))
             .mode(Offload::optimizer)
             .pipeline.deferred_share == 0);
+  // Planned beside a GPU the profile was not measured on: a run there has no profile of its
+  // own to choose by (main.cpp's choose_pipeline), so the plan defers nothing, as it will.
+  {
+    plan::Assumptions a = unfused_assumptions();
+    a.profile = &prof;
+    a.gpu_name = "NVIDIA H100 80GB HBM3";
+    a.profile_chooses_here = false;
+    const auto p = plan::make_plan(config(1024), hand_shape(), a);
+    CHECK(p.mode(Offload::optimizer).time->bound == "PCIe");
+    CHECK(p.mode(Offload::optimizer).pipeline.deferred_share == 0);
+    CHECK_FALSE(p.mode(Offload::optimizer).pipeline.ring_bytes);
+    CHECK(window(p) < (std::int64_t{1} << 20));
+    CHECK(p.mode(Offload::optimizer).pipeline.why.find("NVIDIA H100 80GB HBM3") != std::string::npos);
+  }
   // Without a profile nothing is chosen by time.
   {
     plan::Assumptions a = unfused_assumptions();
