@@ -285,6 +285,7 @@ void choose_pipeline(const primecfg::SFTConfig& cfg, train::TrainerOptions& o, b
       o.offload.ring_mib = static_cast<double>(*c.ring_bytes) / static_cast<double>(1 << 20);
     why = c.why;
   } catch (const std::exception& e) {
+    if (o.plan_profile) throw;  // the profile the user gave, unreadable: an error, not a fallback
     o.offload.deferred_share = 0;
     why = fmt::format("no plan: {}", e.what());
   }
@@ -666,8 +667,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   if (on_cuda && !opts.offload.deferred_share && train::plan::has_pipeline_choice(cfg.value)) {
-    choose_pipeline(cfg.value, options.value, launch.rank == 0);
+    try {
+      choose_pipeline(cfg.value, options.value, launch.rank == 0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "primecfg-train: error: plan_profile: %s\n", e.what());
+      return 1;
+    }
     run.offload = opts.offload;
+  } else if (opts.plan_profile) {
+    // A run reads a machine profile for one thing only: the choice above.
+    std::fprintf(stderr,
+                 "%s: error: plan_profile = \"%s\": a run uses a machine profile only to choose offload = "
+                 "\"optimizer\"'s pipeline on a GPU where --offload.deferred-share is unset, and this run "
+                 "chooses none (it applies with --plan)\n",
+                 options.source_of("plan_profile").to_string().c_str(), opts.plan_profile->c_str());
+    return 2;
   }
   // A CUDA run predicted not to fit stops here, before minutes of loading.
   if (opts.memory_check && on_cuda && !run.dump_logits) {

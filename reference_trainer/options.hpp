@@ -254,7 +254,8 @@ struct TrainerOptions {
               ge(1)),
         field(&T::plan_profile,
               "Machine profile for --plan's step times, written by --calibrate (None: the profile shipped "
-              "with primecfg, measured on an H200 machine)."),
+              "with primecfg, measured on an H200 machine). A run with offload = \"optimizer\" on a GPU "
+              "chooses its pipeline by it too (None: by the shipped one where this GPU is its machine)."),
         field(&T::calibrate,
               "Train nothing: measure this machine for the planner's step times (the config's model, "
               "seq_len and optimizer; --calibrate-models adds models) and write the profile here."),
@@ -288,7 +289,6 @@ struct TrainerOptions {
       if (plan_host_memory) v.error(plan_host_memory, "only applies with --plan");
       if (plan_world_size) v.error(plan_world_size, "only applies with --plan");
       if (plan_ranks_per_node) v.error(plan_ranks_per_node, "only applies with --plan");
-      if (plan_profile) v.error(plan_profile, "only applies with --plan");
     }
     if (!calibrate && !calibrate_models.empty()) v.error(calibrate_models, "only applies with --calibrate");
     if (calibrate && plan) v.error(calibrate, "--calibrate and --plan are two runs: give one");

@@ -54,8 +54,15 @@ for row in $ROWS; do
   [ "$ac" = selective ] && args+=(--model.ac.mode=selective '--model.ac.targets=["routed_experts"]')
   IFS=, read -r -a extra <<<"${flags:-}"
   args+=("${extra[@]}")
-  "$TRAIN" "${args[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" \
-    ${PLAN_PROFILE:+--plan-profile="$PLAN_PROFILE"} >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
+  # The run gets the profile too: optimizer's pipeline (deferral, its window) is chosen by
+  # the profile's step times, so a plan and a run with different profiles can plan one
+  # window and run another.
+  # (A run reads it for that choice only, and refuses it in the other modes.)
+  prof=()
+  [ -n "${PLAN_PROFILE:-}" ] && prof=(--plan-profile="$PLAN_PROFILE")
+  [ "$mode" = optimizer ] && args+=("${prof[@]}") && prof=()
+  "$TRAIN" "${args[@]}" "${prof[@]}" --plan --plan-format=json --plan-gpu-memory="$GPU_GIB" \
+    >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
   read -r predicted fits host_predicted step_predicted < <("$PY" - "$RES/$name.plan.json" "$mode" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))

@@ -486,6 +486,17 @@ def _(work):
     expect(train(toml(work, 2), "--no-cuda-graph", "--clean"), 0)
 
 
+@case("a machine profile given to a run that chooses no pipeline by it is a usage error naming it")
+def _(work):
+    cfg = toml(work, 2)
+    p = train(cfg, f"--plan-profile={work}/my-machine.toml")
+    expect(p, 2, "plan_profile")
+    if "chooses none" not in p.stderr or "command line" not in p.stderr:
+        raise AssertionError(f"the error does not say where and why: {p.stderr}")
+    if os.path.exists(f"{work}/out/metrics.jsonl"):
+        raise AssertionError("the refused run trained")
+
+
 @case("a GPU allocation record asked for on the CPU is an error naming the option, before the run starts")
 def _(work):
     cfg = toml(work, 2)
