@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -233,10 +234,11 @@ class StepProfiler {
 // C++ stack, from before the model is loaded to the end of the run, and writes the
 // allocator's snapshot (the pickle that torch.cuda.memory._snapshot() returns) there: what
 // is live at the peak, by stack, is what --plan's terms are checked against
-// (bench/trainer/memory_peak.py). Several ranks: rank r > 0 writes FILE.rank<r>.
+// (bench/trainer/memory_peak.py). Several ranks: rank r > 0 writes FILE.rank<r>. A run
+// that fails (out of memory, most often the reason to record) writes it too, on its way out.
 class MemoryRecorder {
  public:
-  MemoryRecorder(const std::optional<fs::path>& path, torch::Device device) {
+  MemoryRecorder(const std::optional<fs::path>& path, torch::Device device, int rank) : rank_(rank) {
     if (!path) return;
     if (!device.is_cuda())
       throw run_error(
@@ -255,28 +257,37 @@ class MemoryRecorder {
   MemoryRecorder& operator=(const MemoryRecorder&) = delete;
   ~MemoryRecorder() {
 #if defined(PRIMECFG_WITH_CUDA)
-    if (!path_.empty()) torch::cuda::_record_memory_history(std::nullopt);
+    if (path_.empty()) return;
+    if (!written_ && std::uncaught_exceptions() > 0) {
+      try {
+        write();
+      } catch (const std::exception& e) {  // the run's own error is the one to report
+        std::fprintf(stderr, "primecfg-train: %s\n", e.what());
+      }
+    }
+    torch::cuda::_record_memory_history(std::nullopt);
 #endif
   }
-  // Writes the snapshot (whole, or an error naming the file); `rank` > 0 adds .rank<r>.
-  void write(int rank) {
+  // Writes the snapshot (whole, or an error naming the file).
+  void write() {
 #if defined(PRIMECFG_WITH_CUDA)
     if (path_.empty()) return;
+    written_ = true;
     fs::path out = path_;
-    if (rank > 0) out += fmt::format(".rank{}", rank);
+    if (rank_ > 0) out += fmt::format(".rank{}", rank_);
     try {
       replace_file(out, torch::cuda::_memory_snapshot_pickled());
     } catch (const std::exception& e) {
       throw run_error(fmt::format("profile.memory: {}", e.what()));
     }
     std::fprintf(stderr, "primecfg-train: GPU allocations written to %s\n", out.c_str());
-#else
-    (void)rank;
 #endif
   }
 
  private:
   fs::path path_;
+  int rank_ = 0;
+  bool written_ = false;
 };
 
 }  // namespace primecfg::train

@@ -230,7 +230,8 @@ class Trainer {
 
  private:
   RunResult run_steps() {
-    MemoryRecorder memory(opts_.profile.memory, setup_.device);  // before the model's allocations
+    // Before the model's allocations; each rank its own file (the launcher's rank).
+    MemoryRecorder memory(opts_.profile.memory, setup_.device, opts_.launch.launched ? opts_.launch.rank : 0);
     setup();
     if (opts_.dump_logits) {
       write_logits(*model_, loader_->next().micro.front(), *opts_.dump_logits);
@@ -255,7 +256,7 @@ class Trainer {
       if (cfg_.ckpt && checkpoint_due()) save();
     }
     if (cfg_.ckpt && !checkpoint_due() && pos_.step > result.first_step) save();
-    memory.write(pg_ ? pg_->rank() : 0);
+    memory.write();
     return finish(std::move(result));
   }
 
