@@ -292,6 +292,8 @@ struct TrainerOptions {
     }
     if (!calibrate && !calibrate_models.empty()) v.error(calibrate_models, "only applies with --calibrate");
     if (calibrate && plan) v.error(calibrate, "--calibrate and --plan are two runs: give one");
+    if (calibrate && plan_profile)
+      v.error(plan_profile, "--calibrate measures this machine; it reads no profile");
   }
 
   // The index N of "cuda:N"; nullopt for anything else.

@@ -171,9 +171,8 @@ ModePlan with_pipeline(const Workload& w, ModePlan mp) {
   }
   if (!w.a.profile_chooses_here) {
     c.why = fmt::format(
-        "a run on this machine's {} has no machine profile of its own to choose by (the plan's step times "
-        "are "
-        "the {}'s); --calibrate=FILE here, then --plan-profile=FILE, lets it choose",
+        "a run on this machine's {} has no machine profile of its own to choose by (the plan's step "
+        "times are the {}'s); --calibrate=FILE here, then --plan-profile=FILE, lets it choose",
         w.a.gpu_name.value_or("GPU"), w.a.profile ? w.a.profile->provenance.device : "profile");
     return mp;
   }

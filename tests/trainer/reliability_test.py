@@ -495,6 +495,10 @@ def _(work):
         raise AssertionError(f"the error does not say where and why: {p.stderr}")
     if os.path.exists(f"{work}/out/metrics.jsonl"):
         raise AssertionError("the refused run trained")
+    # --calibrate writes a profile and reads none.
+    p = subprocess.run([TRAIN, f"--calibrate={work}/c.toml", f"--plan-profile={work}/my-machine.toml"],
+                       capture_output=True, text=True)
+    expect(p, 2, "reads no profile")
 
 
 @case("a GPU allocation record asked for on the CPU is an error naming the option, before the run starts")
