@@ -68,7 +68,7 @@ import json, sys
 plan = json.load(open(sys.argv[1]))
 row = next(m for m in plan["modes"] if m["offload"] == sys.argv[2])
 yn = lambda b: "yes" if b else "no"
-step = (row.get("time") or {}).get("step_s")
+step = (row.get("step_time") or {}).get("step_s")
 print(f'{float(row["gpu"]["peak_gib"]):.2f}', f'GPU:{yn(row["gpu"]["fits"])},host:{yn(row["host"]["fits"])}',
       f'{row["host"]["peak_bytes"] / 2**30:.2f}', f'{step:.4f}' if step else "-")
 PY

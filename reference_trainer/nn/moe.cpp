@@ -175,18 +175,48 @@ Tensor run_mlps(const MoeWeights& w, i64 first, Kernels k, const Tensor& rows,
   return out;
 }
 
-// Each slot's output scaled by its routing weight (FP32), in x's dtype.
-Tensor weighted(const Tensor& out, const Tensor& slot_weights, const Tensor& x) {
-  return (out.to(torch::kFloat32) * slot_weights.unsqueeze(1)).to(x.scalar_type());
+// Each slot's expert output `out` [S, D] scaled by its routing weight (`slot_weights`
+// [S], FP32) in FP32, rounded to out's dtype and summed into its token (`source` [S]):
+// the layer's output [tokens, D], as prime-rl computes it.
+Tensor combine(const Tensor& out, const Tensor& slot_weights, const Tensor& source, i64 tokens) {
+  // out (bf16) times the FP32 weights computes in FP32 without a converted copy of out.
+  const Tensor scaled = at::mul(out, slot_weights.unsqueeze(1)).to(out.scalar_type());
+  return torch::zeros({tokens, out.size(1)}, out.options()).index_add_(0, source, scaled);
 }
+
+// combine under autograd, keeping `out` as it came and nothing else of its size. Autograd's
+// own record of the same ops kept an FP32 copy of `out` (the multiplication's operand, for
+// the weights' gradient) and the scaled rows (index_add keeps its source): 6 bytes per
+// slot and hidden unit where `out` is 2, 2 GiB more at Qwen3-30B-A3B cut to 4 blocks at
+// 8,192 tokens (docs/memory-planner.md). The gradients are the ops' own, in their order.
+struct Combine : torch::autograd::Function<Combine> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor out, Tensor slot_weights, Tensor source,
+                        i64 tokens) {
+    ctx->save_for_backward({out, slot_weights, source});
+    return combine(out, slot_weights, source, tokens);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &out = saved[0], &slot_weights = saved[1], &source = saved[2];
+    // Each slot's share of its token's gradient, in FP32 as the scaling ran.
+    Tensor g = grad_out[0].index_select(0, source).to(torch::kFloat32);
+    const Tensor grad_weights = ctx->needs_input_grad(1) ? at::mul(g, out).sum(1) : Tensor();
+    const Tensor grad_rows =
+        ctx->needs_input_grad(0) ? g.mul_(slot_weights.unsqueeze(1)).to(out.scalar_type()) : Tensor();
+    return {grad_rows, grad_weights, Tensor(), Tensor()};
+  }
+};
 
 // The experts' part of the layer, what selective checkpointing of "routed_experts"
 // recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
 // from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
-// order), scaled by its routing weight (`slot_weights` [S], FP32).
+// order), scaled by its routing weight (`slot_weights` [S], FP32) and summed per token.
 Tensor run_experts(const MoeWeights& w, Kernels k, const Tensor& x, const Tensor& source,
                    const std::vector<i64>& counts, const Tensor& slot_weights) {
-  return weighted(run_mlps(w, 0, k, x.index_select(0, source), counts), slot_weights, x);
+  return Combine::apply(run_mlps(w, 0, k, x.index_select(0, source), counts), slot_weights, source,
+                        x.size(0));
 }
 
 void save_kernels(torch::autograd::AutogradContext* ctx, Kernels k) {
@@ -304,7 +334,7 @@ Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Ten
                          ? RecomputedMlps::apply(rows, &w, first, Kernels::of(s), here)
                          : run_mlps(w, first, Kernels::of(s), rows, here);
   const Tensor returned = exchange_rows(ex, out.index_select(0, on_device(back)), recv_rows, send_rows);
-  return weighted(returned, slot_weights, x);
+  return Combine::apply(returned, slot_weights, source, x.size(0));
 }
 
 }  // namespace
@@ -348,12 +378,10 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   const Tensor count_t = at::bincount(flat, {}, E).cpu();
   const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
 
-  const Tensor scaled = s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
-                        : s.recompute_experts && torch::GradMode::is_enabled()
-                            ? RecomputedExperts::apply(x, slot_weights, source, &w, Kernels::of(s), counts)
-                            : run_experts(w, Kernels::of(s), x, source, counts, slot_weights);
-  // Each slot's weighted output summed into its token.
-  return torch::zeros_like(x).index_add(0, source, scaled);
+  return s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
+         : s.recompute_experts && torch::GradMode::is_enabled()
+             ? RecomputedExperts::apply(x, slot_weights, source, &w, Kernels::of(s), counts)
+             : run_experts(w, Kernels::of(s), x, source, counts, slot_weights);
 }
 
 }  // namespace primecfg::train

@@ -159,3 +159,49 @@ TEST_CASE("GPU MoE: the experts' stacked copy is not kept from the forward to th
   MESSAGE("built without CUDA: stacked-copy test skipped");
 #endif
 }
+
+// What a routed layer keeps from its forward to its backward is what the planner counts
+// for it (models/qwen3_moe/spec.cpp, block_memory's router and experts terms), per
+// token: the router's FP32 input and probabilities and the top-k weights and ids, and per
+// slot the gathered row, the four I-wide products of the experts' MLP and the expert's
+// output; plus the groups' padding, which the planner leaves out (at most align - 1 rows
+// of each expert's group). Autograd's own record of the weighted sum kept an FP32 copy of
+// the outputs and the scaled rows besides, 4 D more bytes per slot than counted.
+TEST_CASE("GPU MoE: a routed layer keeps what the planner counts for it") {
+#if defined(PRIMECFG_WITH_CUDA)
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device: kept-memory test skipped");
+    return;
+  }
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const std::int64_t N = 4096, D = 512, I = 128, E = 32, K = 4, dt = 2;
+  torch::manual_seed(9);
+  MoeWeights w{torch::randn({E, D}, o).requires_grad_(),
+               {(torch::randn({E, I, D}, o) / 22.6).requires_grad_()},
+               {(torch::randn({E, I, D}, o) / 22.6).requires_grad_()},
+               {(torch::randn({E, D, I}, o) / 11.3).requires_grad_()}};
+  if (!primecfg::train::grouped_mm_available(w.w1[0])) {
+    MESSAGE("no grouped GEMM on this GPU: kept-memory test skipped (the batched fallback pads more)");
+    return;
+  }
+  const Tensor x = torch::randn({N, D}, o).requires_grad_();
+  MoeSettings s;
+  s.top_k = K;
+  auto allocated = [] {
+    torch::cuda::synchronize();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  };
+  const std::int64_t before = allocated();
+  Tensor y = primecfg::train::moe_forward(w, s, x);
+  const std::int64_t kept = allocated() - before - y.numel() * dt;
+  const std::int64_t counted = N * (D * 4 + E * 4 + K * (4 + 8) + K * (D * dt + 4 * I * dt + D * dt));
+  const std::int64_t padding = E * (s.align - 1) * (D + 4 * I) * dt;
+  INFO("kept " << kept << " B; the planner counts " << counted << " B, padding up to " << padding << " B");
+  CHECK(kept <= counted + padding);
+  CHECK(kept >= counted * 9 / 10);
+  y.to(torch::kFloat32).sum().backward();
+  CHECK(w.router.grad().defined());
+#else
+  MESSAGE("built without CUDA: kept-memory test skipped");
+#endif
+}
