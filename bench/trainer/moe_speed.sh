@@ -17,8 +17,9 @@
 # tokens/s) and MFU against twice prime-rl's published 16.6% for this model.
 # Everything lands in $RES, tarred as $OUT/moe-speed.tgz where OUT is set.
 #
-# Environment: LAYERS (4), SEQ (8192), STEPS (10), PLAN_PROFILE, PY, PRIMECFG_BIN, RESULTS
-#              as in gpu_env.sh.
+# Environment: LAYERS (4), SEQ (8192), STEPS (10), PLAN_PROFILE, PEERS ("eager compile"; empty:
+#              no peer, e.g. where profile_gpu.sh timed it in the same call), PY, PRIMECFG_BIN,
+#              RESULTS as in gpu_env.sh.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -45,7 +46,7 @@ RESULTS=$RES/ours STEPS=$STEPS BUDGET_S=${BUDGET_S:-420} \
   ROWS="$MODEL:$SEQ:none:noac:$CUT $MODEL:$SEQ:none:selective:$CUT $MODEL:$SEQ:optimizer:noac:$CUT
         $MODEL:$SEQ:full:noac:$CUT" OUT= bash bench/trainer/confirm_planner.sh
 
-for peer in eager compile; do
+for peer in ${PEERS-eager compile}; do
   flag=()
   [ $peer = compile ] && flag=(--compile)
   timeout 300 "$PY" bench/trainer/torch_peer.py --model $MODEL --layers "$LAYERS" --seq-len "$SEQ" \

@@ -120,106 +120,138 @@ Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::v
   return out.empty() ? rows.new_zeros({0, expert(w.w2, 0).size(0)}) : at::cat(out);
 }
 
-// The rows placed into groups of `group_rows[e]` rows each (padding rows zero), run
-// by `experts` on that padded buffer, and read back in the sorted slots' order.
-template <class Experts>
-Tensor run_padded(const Tensor& rows, const std::vector<i64>& counts, const std::vector<i64>& group_start,
-                  i64 padded_rows, Experts&& experts) {
-  // Where each sorted slot goes: its expert's group start plus its place in the group.
-  std::vector<i64> dest;
-  dest.reserve(static_cast<std::size_t>(rows.size(0)));
-  for (std::size_t e = 0; e < counts.size(); ++e)
-    for (i64 j = 0; j < counts[e]; ++j) dest.push_back(group_start[e] + j);
-  const Tensor index = torch::tensor(dest, torch::kInt64).to(rows.device());
-  const Tensor padded = rows.new_zeros({padded_rows, rows.size(1)}).index_copy(0, index, rows);
-  return experts(padded).index_select(0, index);
+// How the experts run on this call's rows (MoeSettings' grouped and fp8, the weights'
+// device): one matmul per expert, the grouped GEMM, or its batched fallback.
+enum class Path { loop, grouped, batched };
+
+Path path_of(const MoeWeights& w, i64 first, Kernels k) {
+  if (!k.grouped || k.fp8) return Path::loop;
+  return grouped_mm_available(expert(w.w1, first)) ? Path::grouped : Path::batched;
 }
 
-// The experts' MLPs on rows sorted by expert: counts[e] rows of expert first + e each,
-// in that order.
-Tensor run_mlps(const MoeWeights& w, i64 first, Kernels k, const Tensor& rows,
-                const std::vector<i64>& counts) {
-  const auto E = static_cast<i64>(counts.size());
-  const i64 align = k.align;
-  Tensor out;
-  if (!k.grouped || k.fp8) {
-    // FP8: each expert's projections as FP8 linears (prime-rl's grouped FP8 GEMMs compute
-    // the same per expert; one grouped kernel is not built here).
-    out = run_loop(w, first, rows, counts, k.fp8);
-  } else if (const Stacks st = stack_experts(w, first, E); grouped_mm_available(st.w1)) {
-    // Groups padded to multiples of `align`, at least `align` rows even when empty (as
-    // torchtitan's grouped GEMM pads them); offsets are the groups' ends.
-    std::vector<i64> start(static_cast<std::size_t>(E)), ends;
-    i64 total = 0;
-    for (i64 e = 0; e < E; ++e) {
-      start[e] = total;
-      total += std::max(align, (counts[e] + align - 1) / align * align);
-      ends.push_back(total);
-    }
-    const Tensor offs = torch::tensor(ends, torch::kInt64).to(rows.device(), torch::kInt32);
-    out = run_padded(rows, counts, start, total, [&](const Tensor& p) {
-      const Tensor h = at::silu(at::_grouped_mm(p, st.w1.transpose(-2, -1), offs)) *
-                       at::_grouped_mm(p, st.w3.transpose(-2, -1), offs);
-      return at::_grouped_mm(h, st.w2.transpose(-2, -1), offs);
-    });
-    release_until_backward(st, w, first, out);
-  } else {
-    // Every group padded to the largest: one batched matmul over the experts.
-    const i64 most = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
-    std::vector<i64> start(static_cast<std::size_t>(E));
-    for (i64 e = 0; e < E; ++e) start[e] = e * most;
-    out = run_padded(rows, counts, start, E * most, [&](const Tensor& p) {
-      const Tensor g = p.view({E, most, p.size(1)});
-      const Tensor h = at::silu(at::bmm(g, st.w1.transpose(1, 2))) * at::bmm(g, st.w3.transpose(1, 2));
-      return at::bmm(h, st.w2.transpose(1, 2)).reshape({E * most, -1});
-    });
-    release_until_backward(st, w, first, out);
+// Where the slots sorted by expert sit in the buffer the experts run on: each expert's
+// contiguous, in expert order, each group padded as its path needs (padding rows zero).
+struct Groups {
+  i64 rows = 0;           // the buffer's rows: the slots and the padding
+  std::vector<i64> ends;  // each group's end (the grouped GEMM's offsets)
+  i64 each = 0;           // batched: every group's rows (the largest group's count)
+  Tensor row;             // [slots] int64 on the device: sorted slot s -> its buffer row
+};
+
+Groups groups_of(Path path, i64 align, const std::vector<i64>& counts, const torch::Device& device) {
+  Groups g;
+  // grouped: multiples of `align`, at least `align` rows even when empty (as torchtitan's
+  // grouped GEMM pads them); batched: every group as large as the largest.
+  if (path == Path::batched) g.each = std::max<i64>(1, *std::max_element(counts.begin(), counts.end()));
+  std::vector<i64> row;
+  for (const i64 n : counts) {
+    for (i64 j = 0; j < n; ++j) row.push_back(g.rows + j);
+    g.rows += path == Path::loop      ? n
+              : path == Path::batched ? g.each
+                                      : std::max(align, (n + align - 1) / align * align);
+    g.ends.push_back(g.rows);
   }
+  g.row = torch::tensor(row, torch::kInt64).to(device);
+  return g;
+}
+
+// The experts' MLPs on their buffer [g.rows, D] (groups as `g` places them, counts[e]
+// rows of expert first + e each): their outputs, row for row.
+Tensor run_mlps(const MoeWeights& w, i64 first, Kernels k, Path path, const Tensor& buffer, const Groups& g,
+                const std::vector<i64>& counts) {
+  if (path == Path::loop) return run_loop(w, first, buffer, counts, k.fp8);
+  const auto E = static_cast<i64>(counts.size());
+  const Stacks st = stack_experts(w, first, E);
+  Tensor out;
+  if (path == Path::grouped) {
+    const Tensor offs = torch::tensor(g.ends, torch::kInt64).to(buffer.device(), torch::kInt32);
+    const Tensor h = at::silu(at::_grouped_mm(buffer, st.w1.transpose(-2, -1), offs)) *
+                     at::_grouped_mm(buffer, st.w3.transpose(-2, -1), offs);
+    out = at::_grouped_mm(h, st.w2.transpose(-2, -1), offs);
+  } else {
+    const Tensor b = buffer.view({E, g.each, buffer.size(1)});
+    const Tensor h = at::silu(at::bmm(b, st.w1.transpose(1, 2))) * at::bmm(b, st.w3.transpose(1, 2));
+    out = at::bmm(h, st.w2.transpose(1, 2)).reshape({E * g.each, -1});
+  }
+  release_until_backward(st, w, first, out);
   return out;
 }
 
-// Each slot's expert output `out` [S, D] scaled by its routing weight (`slot_weights`
-// [S], FP32) in FP32, rounded to out's dtype and summed into its token (`source` [S]):
-// the layer's output [tokens, D], as prime-rl computes it.
-Tensor combine(const Tensor& out, const Tensor& slot_weights, const Tensor& source, i64 tokens) {
-  // out (bf16) times the FP32 weights computes in FP32 without a converted copy of out.
-  const Tensor scaled = at::mul(out, slot_weights.unsqueeze(1)).to(out.scalar_type());
-  return torch::zeros({tokens, out.size(1)}, out.options()).index_add_(0, source, scaled);
-}
+// The experts' buffer from the rows of `from` [R, D]: buffer row p is from[source[p]],
+// zeros where source[p] == R (padding, only where `padded`). Row r of `from` fills
+// `fanout` buffer rows, row_of[r fanout + j]; its gradient is theirs summed, by a gather
+// and a sum. (index_select's own backward adds the rows into place atomically, a kernel
+// five times slower than a gather of the same bytes on the H100.)
+struct Dispatch : torch::autograd::Function<Dispatch> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& from, const Tensor& source,
+                        const Tensor& row_of, i64 fanout, bool padded) {
+    ctx->save_for_backward({row_of});
+    ctx->saved_data["fanout"] = fanout;
+    return (padded ? at::cat({from, from.new_zeros({1, from.size(1)})}) : from).index_select(0, source);
+  }
 
-// combine under autograd, keeping `out` as it came and nothing else of its size. Autograd's
-// own record of the same ops kept an FP32 copy of `out` (the multiplication's operand, for
-// the weights' gradient) and the scaled rows (index_add keeps its source): 6 bytes per
-// slot and hidden unit where `out` is 2, 2 GiB more at Qwen3-30B-A3B cut to 4 blocks at
-// 8,192 tokens (docs/memory-planner.md). The gradients are the ops' own, in their order.
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const i64 fanout = ctx->saved_data["fanout"].toInt();
+    Tensor g = grad_out[0].index_select(0, ctx->get_saved_variables()[0]);
+    if (fanout > 1) g = g.view({-1, fanout, g.size(1)}).sum(1);
+    return {g, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// The layer's output [T, D] from the experts' outputs `out` [P, D]: token t's is the sum
+// over its K slots j of weights[t, j] (FP32 [T, K]) times out[row_of[t K + j]], products
+// and sum in FP32, rounded once to out's dtype. For the backward, each row of `out` has
+// a token (`token_of` [P]; any token for a padding row) and its slot's weight
+// (`weight_of` [P], FP32, 0 for padding). What it keeps is `out` as it came and those
+// indices: autograd's record of the same ops kept an FP32 copy of the rows as well.
 struct Combine : torch::autograd::Function<Combine> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor out, Tensor slot_weights, Tensor source,
-                        i64 tokens) {
-    ctx->save_for_backward({out, slot_weights, source});
-    return combine(out, slot_weights, source, tokens);
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& out, const Tensor& weights,
+                        const Tensor& row_of, const Tensor& token_of, const Tensor& weight_of) {
+    ctx->save_for_backward({out, row_of, token_of, weight_of});
+    const Tensor rows = out.index_select(0, row_of).view({weights.size(0), weights.size(1), out.size(1)});
+    return at::mul(rows, weights.unsqueeze(2)).sum(1).to(out.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto saved = ctx->get_saved_variables();
-    const Tensor &out = saved[0], &slot_weights = saved[1], &source = saved[2];
-    // Each slot's share of its token's gradient, in FP32 as the scaling ran.
-    Tensor g = grad_out[0].index_select(0, source).to(torch::kFloat32);
-    const Tensor grad_weights = ctx->needs_input_grad(1) ? at::mul(g, out).sum(1) : Tensor();
-    const Tensor grad_rows =
-        ctx->needs_input_grad(0) ? g.mul_(slot_weights.unsqueeze(1)).to(out.scalar_type()) : Tensor();
-    return {grad_rows, grad_weights, Tensor(), Tensor()};
+    const Tensor &out = saved[0], &row_of = saved[1], &token_of = saved[2], &weight_of = saved[3];
+    const i64 T = grad_out[0].size(0);
+    // Each row's share of its token's gradient, in FP32 as the products ran.
+    Tensor g = grad_out[0].index_select(0, token_of).to(torch::kFloat32);
+    const Tensor grad_weights =
+        ctx->needs_input_grad(1) ? at::mul(g, out).sum(1).index_select(0, row_of).view({T, -1}) : Tensor();
+    const Tensor grad_out_rows =
+        ctx->needs_input_grad(0) ? g.mul_(weight_of.unsqueeze(1)).to(out.scalar_type()) : Tensor();
+    return {grad_out_rows, grad_weights, Tensor(), Tensor(), Tensor()};
   }
 };
 
+// Where each flat slot (token t's j-th choice, t K + j) went, from `order` (the slots
+// sorted by expert: sorted slot s is flat slot order[s]) and each sorted slot's row.
+Tensor flat_to_row(const Tensor& order, const Tensor& row) {
+  return torch::empty_like(order).index_copy_(0, order, row);
+}
+
 // The experts' part of the layer, what selective checkpointing of "routed_experts"
-// recomputes (as prime-rl's MoE._run_routed_experts): each sorted slot's row gathered
-// from x (`source` [S], its token), run by its expert (counts[e] slots each, in expert
-// order), scaled by its routing weight (`slot_weights` [S], FP32) and summed per token.
-Tensor run_experts(const MoeWeights& w, Kernels k, const Tensor& x, const Tensor& source,
-                   const std::vector<i64>& counts, const Tensor& slot_weights) {
-  return Combine::apply(run_mlps(w, 0, k, x.index_select(0, source), counts), slot_weights, source,
-                        x.size(0));
+// recomputes (as prime-rl's MoE._run_routed_experts): the K slots of each token of x
+// (routing `weights` [N, K], FP32), sorted by expert (`order`, counts[e] slots of
+// expert e), run by their experts and summed into their tokens.
+Tensor run_experts(const MoeWeights& w, Kernels k, const Tensor& x, const Tensor& weights,
+                   const Tensor& order, const std::vector<i64>& counts) {
+  const i64 N = x.size(0), K = weights.size(1);
+  const Path path = path_of(w, 0, k);
+  const Groups g = groups_of(path, k.align, counts, x.device());
+  const bool padded = g.rows > order.size(0);
+  const Tensor row_of = flat_to_row(order, g.row);
+  const Tensor source = at::floor_divide(order, K);  // each sorted slot's token
+  Tensor token_of = torch::full({g.rows}, N, order.options()).index_copy_(0, g.row, source);
+  const Tensor buffer = Dispatch::apply(x, token_of, row_of, K, padded);
+  const Tensor weight_of = torch::zeros({g.rows}, weights.options())
+                               .index_copy_(0, g.row, weights.detach().flatten().index_select(0, order));
+  if (padded && N > 0) token_of.clamp_max_(N - 1);  // a padding row's gradient is 0 times a token's
+  return Combine::apply(run_mlps(w, 0, k, path, buffer, g, counts), weights, row_of, token_of, weight_of);
 }
 
 void save_kernels(torch::autograd::AutogradContext* ctx, Kernels k) {
@@ -233,18 +265,19 @@ Kernels saved_kernels(torch::autograd::AutogradContext* ctx) {
 }
 
 // run_experts under selective activation checkpointing: the forward keeps x, the
-// slots' tokens and weights (and their counts); the backward runs the experts again
-// with autograd on, so the experts' weight gradients accumulate into w's tensors there
-// (their post-accumulate hooks fire as usual) and x's and the weights' gradients go on.
+// routing weights and the slots' order (and their counts); the backward runs the experts
+// again with autograd on, so the experts' weight gradients accumulate into w's tensors
+// there (their post-accumulate hooks fire as usual) and x's and the weights' gradients
+// go on.
 struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, Tensor slot_weights, Tensor source,
-                        const MoeWeights* w, Kernels k, std::vector<i64> counts) {
-    ctx->save_for_backward({x, slot_weights, source});
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& weights,
+                        const Tensor& order, const MoeWeights* w, Kernels k, std::vector<i64> counts) {
+    ctx->save_for_backward({x, weights, order});
     ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
     save_kernels(ctx, k);
     ctx->saved_data["counts"] = counts;
     torch::NoGradGuard no_grad;
-    return run_experts(*w, k, x, source, counts, slot_weights);
+    return run_experts(*w, k, x, weights, order, counts);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -253,52 +286,68 @@ struct RecomputedExperts : torch::autograd::Function<RecomputedExperts> {
     const auto* w = reinterpret_cast<const MoeWeights*>(ctx->saved_data["weights"].toInt());
     const std::vector<i64> counts = ctx->saved_data["counts"].toIntVector();
     Tensor x = saved[0].detach().requires_grad_(ctx->needs_input_grad(0));
-    Tensor slot_weights = saved[1].detach().requires_grad_(ctx->needs_input_grad(1));
+    Tensor weights = saved[1].detach().requires_grad_(ctx->needs_input_grad(1));
     Tensor y;
     {
       torch::AutoGradMode grad_on(true);
-      y = run_experts(*w, saved_kernels(ctx), x, saved[2], counts, slot_weights);
+      y = run_experts(*w, saved_kernels(ctx), x, weights, saved[2], counts);
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
-    return {x.grad(), slot_weights.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {x.grad(), weights.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
-// run_mlps under selective activation checkpointing, with expert parallelism: the
+// The experts of this rank on the rows it received (expert parallelism), returned in
+// the order they came: `regroup` [R] lists them expert by expert (received row
+// regroup[s] is the s-th of its experts' sorted rows), counts[e] rows of expert
+// first + e.
+Tensor run_received(const MoeWeights& w, i64 first, Kernels k, const Tensor& received, const Tensor& regroup,
+                    const std::vector<i64>& counts) {
+  const Path path = path_of(w, first, k);
+  const Groups g = groups_of(path, k.align, counts, received.device());
+  const Tensor row_of = flat_to_row(regroup, g.row);  // received row -> buffer row
+  const Tensor source =
+      torch::full({g.rows}, received.size(0), regroup.options()).index_copy_(0, g.row, regroup);
+  const Tensor buffer = Dispatch::apply(received, source, row_of, 1, g.rows > regroup.size(0));
+  return run_mlps(w, first, k, path, buffer, g, counts).index_select(0, row_of);
+}
+
+// run_received under selective activation checkpointing, with expert parallelism: the
 // forward keeps the rows this rank received; the backward runs its experts again.
-struct RecomputedMlps : torch::autograd::Function<RecomputedMlps> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor rows, const MoeWeights* w, i64 first,
-                        Kernels k, std::vector<i64> counts) {
-    ctx->save_for_backward({rows});
+struct RecomputedReceived : torch::autograd::Function<RecomputedReceived> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& received, const Tensor& regroup,
+                        const MoeWeights* w, i64 first, Kernels k, std::vector<i64> counts) {
+    ctx->save_for_backward({received, regroup});
     ctx->saved_data["weights"] = reinterpret_cast<i64>(w);
     ctx->saved_data["first"] = first;
     save_kernels(ctx, k);
     ctx->saved_data["counts"] = counts;
     torch::NoGradGuard no_grad;
-    return run_mlps(*w, first, k, rows, counts);
+    return run_received(*w, first, k, received, regroup, counts);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const auto* w = reinterpret_cast<const MoeWeights*>(ctx->saved_data["weights"].toInt());
-    Tensor rows = ctx->get_saved_variables()[0].detach().requires_grad_(ctx->needs_input_grad(0));
+    const auto saved = ctx->get_saved_variables();
+    Tensor received = saved[0].detach().requires_grad_(ctx->needs_input_grad(0));
     Tensor y;
     {
       torch::AutoGradMode grad_on(true);
-      y = run_mlps(*w, ctx->saved_data["first"].toInt(), saved_kernels(ctx), rows,
-                   ctx->saved_data["counts"].toIntVector());
+      y = run_received(*w, ctx->saved_data["first"].toInt(), saved_kernels(ctx), received, saved[1],
+                       ctx->saved_data["counts"].toIntVector());
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grad_out[0]});
-    return {rows.grad(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return {received.grad(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 // run_experts with expert parallelism (moe.hpp): the slots' rows to the ranks that run
 // their experts and the outputs back, each way one all-to-all.
-Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Tensor& x, const Tensor& source,
-                            const std::vector<i64>& counts, const Tensor& slot_weights) {
+Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Tensor& x, const Tensor& weights,
+                            const Tensor& order, const std::vector<i64>& counts) {
   TokenExchange& ex = *s.exchange;
-  const i64 P = ex.ranks(), E = static_cast<i64>(counts.size());
+  const i64 P = ex.ranks(), E = static_cast<i64>(counts.size()), K = weights.size(1);
   TORCH_CHECK(E % P == 0, "moe_forward: ", E, " experts over ", P, " expert-parallel ranks");
   const i64 local = E / P, first = ex.index() * local;
   // Member j runs experts [j local, (j + 1) local): the sorted slots go to the members in
@@ -318,26 +367,26 @@ Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Ten
       here[e] += rc[j * local + e];
     }
   // The received rows come member by member, each member's by expert; the experts want
-  // them expert by expert: `order` is that regrouping, `back` its inverse.
-  std::vector<i64> start(static_cast<std::size_t>(P * local)), order, back;
-  for (i64 k = 0, at = 0; k < P * local; ++k) start[k] = std::exchange(at, at + rc[k]);
+  // them expert by expert: `regroup` lists them so.
+  std::vector<i64> start(static_cast<std::size_t>(P * local)), regroup;
+  for (i64 q = 0, at = 0; q < P * local; ++q) start[q] = std::exchange(at, at + rc[q]);
   for (i64 e = 0; e < local; ++e)
     for (i64 j = 0; j < P; ++j)
-      for (i64 r = 0; r < rc[j * local + e]; ++r) order.push_back(start[j * local + e] + r);
-  back.resize(order.size());
-  for (std::size_t k = 0; k < order.size(); ++k)
-    back[static_cast<std::size_t>(order[k])] = static_cast<i64>(k);
-  const auto on_device = [&](const std::vector<i64>& v) {
-    return torch::tensor(v, torch::kInt64).to(x.device());
-  };
+      for (i64 r = 0; r < rc[j * local + e]; ++r) regroup.push_back(start[j * local + e] + r);
+  const Tensor regroup_t = torch::tensor(regroup, torch::kInt64).to(x.device());
 
-  const Tensor received = exchange_rows(ex, x.index_select(0, source), send_rows, recv_rows);
-  const Tensor rows = received.index_select(0, on_device(order));
+  // The sorted slots' rows, as sent (each token's K rows: gathered back by Dispatch).
+  const Tensor slots = torch::arange(order.size(0), order.options());
+  const Tensor source = at::floor_divide(order, K);
+  const Tensor sorted_slot = flat_to_row(order, slots);
+  const Tensor sent = Dispatch::apply(x, source, sorted_slot, K, false);
+  const Tensor received = exchange_rows(ex, sent, send_rows, recv_rows);
   const Tensor out = s.recompute_experts && torch::GradMode::is_enabled()
-                         ? RecomputedMlps::apply(rows, &w, first, Kernels::of(s), here)
-                         : run_mlps(w, first, Kernels::of(s), rows, here);
-  const Tensor returned = exchange_rows(ex, out.index_select(0, on_device(back)), recv_rows, send_rows);
-  return Combine::apply(returned, slot_weights, source, x.size(0));
+                         ? RecomputedReceived::apply(received, regroup_t, &w, first, Kernels::of(s), here)
+                         : run_received(w, first, Kernels::of(s), received, regroup_t, here);
+  const Tensor returned = exchange_rows(ex, out, recv_rows, send_rows);
+  return Combine::apply(returned, weights, sorted_slot, source,
+                        weights.detach().flatten().index_select(0, order));
 }
 
 }  // namespace
@@ -373,18 +422,16 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   if (s.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
 
   // The slots sorted by expert (stable: a token's slots keep their order within an
-  // expert), each slot's token and weight in that order.
+  // expert), counts[e] of expert e.
   const Tensor flat = ids.flatten();
   const Tensor order = at::argsort(flat, /*stable=*/true);
-  const Tensor source = at::floor_divide(order, k);
-  const Tensor slot_weights = weights.flatten().index_select(0, order);
   const Tensor count_t = at::bincount(flat, {}, E).cpu();
   const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
 
-  return s.exchange ? run_experts_parallel(w, s, x, source, counts, slot_weights)
+  return s.exchange ? run_experts_parallel(w, s, x, weights, order, counts)
          : s.recompute_experts && torch::GradMode::is_enabled()
-             ? RecomputedExperts::apply(x, slot_weights, source, &w, Kernels::of(s), counts)
-             : run_experts(w, Kernels::of(s), x, source, counts, slot_weights);
+             ? RecomputedExperts::apply(x, weights, order, &w, Kernels::of(s), counts)
+             : run_experts(w, Kernels::of(s), x, weights, order, counts);
 }
 
 }  // namespace primecfg::train

@@ -1249,8 +1249,9 @@ TEST_CASE(
 // ac.mode = "selective" with "routed_experts" (prime-rl's selective checkpointing of the
 // experts): every ac_freq-th routed block keeps its activations but its experts'. By hand
 // for Qwen3-30B-A3B (D 2048, moe_intermediate 768, top-8, every block routed), per token
-// and block: the experts' rows, gate, up, silu, product and output in bf16, 8 x (2048 x 2
-// + 4 x 768 x 2 + 2048 x 2) = 114688 bytes, become each slot's token and FP32 weight, 8 x 12.
+// and block: the experts' rows, gate, up, silu, product and output in bf16 and the
+// weighted sum's indices, 8 x (2048 x 2 + 4 x 768 x 2 + 2048 x 2 + 20) = 114848 bytes,
+// become each slot's place in the order and its FP32 weight, 8 x 12.
 TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing, not the experts") {
   const auto s = plan::preset_shape("Qwen/Qwen3-30B-A3B").value();
   auto cfg = fake_config("Qwen/Qwen3-30B-A3B", 1024);
@@ -1265,7 +1266,7 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
   const auto every = plan::make_plan(cfg, s, a);
   cfg.model.ac->freq = 2;
   const auto half = plan::make_plan(cfg, s, a);
-  const std::int64_t per_block = 1024 * (8 * (2048 * 2 + 4 * 768 * 2 + 2048 * 2) - 8 * 12);
+  const std::int64_t per_block = 1024 * (8 * (2048 * 2 + 4 * 768 * 2 + 2048 * 2 + 20) - 8 * 12);
   const auto acts = [](const plan::Plan& p) { return p.mode(Offload::none).gpu.term("activations"); };
   CHECK(acts(none) - acts(every) == 48 * per_block);
   CHECK(acts(none) - acts(half) == 24 * per_block);

@@ -210,24 +210,26 @@ class Qwen3Moe final : public Architecture {
 
   // nn/moe.cpp's forward under autograd, per token, for a routed block (measured on the
   // GPU: docs/memory-planner.md); a dense one is the Llama family's MLP. The groups'
-  // padding (at most align - 1 rows per expert and micro-batch) is left out.
+  // padding (fewer than align rows per expert and micro-batch: an expert without tokens
+  // gets align rows) is left out.
   BlockMemory block_memory(const ModelArgs& s, const BlockKernels& k) const override {
     const i64 dt = k.dtype_bytes, D = s.hidden;
     const BlockMemory attn = llama_family::attention_memory(s, k);
     const i64 mlp_norm = rms_norm_saved(D, dt, k.fused_norm) + 4 + D * dt;  // x1, rstd, rmsnorm(x1)
     const MoeArgs& m = s.moe.value();
-    // The routed block on the largest terms: the router's FP32 input and probabilities,
-    // the top-k weights and ids, each slot's gathered row, its gate, up, silu(gate) and
-    // product, and its expert's output (which the weighted sum keeps).
+    // The routed block: the router's FP32 input and probabilities, the top-k weights and
+    // ids; per slot its row in the experts' buffer, its gate, up, silu(gate) and product,
+    // its expert's output (which the weighted sum keeps), and the sum's indices (the
+    // slot's buffer row, the row's token, 8 bytes each, and its weight, 4).
     const i64 K = m.top_k, I = m.intermediate;
     const i64 router = D * 4 + m.experts * 4 + K * (4 + 8);
     // Recomputed in the backward (selective checkpointing of "routed_experts"), the
-    // experts keep only each slot's token and weight; with expert parallelism also the
-    // rows received (which they recompute from) and the rows returned (which the weighted
-    // sum keeps, outside the recompute).
-    const i64 exchanged = k.expert_parallel > 1 ? 2 * D * dt : 0;
-    const i64 experts =
-        k.recompute_routed_experts ? K * (8 + 4 + exchanged) : K * (D * dt + 4 * I * dt + D * dt);
+    // experts keep only the slots' order and weights; with expert parallelism also the
+    // rows received (which they recompute from), the rows returned (which the weighted
+    // sum keeps, outside the recompute) and two indices of each.
+    const i64 exchanged = k.expert_parallel > 1 ? 2 * D * dt + 16 : 0;
+    const i64 experts = k.recompute_routed_experts ? K * (8 + 4 + exchanged)
+                                                   : K * (D * dt + 4 * I * dt + D * dt + 8 + 8 + 4);
     // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
     const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
     // The largest of the kinds of block the model has.
