@@ -305,11 +305,15 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // that have it only, as ep_exchange is (a dense model's plan has neither).
   if (bm.in_use_per_block > 0)
     b.add("block_in_use", bm.in_use_per_block, "the running block's experts stacked for the grouped GEMM");
-  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + 2 * bm.in_use_per_block,
-        bm.in_use_per_block
-            ? "the last block's full activations during its backward (+ recompute output), its "
-              "experts stacked and their gradient"
-            : "the last block's full activations during its backward (+ recompute output)");
+  // The stacked experts' gradient: where the gradients are handed to the update as they
+  // come, it is those of the experts (views of it), already in grads_top.
+  const i64 stacked_grad = handed ? 0 : bm.in_use_per_block;
+  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + bm.in_use_per_block + stacked_grad,
+        !bm.in_use_per_block ? "the last block's full activations during its backward (+ recompute output)"
+        : handed ? "the last block's full activations during its backward (+ recompute output) and its "
+                   "experts stacked (their gradient is grads_top's)"
+                 : "the last block's full activations during its backward (+ recompute output), its "
+                   "experts stacked and their gradient");
 
   // Expert parallelism: in a routed block's forward (and its recompute) the rows its
   // rank received are in flight beside their regrouped copy; at balanced routing as many

@@ -1274,7 +1274,8 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
   CHECK_FALSE(every.ac);
   // The experts stacked for the grouped GEMM (3 x 128 experts x 768 x 2048 in bf16) are held
   // only while a block runs, recomputed or not: by the block in forward, and with their
-  // gradient by the block in backward.
+  // gradient by the block in backward. In `none` (on a GPU: the gradients handed to the
+  // update as they come) that gradient is the experts' own, counted once, in grads_top.
   const std::int64_t stacked = 3LL * 128 * 768 * 2048 * 2;
   for (const auto* p : {&none, &every}) {
     CHECK(p->mode(Offload::none).gpu.term("block_in_use") == stacked);
@@ -1283,6 +1284,16 @@ TEST_CASE("planner: selective checkpointing of routed_experts keeps the routing,
   CHECK(none.mode(Offload::none).gpu.term("block_recompute") -
             every.mode(Offload::none).gpu.term("block_recompute") ==
         0);
+  auto handing = a;  // the fused AdamW on a GPU: `none` hands the gradients over
+  handing.cuda = true;
+  handing.fused_adamw = true;
+  const auto handed = plan::make_plan(fake_config("Qwen/Qwen3-30B-A3B", 1024), s, handing);
+  const auto& top_gpu = handed.mode(Offload::none).gpu;
+  const std::int64_t top_acts = top_gpu.term("activations") - top_gpu.term("activations_below_top");
+  CHECK(top_gpu.term("grads_top") > stacked);
+  CHECK(top_gpu.term("block_recompute") == top_acts + stacked);
+  CHECK(handed.mode(Offload::full).gpu.term("block_recompute") == top_acts + 2 * stacked);
+  CHECK(none.mode(Offload::none).gpu.term("block_recompute") == top_acts + 2 * stacked);
   // The recompute costs time: some, and less than recomputing whole blocks.
   const auto& t_sel = every.mode(Offload::none).time;
   cfg.model.ac->mode = AcMode::full;

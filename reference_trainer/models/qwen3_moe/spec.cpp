@@ -228,8 +228,8 @@ class Qwen3Moe final : public Architecture {
     // rows received (which they recompute from), the rows returned (which the weighted
     // sum keeps, outside the recompute) and two indices of each.
     const i64 exchanged = k.expert_parallel > 1 ? 2 * D * dt + 16 : 0;
-    const i64 experts = k.recompute_routed_experts ? K * (8 + 4 + exchanged)
-                                                   : K * (D * dt + 4 * I * dt + D * dt + 8 + 8 + 4);
+    const i64 experts =
+        k.recompute_routed_experts ? K * (8 + 4 + exchanged) : K * (D * dt + 4 * I * dt + D * dt + 8 + 8 + 4);
     // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
     const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
     // The largest of the kinds of block the model has.
