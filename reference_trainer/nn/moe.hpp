@@ -7,11 +7,13 @@
 //   probs        = softmax(x @ router^T)             in FP32 (the gate GEMM in router_dtype)
 //   weights, ids = top_k(probs)                     (force_balanced: ids fixed, weights gathered)
 //   weights     /= sum(weights) + 1e-20             when norm_topk_prob
-//   y[t]         = sum_j weights[t, j] * expert_{ids[t, j]}(x[t])
+//   y[t]         = sum_j weights[t, j] * expert_{ids[t, j]}(x[t])   (in FP32, rounded once)
 //   expert_e(x)  = (silu(x @ w1[e]^T) * (x @ w3[e]^T)) @ w2[e]^T
 //
-// The token slots are sorted by expert (stable), so each expert's rows are contiguous;
-// three ways run the experts on them, the same function of the weights:
+// The token slots are sorted by expert (stable), so each expert's rows are contiguous in
+// the buffer the experts run on, gathered from x (padding included) and gathered back
+// into the sum, both ways by gathers (no scatter); three ways run the experts on it,
+// the same function of the weights:
 //   grouped  the groups padded to multiples of `align` rows, at::_grouped_mm on CUDA
 //            (bf16, compute capability 9.0: H100/H200), else one batched matmul over
 //            the groups padded to the largest (the CPU, FP32);
