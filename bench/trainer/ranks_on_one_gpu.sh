@@ -25,6 +25,9 @@
 #                        bench/trainer/memory_peak.py lists what each had live at its
 #                        peak, beside the plan's terms of the peak's phase (the file
 #                        <row>.sites.txt); the record slows the steps
+#              PLAN_PROFILE  a machine profile (--plan-profile) for the plan, and for the
+#                        run in `optimizer`, where it chooses the pipeline by it (as
+#                        confirm_planner.sh does), so that both choose the same window
 #              PY, PRIMECFG_BIN, RESULTS as in gpu_env.sh
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,7 +60,10 @@ for row in $ROWS; do
         --data.batch-size="$ranks" --max-steps="$STEPS" --output-dir="$RES/$name")
   [ "$ac" = ac ] && args+=(--model.ac)
   [ -n "$flags" ] && IFS=, read -r -a extra <<<"$flags" && args+=("${extra[@]}")
-  "$TRAIN" "${args[@]}" --dist.backend=gloo --plan --plan-format=json --plan-world-size="$ranks" --plan-ranks-per-node="$ranks" \
+  prof=()
+  [ -n "${PLAN_PROFILE:-}" ] && prof=(--plan-profile="$PLAN_PROFILE")
+  [ "$mode" = optimizer ] && args+=("${prof[@]}") && prof=()
+  "$TRAIN" "${args[@]}" "${prof[@]}" --dist.backend=gloo --plan --plan-format=json --plan-world-size="$ranks" --plan-ranks-per-node="$ranks" \
     --plan-gpu-memory="$GPU_GIB" >"$RES/$name.plan.json" 2>"$RES/$name.plan.err"
   read -r predicted together host_fits < <("$PY" - "$RES/$name.plan.json" "$mode" "$ranks" <<'PY'
 import json, sys
@@ -108,7 +114,9 @@ import json, os, sys
 out, rc, model, seq, mode, ac, ranks, predicted, flags = sys.argv[1:]
 path = os.path.join(out, "metrics.jsonl")
 rows = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-per_rank = [max(r["peak_device_mem_gib_ranks"][i] for r in rows) for i in range(int(ranks))] if rows else []
+# One rank writes no per-rank list: its own peak is the list.
+ranks_of = lambda r: r.get("peak_device_mem_gib_ranks", [r["peak_device_mem_gib"]])
+per_rank = [max(ranks_of(r)[i] for r in rows) for i in range(int(ranks))] if rows else []
 step = sorted(r["step_time_s"] for r in rows[1:])[len(rows[1:]) // 2] if len(rows) > 1 else None
 measured = " / ".join(f"{v:.2f}" for v in per_rank)
 err = f"{100 * (float(predicted) - max(per_rank)) / max(per_rank):+.2f}%" if per_rank else ""
