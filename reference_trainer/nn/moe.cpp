@@ -121,7 +121,9 @@ Tensor run_loop(const MoeWeights& w, i64 first, const Tensor& rows, const std::v
 }
 
 // How the experts run on this call's rows (MoeSettings' grouped and fp8, the weights'
-// device): one matmul per expert, the grouped GEMM, or its batched fallback.
+// device): one matmul per expert, the grouped GEMM, or its batched fallback. FP8 runs the
+// loop, each expert's projections as FP8 linears (prime-rl's grouped FP8 GEMMs compute the
+// same per expert; one grouped kernel is not built here).
 enum class Path { loop, grouped, batched };
 
 Path path_of(const MoeWeights& w, i64 first, Kernels k) {
