@@ -23,7 +23,8 @@
 #              BUDGET_S  seconds for all rows; later rows are skipped (540)
 #              MEMORY    1: every rank records its GPU allocations (--profile.memory) and
 #                        bench/trainer/memory_peak.py lists what each had live at its
-#                        peak, beside the plan's terms of the peak's phase (the file
+#                        peak and at the peak of its backward, beside the plan's terms
+#                        of its peak's phase and of its largest backward phase (the file
 #                        <row>.sites.txt); the record slows the steps
 #              PLAN_PROFILE  a machine profile (--plan-profile) for the plan, and for the
 #                        run in `optimizer`, where it chooses the pipeline by it (as
@@ -97,13 +98,16 @@ PY
 import json, sys
 plan, mode = sys.argv[1:]
 m = next(x for x in json.load(open(plan))["modes"] if x["offload"] == mode)["gpu"]
-phase = next(p for p in m["phases"] if p["name"] == m["peak_phase"])
-print(f"plan: {m['peak_gib']} GiB at {m['peak_phase']}:")
-for t in phase["terms"]:
-    print(f"  {m['terms'][t] / 2**30:8.3f} GiB  {t}")
+phases = {p["name"]: p for p in m["phases"]}
+backward = max((p for p in m["phases"] if p["name"].startswith("backward")), key=lambda p: p["bytes"])
+for name in dict.fromkeys([m["peak_phase"], backward["name"]]):
+    print(f"plan: {phases[name]['bytes'] / 2**30:.3f} GiB at {name}{' (its peak)' if name == m['peak_phase'] else ''}:")
+    for t in phases[name]["terms"]:
+        print(f"  {m['terms'][t] / 2**30:8.3f} GiB  {t}")
 PY
       for f in "$RES/$name.mem.pickle" "$RES/$name.mem.pickle".rank*; do
-        [ -f "$f" ] && echo "== $(basename "$f")" && "$PY" bench/trainer/memory_peak.py "$f" --top 20
+        [ -f "$f" ] && echo "== $(basename "$f")" && "$PY" bench/trainer/memory_peak.py "$f" --top 20 &&
+          "$PY" bench/trainer/memory_peak.py "$f" --top 20 --backward
       done
     } >"$RES/$name.sites.txt" 2>&1
     rm -f "$RES/$name.mem.pickle" "$RES/$name.mem.pickle".rank*  # large; the sites say what they held

@@ -40,13 +40,25 @@ inline std::int64_t rms_norm_saved(std::int64_t width, std::int64_t dtype_bytes,
   return fused ? width * dtype_bytes : 8 * width;
 }
 
+// One moment of a block's backward that may be its peak: what it holds then beyond what
+// its forward saved. A backward frees as it goes (each op's saved inputs once its
+// gradient is made), so the moments differ in what they hold, not only in how much.
+struct BackwardStage {
+  std::int64_t per_token = 0;    // per token; negative where it has freed more than it holds
+  std::int64_t in_use = 0;       // of the block's in-use bytes (below), whatever its tokens
+  std::int64_t in_use_grad = 0;  // of their gradient (none where it is handed to the update)
+  // Only where the block's forward runs again in its backward (activation checkpointing):
+  // a moment of that recompute.
+  bool recomputed = false;
+};
+
 // The device bytes of one block's activations, per token of a micro-batch.
 struct BlockMemory {
-  std::int64_t saved = 0;           // what the forward keeps for the backward
-  std::int64_t backward_temps = 0;  // the gradients in flight inside its backward, at their peak
+  std::int64_t saved = 0;  // what the forward keeps for the backward
+  // The moments of its backward (and of a recompute in it) that may be its peak.
+  std::vector<BackwardStage> backward;
   // Bytes a block holds while it runs, whatever its tokens, and not between its forward and
-  // its backward (Qwen3-MoE: its experts' weights stacked for the grouped GEMM); as much
-  // again for their gradient in its backward.
+  // its backward (Qwen3-MoE: its experts' weights stacked for the grouped GEMM).
   std::int64_t in_use_per_block = 0;
 };
 

@@ -301,19 +301,25 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                     : "what every block keeps for backward");
   b.add("activations_below_top", saved_all - saved_top, "activations of all blocks but the last");
   // What a block holds only while it runs (a routed block's experts stacked): the block
-  // in forward holds it, the block in backward it and its gradient. A term of the blocks
-  // that have it only, as ep_exchange is (a dense model's plan has neither).
+  // in forward holds it, the block in backward (some of) it and its gradient. A term of
+  // the blocks that have it only, as ep_exchange is (a dense model's plan has neither).
   if (bm.in_use_per_block > 0)
     b.add("block_in_use", bm.in_use_per_block, "the running block's experts stacked for the grouped GEMM");
-  // The stacked experts' gradient: where the gradients are handed to the update as they
-  // come, it is those of the experts (views of it), already in grads_top.
-  const i64 stacked_grad = handed ? 0 : bm.in_use_per_block;
-  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0) + bm.in_use_per_block + stacked_grad,
-        !bm.in_use_per_block ? "the last block's full activations during its backward (+ recompute output)"
-        : handed ? "the last block's full activations during its backward (+ recompute output) and its "
-                   "experts stacked (their gradient is grads_top's)"
-                 : "the last block's full activations during its backward (+ recompute output), its "
-                   "experts stacked and their gradient");
+  b.add("block_recompute", N * full_tok + (top_ckpt ? N * D * dt : 0),
+        "the last block's full activations during its backward (+ recompute output)");
+  // The last block's backward at its fullest moment, of the architecture's stages (those
+  // of a recompute where it runs one). Where the gradients are handed to the update as
+  // they come, the in-use bytes' gradient is the parameters' own (grads_top).
+  const BlockMemory top_bm = top_sel ? block_memory(w, true) : bm;
+  i64 stage = 0;
+  for (const BackwardStage& st : top_bm.backward)
+    if (!st.recomputed || top_ckpt)
+      stage = std::max(stage, N * st.per_token + st.in_use + (handed ? 0 : st.in_use_grad));
+  b.add("backward_temps", stage,
+        bm.in_use_per_block > 0
+            ? "what one block's backward holds beyond its activations at its fullest: gradients in flight, "
+              "its experts stacked again and their gradient, as much of each as is live then"
+            : "gradients in flight inside one block's backward");
 
   // Expert parallelism: in a routed block's forward (and its recompute) the rows its
   // rank received are in flight beside their regrouped copy; at balanced routing as many
@@ -392,7 +398,6 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   b.add("ce_backward", 2 * (N * D * dt + V * D * dt), "saved LM-head gradients and their scaled copies");
 
   // --- Backward ----------------------------------------------------------------
-  b.add("backward_temps", N * bm.backward_temps, "gradients in flight inside one block's backward");
   // The tied embedding's gradient from the LM head waits for the embedding's own.
   b.add(
       "embed_grad", (s.tie_embeddings ? 2 : 1) * V * D * dt,

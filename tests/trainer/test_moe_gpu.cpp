@@ -9,6 +9,8 @@
 // GEMM, three in a row, in a different order of summation: against each other an
 // element is off by a few bf16 ulps of the largest value it sums, bounded here by
 // 2^-6 of the largest reference value.
+#include "model/architecture.hpp"
+#include "model/config.hpp"
 #include "nn/moe.hpp"
 
 #include <doctest/doctest.h>
@@ -214,5 +216,88 @@ TEST_CASE("GPU MoE: a routed layer keeps what the planner counts for it") {
   CHECK(w.router.grad().defined());
 #else
   MESSAGE("built without CUDA: kept-memory test skipped");
+#endif
+}
+
+// The planner's stages of a routed block's backward (models/qwen3_moe/spec.cpp) against
+// the allocator's peak while the layer's backward runs, the gradients not handed over
+// (every expert's made whole, as in `optimizer` and `full`). Two shapes, so that each of
+// the two kinds of stage is the fullest once: the weighted sum's FP32 temporaries (many
+// slots, few experts' weights) and the down projection's GEMM backward with the experts
+// stacked again (few slots).
+TEST_CASE("GPU MoE: a routed layer's backward holds what the planner's stages say at their fullest") {
+#if defined(PRIMECFG_WITH_CUDA)
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device: backward-memory test skipped");
+    return;
+  }
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const std::int64_t D = 512, I = 128, E = 32, dt = 2;
+  if (!primecfg::train::grouped_mm_available(torch::zeros({E, I, D}, o))) {
+    MESSAGE("no grouped GEMM on this GPU: backward-memory test skipped");
+    return;
+  }
+  struct Shape {
+    std::int64_t N, K;
+    const char* fullest;
+  };
+  for (const Shape shape : {Shape{4096, 4, "the weighted sum's"}, Shape{256, 2, "the down projection's"}}) {
+    const std::int64_t N = shape.N, K = shape.K;
+    CAPTURE(N);
+    torch::manual_seed(9);
+    // Per-expert weights, as the trainer holds them: the grouped GEMM reads a stacked copy.
+    auto experts = [&](std::int64_t rows, std::int64_t cols, double scale) {
+      std::vector<Tensor> w;
+      for (std::int64_t e = 0; e < E; ++e)
+        w.push_back((torch::randn({rows, cols}, o) / scale).requires_grad_());
+      return w;
+    };
+    MoeWeights w{torch::randn({E, D}, o).requires_grad_(), experts(I, D, 22.6), experts(I, D, 22.6),
+                 experts(D, I, 11.3)};
+    const Tensor x = torch::randn({N, D}, o).requires_grad_();
+    MoeSettings s;
+    s.top_k = K;
+    auto clear_grads = [&] {
+      for (auto* ws : {&w.w1, &w.w3, &w.w2})
+        for (auto& t : *ws) t.mutable_grad().reset();
+      w.router.mutable_grad().reset();
+      x.mutable_grad().reset();
+    };
+    primecfg::train::moe_forward(w, s, x).to(torch::kFloat32).sum().backward();  // cuBLAS's workspace
+    clear_grads();
+    Tensor y = primecfg::train::moe_forward(w, s, x);
+    const Tensor seed = torch::randn_like(y);  // the gradient coming in
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    const auto stats = [] { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0]; };
+    const std::int64_t before = stats().current;
+    y.backward(seed);
+    torch::cuda::synchronize();
+    const std::int64_t above = stats().peak - before;
+    // The planner's: the fullest stage (the gradient coming in is `seed`, already counted).
+    primecfg::train::ModelArgs a;
+    a.model_type = "qwen3_moe";
+    a.hidden = D, a.layers = 1, a.heads = 1, a.kv_heads = 1, a.head_dim = 8;
+    primecfg::train::MoeArgs m;
+    m.experts = E, m.top_k = K, m.intermediate = I;
+    a.moe = m;
+    const auto bm = a.architecture().block_memory(a, {.dtype_bytes = dt, .fused_norm = true});
+    std::int64_t planned = 0;
+    for (const auto& st : bm.backward)
+      if (!st.recomputed)
+        planned = std::max(planned, N * (st.per_token - D * dt) + st.in_use + st.in_use_grad);
+    // What the stages leave out: the groups' padding (under align rows an expert, each
+    // row as wide as a slot's gradients), the router's and the indices' gradients and the
+    // allocator's rounding of small tensors.
+    const std::int64_t small = E * s.align * (8 * D + (D + 4 * I) * dt) + N * (E * 8 + K * 8) + 32 * 512;
+    INFO(shape.fullest << " stage: the backward rose " << above << " B above the forward's kept bytes; the "
+                       << "planner says " << planned << " B, and up to " << small
+                       << " B of what it leaves out");
+    CHECK(above <= planned + small);
+    CHECK(above >= planned * 9 / 10);
+    CHECK(w.w2[0].grad().defined());
+  }
+#else
+  MESSAGE("built without CUDA: backward-memory test skipped");
 #endif
 }

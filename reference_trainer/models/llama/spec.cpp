@@ -109,7 +109,8 @@ class Llama final : public Architecture {
     // The MLP stage of the backward: the residual gradient plus two I-wide gradients
     // (mul backward); the attention stage's, with the MLP's activations already freed.
     const i64 mlp_stage = (D + 2 * I) * dt;
-    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm))};
+    return {attn.saved + mlp_norm + mlp,
+            {{.per_token = mlp_stage}, {.per_token = attn.backward.front().per_token - (mlp + mlp_norm)}}};
   }
 };
 
@@ -251,7 +252,7 @@ BlockMemory attention_memory(const ModelArgs& s, const BlockKernels& k) {
   // GQA expansion.
   const i64 stage =
       (D + 2 * q + 2 * kv) * dt + 4 * q + 4 * s.heads + (s.heads != s.kv_heads ? 2 * q * dt : 0);
-  return {attn_norm + qkv_in + qk_norm + sdpa, stage};
+  return {attn_norm + qkv_in + qk_norm + sdpa, {{.per_token = stage}}};
 }
 
 }  // namespace llama_family

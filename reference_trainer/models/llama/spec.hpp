@@ -24,7 +24,7 @@ strict_json::ordered write_config(const ModelArgs& a);
 void attention_params(const ModelArgs& a, int l, std::vector<ParamShape>& out);
 // Block l's dense SwiGLU MLP (gate, up, down with their biases), after the attention's.
 void mlp_params(const ModelArgs& a, int l, std::vector<ParamShape>& out);
-// What the attention half of the block saves per token, and its backward's peak.
+// What the attention half of the block saves per token, and its backward's peak (one stage).
 BlockMemory attention_memory(const ModelArgs& a, const BlockKernels& k);
 
 }  // namespace llama_family

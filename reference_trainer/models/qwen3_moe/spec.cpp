@@ -208,8 +208,8 @@ class Qwen3Moe final : public Architecture {
     return std::nullopt;
   }
 
-  // nn/moe.cpp's forward under autograd, per token, for a routed block (measured on the
-  // GPU: docs/memory-planner.md); a dense one is the Llama family's MLP. The groups'
+  // nn/moe.cpp's forward and backward under autograd, per token, for a routed block
+  // (checked on the GPU: docs/memory-planner.md); a dense one is the Llama family's MLP. The groups'
   // padding (fewer than align rows per expert and micro-batch: an expert without tokens
   // gets align rows) is left out.
   BlockMemory block_memory(const ModelArgs& s, const BlockKernels& k) const override {
@@ -228,23 +228,53 @@ class Qwen3Moe final : public Architecture {
     // rows received (which they recompute from), the rows returned (which the weighted
     // sum keeps, outside the recompute) and two indices of each.
     const i64 exchanged = k.expert_parallel > 1 ? 2 * D * dt + 16 : 0;
-    const i64 experts =
-        k.recompute_routed_experts ? K * (8 + 4 + exchanged) : K * (D * dt + 4 * I * dt + D * dt + 8 + 8 + 4);
+    const i64 experts_whole = K * (D * dt + 4 * I * dt + D * dt + 8 + 8 + 4);
+    const i64 experts = k.recompute_routed_experts ? K * (8 + 4 + exchanged) : experts_whole;
     // The dense MLP (the blocks in mlp_only_layers) is the Llama family's.
     const i64 dense = (k.fused_swiglu && dt == 2 ? 3 : 4) * s.intermediate * dt;
     // The largest of the kinds of block the model has.
     bool any_routed = false, any_dense = false;
     for (i64 l = 0; l < s.layers; ++l) (m.routed(l) ? any_routed : any_dense) = true;
     const i64 mlp = std::max(any_routed ? router + experts : 0, any_dense ? dense : 0);
-    // The MLP stage of the backward: the residual gradient, and per slot its row's and
-    // two I-wide gradients.
-    const i64 mlp_stage = (D + K * (D + 2 * I)) * dt;
+    // The backward's stages are against the block's activations whole (recomputed ones
+    // included): what they free is of those.
+    const i64 mlp_whole = std::max(any_routed ? router + experts_whole : 0, any_dense ? dense : 0);
     // The grouped GEMM reads the experts stacked ([E, I, D] per projection, nn/moe.cpp): a
     // copy, made in the block's forward (or its experts' recompute) and again for its
     // backward, freed between; with expert parallelism, of this rank's experts only.
     const i64 stacked = any_routed ? 3 * (m.experts / k.expert_parallel) * I * D * dt : 0;
-    return {attn.saved + mlp_norm + mlp, std::max(mlp_stage, attn.backward_temps - (mlp + mlp_norm)),
-            stacked};
+    const i64 third = stacked / 3;
+    // The routed block's backward (nn/moe.cpp; the order bench/trainer/moe_memory_replica.py
+    // shows), beside the gradient coming in (D a token), per slot against what it saved:
+    // the weighted sum's backward, each slot's share of its token's gradient and its
+    // product with the expert's output in FP32; then each GEMM's backward with the copy
+    // stacked again, which frees a projection's third of it and makes its gradient's: the
+    // down projection's (the output's row gone, the product's gradient made), the SwiGLU's
+    // (its three saved rows gone, two I-wide gradients made), then the gate's and the up
+    // projection's, each a D-wide gradient of the slot's row.
+    const i64 g = D * dt;
+    std::vector<BackwardStage> stages;
+    if (any_routed) {
+      stages = {
+          {.per_token = g + K * 8 * D},
+          {.per_token = g + K * I * dt, .in_use = stacked, .in_use_grad = third},
+          {.per_token = g + K * (2 * I - D) * dt, .in_use = 2 * third, .in_use_grad = third},
+          {.per_token = g - K * 2 * I * dt, .in_use = 2 * third, .in_use_grad = 2 * third},
+          {.per_token = g + K * (D - 3 * I) * dt, .in_use = third, .in_use_grad = stacked},
+          // The attention's, the experts' gradient still held.
+          {.per_token = attn.backward.front().per_token - (mlp_whole + mlp_norm), .in_use_grad = stacked}};
+      // The weighted sum's forward, where it runs again: each slot's row gathered and its
+      // FP32 product with its weight, and the FP32 sum. Selective checkpointing of the
+      // experts reruns it in every backward, unless the sum waits for the exchange's return.
+      stages.push_back({.per_token = g + K * (dt + 4) * D + 4 * D,
+                        .recomputed = !(k.recompute_routed_experts && k.expert_parallel == 1)});
+    }
+    // The dense MLP's (the blocks in mlp_only_layers): the residual gradient and two
+    // I-wide gradients.
+    if (any_dense) stages.push_back({.per_token = (D + 2 * s.intermediate) * dt});
+    if (!any_routed)
+      stages.push_back({.per_token = attn.backward.front().per_token - (mlp_whole + mlp_norm)});
+    return {attn.saved + mlp_norm + mlp, std::move(stages), stacked};
   }
 };
 

@@ -89,7 +89,7 @@ class Gelu final : public Architecture {
     const i64 mlp = rms_norm_saved(D, dt, k.fused_norm) + 4 + D * dt + 2 * I * dt;
     // The MLP's backward holds the residual gradient and two I-wide gradients; the
     // attention's dq, dk, dv and an FP32 dq accumulator.
-    return {attn + mlp, std::max((D + 2 * I) * dt, (D + 2 * q + 2 * kv) * dt + 4 * q)};
+    return {attn + mlp, {{.per_token = (D + 2 * I) * dt}, {.per_token = (D + 2 * q + 2 * kv) * dt + 4 * q}}};
   }
 };
 
