@@ -12,8 +12,9 @@ routed block's backward holds its bytes: prints what the layer keeps after its f
 peaks of forward and backward, and the backward's timeline by operator. The shape keeps
 Qwen3-30B-A3B's ratios (128 experts, top 8; D, I and the tokens an eighth of 2048, 768 and
 8192), so each figure times 64 is that model's at 8,192 tokens. A replica, not the code:
-it checks the planner's model of the backward (models/qwen3_moe/spec.cpp, planner/
-memory.cpp's block_recompute), not nn/moe.cpp; the GPU test and --profile.memory check that.
+it shows the order the planner's stages of the backward follow (models/qwen3_moe/spec.cpp),
+not nn/moe.cpp's bytes on a GPU (the CPU's grouped GEMM backward makes copies that CUDA's
+does not); the GPU tests and --profile.memory check those.
 """
 import json
 import os
