@@ -309,12 +309,12 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
         "the last block's full activations during its backward (+ recompute output)");
   // The last block's backward at its fullest moment, of the architecture's stages (those
   // of a recompute where it runs one). Where the gradients are handed to the update as
-  // they come, the in-use bytes' gradient is the parameters' own (grads_top).
+  // they come, the in-use bytes' gradient is the parameters' own: the stages count the
+  // running block's as it is made, grads_top and grads_blocks_but_running the rest.
   const BlockMemory top_bm = top_sel ? block_memory(w, true) : bm;
   i64 stage = 0;
   for (const BackwardStage& st : top_bm.backward)
-    if (!st.recomputed || top_ckpt)
-      stage = std::max(stage, N * st.per_token + st.in_use + (handed ? 0 : st.in_use_grad));
+    if (!st.recomputed || top_ckpt) stage = std::max(stage, N * st.per_token + st.in_use + st.in_use_grad);
   b.add("backward_temps", stage,
         bm.in_use_per_block > 0
             ? "what one block's backward holds beyond its activations at its fullest: gradients in flight, "
@@ -408,21 +408,34 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     // LM head's from the head's backward on, the final norm's and the last block's from
     // the last block's backward, every block's by the first block's backward, and the
     // embedding's (a tied head's share summed in) at the update.
-    i64 head = 0, top = 0, blocks = 0, embedding = 0;
+    // A block's experts stacked for the grouped GEMM get their gradients as views of the
+    // stacked copy's, one projection at a time: the backward's stages count the running
+    // block's (backward_temps), these terms the rest.
+    const bool stacked_experts = bm.in_use_per_block > 0;
+    i64 head = 0, top = 0, blocks = 0, embedding = 0, first_experts = 0;
     for (const auto& p : w.params) {
       const i64 bytes = round_up(p.numel() * dt, blk);
+      const bool counted_by_stages = stacked_experts && p.expert >= 0;
       if (p.name == "lm_head.weight") {
         head += bytes;
       } else if (p.name == "model.embed_tokens.weight") {
         embedding += bytes;
       } else {
         blocks += bytes;
-        if (p.block < 0 || p.block == s.layers - 1) top += bytes;
+        if ((p.block < 0 || p.block == s.layers - 1) && !counted_by_stages) top += bytes;
+        if (p.block == 0 && counted_by_stages) first_experts += bytes;
       }
     }
     b.add("grads_head", head, "bf16 gradient of the untied LM head, held for the update");
-    b.add("grads_top", top, "bf16 gradients of the final norm and the last block, held for the update");
+    b.add("grads_top", top,
+          stacked_experts
+              ? "bf16 gradients of the final norm and the last block but its experts', held for the update"
+              : "bf16 gradients of the final norm and the last block, held for the update");
     b.add("grads_blocks", blocks, "bf16 gradients of every block and the final norm, held for the update");
+    if (stacked_experts)
+      b.add(
+          "grads_blocks_but_running", blocks - first_experts,
+          "bf16 gradients of every block but the first block's experts' (the backward's stages count them)");
     b.add("grads_embedding", embedding, "bf16 gradient of the embedding, held for the update");
   }
   if (sharded) {
@@ -490,8 +503,9 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
   // Held gradients grow as the activations shrink: the first block's backward, with
   // every block's gradient (its own counted whole) and only its own activations.
   if (handed)
-    b.phase("backward_first_block", with({"mask_top", "inputs", "block_recompute", "backward_temps",
-                                          "embed_grad_held", "grads_head", "grads_blocks"}));
+    b.phase("backward_first_block",
+            with({"mask_top", "inputs", "block_recompute", "backward_temps", "embed_grad_held", "grads_head",
+                  bm.in_use_per_block > 0 ? "grads_blocks_but_running" : "grads_blocks"}));
   b.phase("backward_embedding", with({"inputs", "embed_grad", in_hooks, "grads_head", "grads_blocks"}));
   if (sharded) b.phase("embedding_reduce", with({"inputs", "embed_grad_out", in_hooks, "grad_buckets_root"}));
   if (update_at != UpdateAt::host)

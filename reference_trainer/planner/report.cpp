@@ -112,6 +112,7 @@ const std::vector<std::pair<std::string, std::string>>& gpu_labels() {
       {"grads_head", "bf16 grad held: LM head"},
       {"grads_top", "bf16 grads held: last block"},
       {"grads_blocks", "bf16 grads held: all blocks"},
+      {"grads_blocks_but_running", "  all but the first block's experts"},
       {"grads_embedding", "bf16 grad held: embedding"},
       {"head_grad_out", "LM-head gradient into its bucket"},
       {"embed_grad_out", "embedding gradient into its bucket"},
