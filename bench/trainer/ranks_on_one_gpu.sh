@@ -88,9 +88,12 @@ PY
   rm -rf "$RES/$name"
   mem=()
   [ -n "${MEMORY:-}" ] && mem=("--profile.memory=$RES/$name.mem.pickle")
-  timeout "$(( $(left) < 240 ? $(left) : 240 ))" "$PY" -m torch.distributed.run --standalone \
-    --nproc-per-node "$ranks" --no-python "$TRAIN" "${args[@]}" --device=cuda:0 --dist.backend=gloo \
-    "${mem[@]}" >"$RES/$name.log" 2>&1
+  # One rank runs as one process, as --plan-world-size=1 plans it: under torchrun a world
+  # of one is a process group, which shards (FSDP over one rank) and plans otherwise.
+  launch=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$ranks" --no-python)
+  [ "$ranks" = 1 ] && launch=()
+  timeout "$(( $(left) < 240 ? $(left) : 240 ))" "${launch[@]}" "$TRAIN" "${args[@]}" --device=cuda:0 \
+    --dist.backend=gloo "${mem[@]}" >"$RES/$name.log" 2>&1
   rc=$?
   if [ -n "${MEMORY:-}" ]; then
     {
