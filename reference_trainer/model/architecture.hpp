@@ -46,7 +46,7 @@ inline std::int64_t rms_norm_saved(std::int64_t width, std::int64_t dtype_bytes,
 struct BackwardStage {
   std::int64_t per_token = 0;    // per token; negative where it has freed more than it holds
   std::int64_t in_use = 0;       // of the block's in-use bytes (below), whatever its tokens
-  std::int64_t in_use_grad = 0;  // of their gradient (none where it is handed to the update)
+  std::int64_t in_use_grad = 0;  // of their gradient, as much of it as is made by then
   // Only where the block's forward runs again in its backward (activation checkpointing):
   // a moment of that recompute.
   bool recomputed = false;

@@ -501,7 +501,8 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
                                   "block_recompute", "backward_temps", "embed_grad_held", in_hooks,
                                   "grad_buckets", "blocks_whole", "grads_head", "grads_top", "ep_exchange"}));
   // Held gradients grow as the activations shrink: the first block's backward, with
-  // every block's gradient (its own counted whole) and only its own activations.
+  // every block's gradient (its own whole, but its stacked experts', which its stages
+  // count as they are made) and only its own activations.
   if (handed)
     b.phase("backward_first_block",
             with({"mask_top", "inputs", "block_recompute", "backward_temps", "embed_grad_held", "grads_head",

@@ -209,9 +209,9 @@ class Qwen3Moe final : public Architecture {
   }
 
   // nn/moe.cpp's forward and backward under autograd, per token, for a routed block
-  // (checked on the GPU: docs/memory-planner.md); a dense one is the Llama family's MLP. The groups'
-  // padding (fewer than align rows per expert and micro-batch: an expert without tokens
-  // gets align rows) is left out.
+  // (checked on the GPU: docs/memory-planner.md); a dense one is the Llama family's MLP.
+  // The groups' padding (fewer than align rows per expert and micro-batch: an expert
+  // without tokens gets align rows) is left out.
   BlockMemory block_memory(const ModelArgs& s, const BlockKernels& k) const override {
     const i64 dt = k.dtype_bytes, D = s.hidden;
     const BlockMemory attn = llama_family::attention_memory(s, k);
