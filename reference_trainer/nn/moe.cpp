@@ -237,6 +237,15 @@ Tensor flat_to_row(const Tensor& order, const Tensor& row) {
 }
 
 // The experts' part of the layer, what selective checkpointing of "routed_experts"
+// The slots sorted by expert (`order`, each an index into the [N, K] routing): each one's
+// token, and its routing weight (FP32, out of autograd: Combine makes the weights' gradient).
+struct SortedSlots {
+  Tensor token, weight;
+};
+SortedSlots sorted_slots(const Tensor& order, const Tensor& weights) {
+  return {at::floor_divide(order, weights.size(1)), weights.detach().flatten().index_select(0, order)};
+}
+
 // recomputes (as prime-rl's MoE._run_routed_experts): the K slots of each token of x
 // (routing `weights` [N, K], FP32), sorted by expert (`order`, counts[e] slots of
 // expert e), run by their experts and summed into their tokens.
@@ -247,11 +256,10 @@ Tensor run_experts(const MoeWeights& w, Kernels k, const Tensor& x, const Tensor
   const Groups g = groups_of(path, k.align, counts, x.device());
   const bool padded = g.rows > order.size(0);
   const Tensor row_of = flat_to_row(order, g.row);
-  const Tensor source = at::floor_divide(order, K);  // each sorted slot's token
-  Tensor token_of = torch::full({g.rows}, N, order.options()).index_copy_(0, g.row, source);
+  const SortedSlots slot = sorted_slots(order, weights);
+  Tensor token_of = torch::full({g.rows}, N, order.options()).index_copy_(0, g.row, slot.token);
   const Tensor buffer = Dispatch::apply(x, token_of, row_of, K, padded);
-  const Tensor weight_of = torch::zeros({g.rows}, weights.options())
-                               .index_copy_(0, g.row, weights.detach().flatten().index_select(0, order));
+  const Tensor weight_of = torch::zeros({g.rows}, weights.options()).index_copy_(0, g.row, slot.weight);
   if (padded && N > 0) token_of.clamp_max_(N - 1);  // a padding row's gradient is 0 times a token's
   return Combine::apply(run_mlps(w, 0, k, path, buffer, g, counts), weights, row_of, token_of, weight_of);
 }
@@ -379,16 +387,15 @@ Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Ten
 
   // The sorted slots' rows, as sent (each token's K rows: gathered back by Dispatch).
   const Tensor slots = torch::arange(order.size(0), order.options());
-  const Tensor source = at::floor_divide(order, K);
+  const SortedSlots slot = sorted_slots(order, weights);
   const Tensor sorted_slot = flat_to_row(order, slots);
-  const Tensor sent = Dispatch::apply(x, source, sorted_slot, K, false);
+  const Tensor sent = Dispatch::apply(x, slot.token, sorted_slot, K, false);
   const Tensor received = exchange_rows(ex, sent, send_rows, recv_rows);
   const Tensor out = s.recompute_experts && torch::GradMode::is_enabled()
                          ? RecomputedReceived::apply(received, regroup_t, &w, first, Kernels::of(s), here)
                          : run_received(w, first, Kernels::of(s), received, regroup_t, here);
   const Tensor returned = exchange_rows(ex, out, recv_rows, send_rows);
-  return Combine::apply(returned, weights, sorted_slot, source,
-                        weights.detach().flatten().index_select(0, order));
+  return Combine::apply(returned, weights, sorted_slot, slot.token, slot.weight);
 }
 
 }  // namespace
