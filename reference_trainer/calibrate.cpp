@@ -470,9 +470,14 @@ std::string calibration_summary(const MachineProfile& p, const std::string& file
       "  attention: head_dim {} from {} to {} tokens (lengths between are interpolated, beyond them the "
       "nearest is taken)\n",
       fmt::join(dims, " and "), shortest, longest);
+  std::vector<std::string> runtimes;
+  for (const auto& r : p.host.runtime_by_architecture)
+    runtimes.push_back(
+        fmt::format("{:.2f} GiB for {} models", static_cast<double>(r.bytes) / (1 << 30), r.architecture));
   out += fmt::format("  host: {} threads, CPU AdamW {:.2f} G parameters/s; resident runtime {}\n",
                      p.host.threads, p.host.adamw_params_per_s / 1e9,
-                     p.host.runtime_bytes
+                     !runtimes.empty() ? fmt::format("{}", fmt::join(runtimes, ", "))
+                     : p.host.runtime_bytes
                          ? fmt::format("{:.2f} GiB", static_cast<double>(*p.host.runtime_bytes) / (1 << 30))
                          : std::string("not measured (a CPU device holds the model in the same memory)"));
   std::vector<std::string> by[4];
@@ -540,6 +545,13 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     // The largest over the models: the runtime grows with the kernels a model loads.
     if (const auto rt = host_runtime(req, name, one, d.is_cuda(), bf16)) {
       p.host.runtime_bytes = std::max(p.host.runtime_bytes.value_or(0), *rt);
+      const std::string arch = plan::block_key(resolve_model(name, std::nullopt).args).architecture;
+      auto& by = p.host.runtime_by_architecture;
+      auto at = std::find_if(by.begin(), by.end(), [&](const auto& r) { return r.architecture == arch; });
+      if (at == by.end())
+        by.push_back({arch, *rt});
+      else
+        at->bytes = std::max(at->bytes, *rt);
       say(fmt::format("{}: the process held {:.2f} GiB beyond the planner's terms (host runtime)", name,
                       static_cast<double>(*rt) / (1 << 30)));
     }

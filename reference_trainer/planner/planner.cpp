@@ -223,8 +223,24 @@ std::string deferral_refusal(const SFTConfig& cfg, bool cuda) {
 void take_host_runtime(Assumptions& a, const MachineProfile& p, const std::string& source) {
   if (!p.host.runtime_bytes) return;
   a.host_runtime = *p.host.runtime_bytes;
+  a.host_runtime_by_architecture = p.host.runtime_by_architecture;
   a.host_runtime_source = fmt::format("measured by --calibrate on {} ({})", p.provenance.device, source);
 }
+
+namespace {
+
+// The runtime measured for the model's own architecture, where the profile has it.
+void take_architecture_runtime(Assumptions& a, const ModelShape& s) {
+  const std::string arch = block_key(s).architecture;
+  for (const ArchitectureRuntime& r : a.host_runtime_by_architecture)
+    if (r.architecture == arch) {
+      a.host_runtime = r.bytes;
+      a.host_runtime_source += fmt::format(", for {} models", arch);
+      return;
+    }
+}
+
+}  // namespace
 
 Plan make_plan(const SFTConfig& cfg, const Assumptions& a) {
   return make_plan(cfg, resolve_model(cfg.model), a);
@@ -238,6 +254,7 @@ Plan make_plan(const SFTConfig& cfg, const ModelShape& shape, const Assumptions&
   w.opt = optimizer_info(cfg.optim);
   w.a = a;
   if (a.profile) take_host_runtime(w.a, *a.profile, a.profile_source);
+  take_architecture_runtime(w.a, shape);
   w.dt = a.compute_bytes;
   w.reduce_bytes = cfg.model.reduce_dtype == Dtype::bfloat16 ? 2 : 4;
   w.reshard_after_forward = cfg.model.reshard_after_forward;

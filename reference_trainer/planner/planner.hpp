@@ -82,9 +82,11 @@ struct Assumptions {
   double allocator_slack = 0.05;               // reserved above allocated at the peak (fragmentation)
   // Resident bytes of the process beyond the planner's host terms (LibTorch, the CUDA
   // runtime's host side): the machine profile's host.runtime_bytes where it has one
-  // (make_plan takes it; measured by --calibrate), else this.
+  // (make_plan takes it; measured by --calibrate), else this. Where the profile measured
+  // the model's architecture apart (host.runtime_by_architecture), make_plan takes that.
   std::int64_t host_runtime = 2ll << 30;
   std::string host_runtime_source = "assumed: the machine profile does not measure it (--calibrate does)";
+  std::vector<ArchitectureRuntime> host_runtime_by_architecture;
   std::optional<std::int64_t> ring_bytes;     // --offload.ring-mib (staging rings, moment window)
   std::optional<double> deferred_share;       // --offload.deferred-share (nullopt: the plan chooses)
   std::optional<bool> cuda_graph;             // --cuda-graph (nullopt: where it applies)

@@ -172,6 +172,20 @@ struct LinkProfile {
   }
 };
 
+// The resident runtime of one architecture's processes (HostProfile::runtime_bytes, for
+// models of models/<architecture>/ only): the kernels a process loads are part of it, and
+// routed experts load more than a dense block does.
+struct ArchitectureRuntime {
+  std::string architecture;
+  std::int64_t bytes = 0;
+
+  static constexpr auto fields() {
+    using R = ArchitectureRuntime;
+    return describe(field(&R::architecture, "The architecture: its folder, models/<name>/."),
+                    field(&R::bytes, "The largest runtime of its models' one-block runs, bytes.", gt(0)));
+  }
+};
+
 // The host's CPU update of offload = "full" (optim/cpu/, bf16 gradients in, bf16
 // weights out), with `threads` threads, while copies to and from the device run.
 struct HostProfile {
@@ -186,6 +200,9 @@ struct HostProfile {
   // (LibTorch, the CUDA runtime's host side, loaded kernels, allocator pools): the
   // planner's host term `runtime`. nullopt: not measured (profiles written before it).
   std::optional<std::int64_t> runtime_bytes;
+  // The same per architecture measured (empty in profiles written before it): what a plan
+  // of a model of that architecture takes, runtime_bytes (the largest) for the others.
+  std::vector<ArchitectureRuntime> runtime_by_architecture;
 
   static constexpr auto fields() {
     using H = HostProfile;
@@ -202,7 +219,9 @@ struct HostProfile {
         field(&H::runtime_bytes,
               "Resident bytes of a trainer process beyond the planner's own host terms (its `runtime`): "
               "the largest VmHWM of --calibrate's one-block runs less their data.",
-              gt(0)));
+              gt(0)),
+        field(&H::runtime_by_architecture,
+              "The same per architecture measured: a plan of a model of one of them takes its own."));
   }
 };
 
