@@ -383,9 +383,12 @@ ProcessGroup::Pending ProcessGroup::all_gather_start(std::vector<torch::Tensor>&
     return p;
   }
   try {
-    if (gloo_ && device_.is_cuda()) {
-      // Gloo's coalesced all-gather has no CUDA path (it would hand device pointers to
-      // its transport); its single-tensor one stages through pinned host memory.
+    if (gloo_) {
+      // One single-tensor all-gather per tensor: Gloo's coalesced one damages the heap when
+      // other collectives are in flight (PyTorch's own, without this project's code:
+      // bench/trainer/gloo_allgather_stress.py, docs/reliability.md), and it has no CUDA
+      // path (it would hand device pointers to its transport), where the single-tensor
+      // one stages through pinned host memory.
       for (std::size_t i = 0; i < inputs.size(); ++i)
         p.works_.push_back(backend(among)->_allgather_base(outputs[i], inputs[i]));
     } else {
