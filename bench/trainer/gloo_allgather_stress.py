@@ -11,7 +11,8 @@ memory (MALLOC_PERTURB_), so a write into memory that is no longer owned aborts 
 Measured with this script (2026-12-07, torch 2.13.0+cpu, 2-core AMD EPYC, 1,500 rounds a
 run): `coalesced` (allgather_into_tensor_coalesced, what distributed/process_group.cpp called
 on Gloo until then) aborted in 2 of 10 runs with "malloc(): unaligned tcache chunk detected";
-`single` (_allgather_base): docs/reliability.md. Not run by any suite: the failure is rare.
+`single` (_allgather_base, what it calls now) in none of 10. Not run by any suite: the
+failure is rare.
 """
 
 import argparse
