@@ -661,7 +661,6 @@ TEST_CASE("machine profile: the shipped H200 profile predicts the steps measured
     CAPTURE(r.model);
     CAPTURE(r.seq_len);
     CHECK(t.step == doctest::Approx(r.measured_s).epsilon(0.10));
-    MESSAGE(std::string(r.model), " ", r.seq_len, ": ", t.step, " s planned, ", r.measured_s, " measured");
   }
 }
 
