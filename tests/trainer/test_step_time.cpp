@@ -4,6 +4,7 @@
 #include "base/remove_tree.hpp"
 #include "calibrate.hpp"
 #include "hand_shape.hpp"
+#include "offload/full/step_replay.hpp"
 #include "options.hpp"
 #include "planner/planner.hpp"
 #include "planner/profile.hpp"
@@ -363,34 +364,84 @@ TEST_CASE("optimizer's pipeline on the shipped H200 profile: deferred at Llama-3
   }
 }
 
-TEST_CASE("step time: full's CPU update overlaps all of the step but the head") {
+// full's one micro-batch on a GPU is replayed (offload/full/step_replay.hpp), by hand
+// here: a lookup, two blocks and a head of 10, 490, 490 and 10 parameters, updated at
+// 1000 a second; blocks of 10 ms forward and 20 ms backward, a head of 3 and 6 ms.
+namespace {
+plan::detail::ReplayInputs two_blocks() {
+  plan::detail::ReplayInputs in;
+  in.cpu_params_per_s = 1000;
+  in.d2h_bytes_per_s = in.h2d_bytes_per_s = 1e12;
+  in.ring_bytes = 1e9;
+  auto group = [](double params, double fwd, double bwd) {
+    plan::detail::ReplayGroup g;
+    g.jobs = {params};
+    g.copy_bytes = 2;
+    g.forward_s = fwd, g.backward_s = bwd;
+    return g;
+  };
+  in.groups = {group(10, 0, 0), group(490, 0.010, 0.020), group(490, 0.010, 0.020), group(10, 0.003, 0.006)};
+  return in;
+}
+}  // namespace
+
+TEST_CASE("full's step replay: the worker's order and idle time, by hand") {
+  // The worker idles until the head's gradient lands (6 ms), updates it (10 ms) and
+  // idles again until block 1's lands (26 ms). Then block 1 (490 ms), the lookup and
+  // block 0, which landed meanwhile: done at 1016 ms. The forward has waited for them
+  // and runs both blocks and the head after the last (23 ms): 1039 ms a step.
+  auto in = two_blocks();
+  auto r = plan::detail::replay_full_step(in);
+  CHECK(r.step == doctest::Approx(1.039));
+  CHECK(r.cpu_busy == doctest::Approx(1.0));
+  CHECK(r.ring_wait == 0);
+  // A ring that holds one block's gradient (980 bytes) and the head's: block 0's hook
+  // waits until block 1 is read (516 ms); the worker then takes the oldest. The same step.
+  in.ring_bytes = 1000;
+  r = plan::detail::replay_full_step(in);
+  CHECK(r.step == doctest::Approx(1.039));
+  CHECK(r.ring_wait == doctest::Approx(0.516 - 0.046));
+  // A CPU 1000 times faster: the GPU's 69 ms, the forward waiting only for the last
+  // gradients' updates (the lookup's and block 0's, 0.5 ms).
+  in.ring_bytes = 1e9;
+  in.cpu_params_per_s = 1e6;
+  r = plan::detail::replay_full_step(in);
+  CHECK(r.step == doctest::Approx(0.069 + 0.0005));
+  CHECK(r.forward_wait == doctest::Approx(0.0005));
+}
+
+TEST_CASE("step time: full's CPU update runs at the rate under copies, and the GPU's time bounds it below") {
   auto prof = plan::read_profile_text("test", kProfile);
   prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
-  prof.host.adamw_params_per_s = params() / 1.0;  // one second of CPU update
+  prof.host.adamw_params_per_s = 1e12;                 // alone: not what full runs at
+  prof.host.adamw_busy_params_per_s = params() / 1.0;  // one second of CPU update
   {
+    // The second, and what the GPU runs while the worker has nothing: at most a step's
+    // compute.
     const auto p = planned(prof, config(1024));
     const auto& t = *p.mode(Offload::full).time;
     CHECK(t.cpu_update == doctest::Approx(1.0));
-    CHECK(t.step == doctest::Approx(1.0 + 0.003 + 0.006));
+    CHECK(t.step > 1.0 + 0.003 + 0.006);
+    CHECK(t.step < 1.0 + t.forward + t.backward);
     CHECK(t.bound == "CPU update");
   }
   // A fast CPU: the GPU's compute alone (no update on the GPU).
-  prof.host.adamw_params_per_s = 1e12;
+  prof.host.adamw_busy_params_per_s = 1e12;
   const auto p = planned(prof, config(1024));
   const auto& t = *p.mode(Offload::full).time;
-  CHECK(t.step == doctest::Approx(t.forward + t.backward));
+  CHECK(t.step == doctest::Approx(t.forward + t.backward).epsilon(1e-3));
   CHECK(t.bound == "GPU compute");
   // Two ranks on the node each get half the cores, less one thread: 1 of 3 calibrated.
   plan::Assumptions a = unfused_assumptions();
   a.profile = &prof;
   a.world = 2;
   a.process_group = true;
-  prof.host.adamw_params_per_s = params();
+  prof.host.adamw_busy_params_per_s = params();
   const auto q = plan::make_plan(config(1024), hand_shape(), a);
   CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
 }
 
-TEST_CASE("step time: full's CPU update slows with the pipeline's copies, between alone and busy") {
+TEST_CASE("step time: full with several micro-batches: the CPU update slows with the copies") {
   auto prof = plan::read_profile_text("test", kProfile);
   // Alone 1 s, 2 s under the calibration's copies both ways at the link's full rate.
   prof.host.adamw_params_per_s = params() / 1.0;
@@ -400,10 +451,12 @@ TEST_CASE("step time: full's CPU update slows with the pipeline's copies, betwee
   const double bytes = 4 * params();
   prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = bytes / 0.75 / 2 / 1e9;
   prof.link.h2d_gbs = prof.link.d2h_gbs = prof.link.h2d_both_gbs;
-  const auto p = planned(prof, config(1024));
+  const auto p = planned(prof, config(1024, {"--data.batch-size=2"}));
   const auto& t = *p.mode(Offload::full).time;
   CHECK(t.cpu_update == doctest::Approx(1.5));
-  CHECK(t.step == doctest::Approx(1.5 + 0.003 + 0.006));
+  // The first micro-batch's passes, then the last's forward, its head's backward and
+  // the update after it.
+  CHECK(t.step == doctest::Approx(t.forward + t.backward / 2 + 0.006 + 1.5));
   CHECK(t.bound == "CPU update");
   // The model's edges: no copies is the rate alone; a busy rate above it changes nothing.
   CHECK(plan::detail::cpu_update_under_copies(1.0, 2.0, 0, 1e9) == 1.0);
@@ -626,8 +679,8 @@ TEST_CASE("machine profile: the shipped H200 profile predicts the steps measured
   // Steps measured on the H200 at the profile's tree, each planned before it ran
   // (docs/memory-planner.md, "Accuracy on the H200": the blind rows of 2026-12-06 and the
   // Qwen3-MoE rows of docs/performance.md) and within 10% there; the model with the shipped
-  // profile must stay within 10% of each. The rows outside 10% (`full`, and Qwen3-1.7B in
-  // `none`) are issue 50's, not held here.
+  // profile must stay within 10% of each. The rows outside 10% (`optimizer` on Qwen3-MoE,
+  // `full` on Llama-3.2-1B, Qwen3-1.7B in `none`) are issue 50's, not held here.
   struct Row {
     const char* model;
     std::int64_t seq_len;
@@ -643,6 +696,12 @@ TEST_CASE("machine profile: the shipped H200 profile predicts the steps measured
       {"Qwen/Qwen3-8B", 16384, Offload::optimizer, true, 2.4178},
       {"Qwen/Qwen3-30B-A3B", 8192, Offload::none, false, 0.1106, {"--model.debug.num-layers=4"}},
       {"Qwen/Qwen3-30B-A3B", 16384, Offload::none, false, 0.2150, {"--model.debug.num-layers=4"}},
+      // full, since its step is replayed (2026-12-07; before it they were 13 to 26% short).
+      // Measured before the replay was written, so they check it rather than blind it.
+      {"Qwen/Qwen3-4B", 4096, Offload::full, false, 0.6829},
+      {"Qwen/Qwen3-8B", 8192, Offload::full, true, 1.6541},
+      {"Qwen/Qwen3-30B-A3B", 8192, Offload::full, false, 0.6143, {"--model.debug.num-layers=4"}},
+      {"Qwen/Qwen3-30B-A3B", 16384, Offload::full, false, 0.6553, {"--model.debug.num-layers=4"}},
   };
   for (const Row& r : rows) {
     // As bench/trainer/fake.toml: one sequence, AdamW without clipping; planned as a CUDA
@@ -660,7 +719,9 @@ TEST_CASE("machine profile: the shipped H200 profile predicts the steps measured
     const auto& t = *plan.mode(r.mode).time;
     CAPTURE(r.model);
     CAPTURE(r.seq_len);
-    CHECK(t.step == doctest::Approx(r.measured_s).epsilon(0.10));
+    // Relative to the measured step (doctest's Approx adds 1 to its scale: 17% at 0.68 s).
+    CAPTURE(t.step);
+    CHECK(std::abs(t.step / r.measured_s - 1) <= 0.10);
   }
 }
 

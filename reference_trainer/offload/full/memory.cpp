@@ -3,7 +3,7 @@
 // accumulators live in host memory and the CPU worker runs the update, so the GPU
 // keeps only the compute weights; gradients go down through a pinned staging ring and
 // new bf16 weights come up through another.
-#include "offload/shared/ring_size.hpp"
+#include "offload/full/ring.hpp"
 #include "planner/memory_model.hpp"
 
 #include "nn/loss_chunking.hpp"
@@ -13,12 +13,6 @@
 namespace primecfg::train::plan::detail {
 
 namespace {
-
-// The gradient staging ring (and the upload ring, the same size): full-size tensors
-// in the compute dtype, sized for the largest.
-i64 ring_bytes(const Workload& w) {
-  return ring_capacity(largest_numel(w) * w.dt, model_bytes(w), w.a.ring_bytes);
-}
 
 class FullOffloadMemory final : public MemoryModel {
  public:
@@ -62,7 +56,7 @@ class FullOffloadMemory final : public MemoryModel {
       b.add("grads", grads, "FP32 gradient accumulators (gradient accumulation)");
       t.state.emplace_back("grads");
     }
-    const i64 ring = ring_bytes(w);
+    const i64 ring = full_ring_bytes(w);
     b.add("grad_ring", pin(ring), "pinned staging ring the gradients land in");
     t.state.emplace_back("grad_ring");
     if (pinned && dt == 2) {
@@ -86,7 +80,7 @@ class FullOffloadMemory final : public MemoryModel {
 
   // Freed gradients stay reserved until their copy into the staging ring ran; the
   // ring bounds how many are in flight.
-  i64 reserved_gpu(const Workload& w) const override { return w.a.cuda ? ring_bytes(w) : 0; }
+  i64 reserved_gpu(const Workload& w) const override { return w.a.cuda ? full_ring_bytes(w) : 0; }
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // FullOffload's step model (planner/step_model.hpp): gradients come down and bf16
 // weights go back up each step, and the CPU update runs from the first gradient of a
-// step into the next step's forward (deferred updates), so it overlaps the whole GPU
-// step but for the loss and the head's backward, which it waits for.
+// step into the next step's forward (deferred updates). One micro-batch on a GPU is
+// replayed (step_replay.hpp); several micro-batches, or the CPU, wait for every update
+// at the end of the step.
+#include "offload/full/ring.hpp"
+#include "offload/full/step_replay.hpp"
 #include "planner/step_model.hpp"
 
 #include <fmt/format.h>
@@ -11,6 +14,70 @@
 namespace primecfg::train::plan::detail {
 
 namespace {
+
+// The pipeline's units as the replay takes them (offload/full/step_replay.hpp): the
+// embedding lookup, each block, the final norm and the LM head, with this rank's
+// pieces. A tied embedding splits as the pipeline splits it: the batch's rows go
+// through the ring last and the lookup reads them first; the head's share, copied
+// into its own buffer first, fills the worker's idle time.
+ReplayInputs replay_inputs(const StepContext& x, double grad_bytes, double cpu_rate) {
+  const Workload& w = x.w;
+  const ModelShape& s = w.s;
+  const int L = s.layers;
+  ReplayInputs in;
+  in.ring_bytes = static_cast<double>(full_ring_bytes(w));
+  in.groups.resize(static_cast<std::size_t>(L) + 2);
+  for (auto& g : in.groups) g.copy_bytes = grad_bytes;
+  ReplayGroup& lookup = in.groups.front();
+  ReplayGroup& head = in.groups.back();
+  // A job a parameter; small ones merge into the job before them (a few hundred
+  // experts of a block would otherwise be a few hundred jobs to replay).
+  const double small = in.ring_bytes / 64 / grad_bytes;
+  auto add = [&](ReplayGroup& g, double n) {
+    if (!g.jobs.empty() && g.jobs.back() < small)
+      g.jobs.back() += n;
+    else
+      g.jobs.push_back(n);
+  };
+  ReplayGroup share;  // the tied head share, filler
+  for (const auto& q : w.params) {
+    const double n = static_cast<double>(piece_numel(w, q));
+    if (q.name == "model.embed_tokens.weight") {
+      if (!s.tie_embeddings) {
+        add(lookup, n);
+        continue;
+      }
+      // The rows a batch reads: at most its tokens (fake data draws them uniformly).
+      const double rows = std::min(static_cast<double>(w.N), static_cast<double>(q.rows));
+      const double batch = n * rows / static_cast<double>(q.rows);
+      add(lookup, batch);
+      if (batch >= n) continue;  // the batch reads every row
+      // Copied whole into its own buffer; its rows but the batch's updated in slices.
+      share.jobs.assign(16, (n - batch) / 16);
+      share.copy_bytes = grad_bytes * n / (n - batch);
+      continue;
+    }
+    add(q.block < 0 ? head : in.groups[static_cast<std::size_t>(q.block) + 1], n);
+  }
+  if (!share.jobs.empty()) {
+    // Handed over first in backward with the LM head's group, read last in the forward.
+    share.in_ring = false, share.filler = true;
+    in.groups.push_back(share);
+    std::swap(in.groups[in.groups.size() - 1], in.groups[in.groups.size() - 2]);
+  }
+  // The passes' GPU time, spread evenly over the blocks (with what runs beside them).
+  const double blocks_f = std::max(0.0, x.fwd_wall - x.c.head_forward);
+  const double blocks_b = std::max(0.0, x.bwd_wall(0) - x.c.head_backward);
+  for (int b = 0; b < L; ++b) {
+    in.groups[static_cast<std::size_t>(b) + 1].forward_s = blocks_f / L;
+    in.groups[static_cast<std::size_t>(b) + 1].backward_s = blocks_b / L;
+  }
+  in.groups.back().forward_s = x.c.head_forward, in.groups.back().backward_s = x.c.head_backward;
+  in.cpu_params_per_s = cpu_rate;
+  in.d2h_bytes_per_s = x.p.link.d2h_both_gbs * kGB;
+  in.h2d_bytes_per_s = x.p.link.h2d_both_gbs * kGB;
+  return in;
+}
 
 class FullOffloadStep final : public StepModel {
  public:
@@ -40,34 +107,36 @@ class FullOffloadStep final : public StepModel {
       t.unsure.push_back(fmt::format("full: {} CPU threads a rank, calibrated with {} (scaled linearly)",
                                      used, p.host.threads));
     }
+    // One micro-batch on a GPU (updates deferred into the next forward): replayed. The
+    // update runs beside the copies all along, at the rate measured under them.
+    if (w.micro_batches == 1 && w.a.cuda) {
+      t.cpu_update = x.rank_params / busy;
+      const ReplayResult r = replay_full_step(replay_inputs(x, grad_bytes, busy));
+      const double last = std::max(r.step, t.link);
+      if (t.link >= r.step)
+        bound = "PCIe";
+      else if (r.forward_wait + r.ring_wait > 0.02 * r.step)
+        bound = "CPU update";
+      t.unsure.push_back(fmt::format(
+          "full: the step replayed at the calibrated rates (docs/memory-planner.md, \"Step time\"): the "
+          "worker busy {:.3f} s, the forward waiting for it {:.3f} s, backward for staging room {:.3f} s",
+          r.cpu_busy, r.forward_wait, r.ring_wait));
+      return x.earlier + last;
+    }
     t.cpu_update = cpu_update_under_copies(x.rank_params / alone, x.rank_params / busy, down + up,
                                            (p.link.h2d_both_gbs + p.link.d2h_both_gbs) * kGB);
-    // The update runs from the first gradient to the next forward's need of the last
-    // block: it overlaps everything but the loss and the head's backward.
-    const double gpu = x.compute_wall;
-    const double cpu = t.cpu_update + x.c.head_forward + x.c.head_backward;
-    double last = std::max({gpu, cpu, t.link});
-    if (w.micro_batches > 1) {
-      // A step of several micro-batches first waits for every update of the last one:
-      // no deferral into its forward, the update follows the head's backward.
-      last = std::max({x.fwd_wall + std::max(x.bwd_wall(0), x.c.head_backward + t.cpu_update), t.link});
+    // Several micro-batches, or the CPU (no deferral): each step first waits for every
+    // update of its last micro-batch, which follows the head's backward.
+    const double last =
+        std::max({x.fwd_wall + std::max(x.bwd_wall(0), x.c.head_backward + t.cpu_update), t.link});
+    if (w.micro_batches > 1)
       t.unsure.push_back(
           "full with several micro-batches: the earlier micro-batches' gradients staged into the host "
           "accumulators are not in the model");
-    }
-    if (cpu >= gpu && cpu >= t.link)
+    if (x.c.head_backward + t.cpu_update >= x.bwd_wall(0) && last > t.link)
       bound = "CPU update";
-    else if (t.link > gpu)
+    else if (t.link >= last)
       bound = "PCIe";
-    if (bound == "CPU update")
-      t.unsure.push_back(
-          "full: the host's CPU update rate moved by 7% between two calibrations of one machine, and "
-          "full's step times of one binary have measured 0.16 s in one call and 0.29 to 0.35 s in others at "
-          "Qwen3-0.6B/8192 (docs/history/performance-log.md)");
-    else
-      t.unsure.push_back(
-          "full: step times of one binary have measured 0.16 s in one call and 0.29 to 0.35 s in others at "
-          "Qwen3-0.6B/8192 (docs/history/performance-log.md)");
     return x.earlier + last;
   }
   std::string cost(double gb) const override {
