@@ -7,6 +7,8 @@
 #include "offload/full/step_replay.hpp"
 #include "planner/step_model.hpp"
 
+#include "nn/loss_chunking.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -117,6 +119,11 @@ class FullOffloadStep final : public StepModel {
         bound = "PCIe";
       else if (r.forward_wait + r.ring_wait > 0.02 * r.step)
         bound = "CPU update";
+      if (vocab_chunked_loss(w.s.tie_embeddings, w.N))
+        t.unsure.push_back(
+            "full with a tied embedding: the loss runs in vocabulary chunks (one more LM-head GEMM and "
+            "more passes over the logits), timed here as the calibrated fused cross-entropy (Llama-3.2-1B "
+            "at 16,384 tokens ran 15% longer than replayed)");
       t.unsure.push_back(fmt::format(
           "full: the step replayed at the calibrated rates (docs/memory-planner.md, \"Step time\"): the "
           "worker busy {:.3f} s, the forward waiting for it {:.3f} s, backward for staging room {:.3f} s",
