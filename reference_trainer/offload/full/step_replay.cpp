@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
-#include <numeric>
 
 namespace primecfg::train::plan::detail {
-
-double ReplayGroup::params() const { return std::accumulate(jobs.begin(), jobs.end(), 0.0); }
 
 namespace {
 
@@ -119,6 +116,7 @@ class Replay {
   std::vector<std::size_t> open_;       // jobs not done, in hand-over order
   std::vector<double> ready_;           // per group: its last update uploaded
   std::vector<int> pending_;            // per group: jobs of the last backward not done
+  std::size_t handed_ = 0;              // jobs of the group being handed over so far
   double cpu_busy_ = 0, forward_wait_ = 0, ring_wait_ = 0;
 
   bool gpu_step() {
@@ -174,7 +172,6 @@ class Replay {
     handed_ = 0;
     return true;
   }
-  std::size_t handed_ = 0;  // of the group being handed over
 
   // The worker's next job (worker.cpp, next_work_locked): the oldest when a hook waits
   // for ring room; else, of the landed ones, the one the next forward reads first;

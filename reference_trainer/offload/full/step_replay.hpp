@@ -27,7 +27,6 @@ struct ReplayGroup {
   // Updated only when nothing else has landed, after everything else (the tied
   // embedding's head share: only the LM head at the end of the forward reads it).
   bool filler = false;
-  double params() const;
 };
 
 struct ReplayInputs {
