@@ -392,6 +392,7 @@ TEST_CASE("full's step replay: the worker's order and idle time, by hand") {
   // and runs both blocks and the head after the last (23 ms): 1039 ms a step.
   auto in = two_blocks();
   auto r = plan::detail::replay_full_step(in);
+  CHECK(r.replayed);
   CHECK(r.step == doctest::Approx(1.039));
   CHECK(r.cpu_busy == doctest::Approx(1.0));
   CHECK(r.ring_wait == 0);
@@ -408,6 +409,11 @@ TEST_CASE("full's step replay: the worker's order and idle time, by hand") {
   r = plan::detail::replay_full_step(in);
   CHECK(r.step == doctest::Approx(0.069 + 0.0005));
   CHECK(r.forward_wait == doctest::Approx(0.0005));
+  // A gradient the ring cannot hold at all: not replayed, never a step of zero.
+  in.ring_bytes = 500;
+  r = plan::detail::replay_full_step(in);
+  CHECK(!r.replayed);
+  CHECK(r.step == 0);
 }
 
 TEST_CASE("step time: full's CPU update runs at the rate under copies, and the GPU's time bounds it below") {

@@ -96,6 +96,7 @@ class Replay {
     const std::size_t n = starts.size();
     ReplayResult r;
     if (n < 2) return r;
+    r.replayed = true;
     r.step = starts[n - 1] - starts[n - 2];
     r.cpu_busy = busy_at[n - 1] - busy_at[n - 2];
     r.forward_wait = wait_at[n - 1] - wait_at[n - 2];

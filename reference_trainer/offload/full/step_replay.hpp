@@ -37,6 +37,7 @@ struct ReplayInputs {
 };
 
 struct ReplayResult {
+  bool replayed = false;    // false: the inputs cannot be replayed (a job larger than the ring)
   double step = 0;          // steady state: one forward start to the next
   double cpu_busy = 0;      // of that, the worker updating
   double forward_wait = 0;  // the forward waiting for deferred updates

@@ -32,11 +32,11 @@ ReplayInputs replay_inputs(const StepContext& x, double grad_bytes, double cpu_r
   for (auto& g : in.groups) g.copy_bytes = grad_bytes;
   ReplayGroup& lookup = in.groups.front();
   ReplayGroup& head = in.groups.back();
-  // A job a parameter; small ones merge into the job before them (a few hundred
+  // A job a parameter; small ones merge while the job stays small (a few hundred
   // experts of a block would otherwise be a few hundred jobs to replay).
   const double small = in.ring_bytes / 64 / grad_bytes;
   auto add = [&](ReplayGroup& g, double n) {
-    if (!g.jobs.empty() && g.jobs.back() < small)
+    if (!g.jobs.empty() && g.jobs.back() + n <= small)
       g.jobs.back() += n;
     else
       g.jobs.push_back(n);
@@ -130,11 +130,18 @@ class FullOffloadStep final : public StepModel {
     t.forward += static_cast<double>(w.micro_batches) * loss;
     // One micro-batch on a GPU (updates deferred into the next forward): replayed. The
     // update runs beside the copies all along, at the rate measured under them.
+    ReplayResult r;
     if (w.micro_batches == 1 && w.a.cuda) {
-      t.cpu_update = x.rank_params / busy;
       ReplayInputs in = replay_inputs(x, grad_bytes, busy);
       in.groups.back().forward_s += loss;
-      const ReplayResult r = replay_full_step(in);
+      r = replay_full_step(in);
+      if (!r.replayed)
+        t.unsure.push_back(
+            "full: a gradient larger than the staging ring (offload.ring_mib) cannot be replayed; the "
+            "step is timed as if every update waited for the end of the step");
+    }
+    if (r.replayed) {
+      t.cpu_update = x.rank_params / busy;
       const double last = std::max(r.step, t.link);
       if (t.link >= r.step)
         bound = "PCIe";
