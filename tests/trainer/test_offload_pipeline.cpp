@@ -6,6 +6,7 @@
 #include "base/staging_ring.hpp"
 #include "base/strict_json.hpp"
 #include "base/task_thread.hpp"
+#include "offload/full/host_grads.hpp"
 #include "optim/update_groups.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
@@ -472,4 +473,21 @@ TEST_CASE("full offload: deferred updates finish before a checkpoint, and a resu
   std::vector<double> expected(whole.losses.begin() + 5, whole.losses.end());
   CHECK(tail.losses == expected);
   primecfg::train::remove_tree(dir);
+}
+
+// FullOffload's host arithmetic for several micro-batches goes through slices of a
+// million elements: a gradient of a few slices, the last one short, against ATen
+// on the whole tensor (the sum) and in FP64 (the sum of squares).
+TEST_CASE("full offload's host gradient sum and squared norm, against torch") {
+  torch::manual_seed(7);
+  const std::int64_t n = 2 * (std::int64_t{1} << 20) + 4099;
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+    CAPTURE(dtype);
+    torch::Tensor g = torch::randn({n / 1031, 1031}).to(dtype), acc = torch::randn({n / 1031, 1031});
+    const torch::Tensor expected = acc + g.to(torch::kFloat32);
+    train::accumulate_grad(acc, g);
+    CHECK(torch::equal(acc, expected));  // the same FP32 add per element
+    const double exact = g.to(torch::kFloat64).square().sum().item<double>();
+    CHECK(train::squared_norm(g) == doctest::Approx(exact).epsilon(1e-6));
+  }
 }

@@ -98,6 +98,16 @@ Diff compare(const RunResult& a, const RunResult& b, std::size_t steps = SIZE_MA
   return d;
 }
 
+// Each step's "grad_norm" in out_dir's metrics.jsonl.
+std::vector<double> grad_norms(const fs::path& out_dir) {
+  std::ifstream in(out_dir / "metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);)
+    if (const auto at = line.find("\"grad_norm\":"); at != std::string::npos)
+      out.push_back(std::stod(line.substr(at + 12)));
+  return out;
+}
+
 }  // namespace
 
 // What each comparison holds, and why.
@@ -136,13 +146,14 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
   for (int opt = 0; opt < 2; ++opt) {
     OptimizerConfig o = opt == 0 ? OptimizerConfig{adamw_no_clip()} : OptimizerConfig{sign_no_clip()};
     CAPTURE(opt);
-    auto none = run_sft(small_config(Offload::none, temp_dir("eq-none"), o), quiet());
+    const fs::path none_dir = temp_dir("eq-none"), tokens_dir = temp_dir("eq-full-tokens");
+    auto none = run_sft(small_config(Offload::none, none_dir, o), quiet());
     auto optim = run_sft(small_config(Offload::optimizer, temp_dir("eq-opt"), o), quiet());
     auto full = run_sft(small_config(Offload::full, temp_dir("eq-full"), o), quiet());
     RunResult full_token_walk;
     {
       train::TestSeams seams({.vocabulary_loss = false});
-      full_token_walk = run_sft(small_config(Offload::full, temp_dir("eq-full-tokens"), o), quiet());
+      full_token_walk = run_sft(small_config(Offload::full, tokens_dir, o), quiet());
     }
     REQUIRE(none.losses.size() == 20);
     // The run learns at all (otherwise agreement would be cheap).
@@ -154,6 +165,13 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
                                                             << same_walk.weight_abs);
     CHECK(same_walk.loss_rel < 1e-5);
     CHECK(same_walk.weight_abs < 2e-5);
+    // The gradient norm: summed on the host over two micro-batches in full, on the device
+    // in none; the same within the weights' drift.
+    const auto norms = grad_norms(none_dir), full_norms = grad_norms(tokens_dir);
+    REQUIRE(norms.size() == 20);
+    REQUIRE(full_norms.size() == 20);
+    for (std::size_t i = 0; i < norms.size(); ++i)
+      CHECK(full_norms[i] == doctest::Approx(norms[i]).epsilon(1e-5));
     Diff as_run = compare(full, none, opt == 0 ? SIZE_MAX : 2);
     MESSAGE("full (vocabulary walk) vs none: max loss rel diff " << as_run.loss_rel);
     CHECK(as_run.loss_rel < 1e-5);

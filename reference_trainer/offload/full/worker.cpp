@@ -1,5 +1,6 @@
 #include "offload/full/full_offload.hpp"
 
+#include "offload/full/host_grads.hpp"
 #include "offload/full/numa/numa_binding.hpp"
 #include "offload/shared/copies.hpp"
 #include "optim/cpu/cpu_optim.hpp"
@@ -258,7 +259,7 @@ void FullOffloadPipeline::consume(const Job& job) {
     if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
     if (!acc_valid_[job.param]) s.grad.zero_();
     acc_valid_[job.param] = 0;
-    if (!c.single_micro) gsq_host_ += s.grad.square().sum().item<double>();
+    if (!c.single_micro) gsq_host_ += squared_norm(s.grad);
     update_host(job.param, s.grad, c);
     return;
   }
@@ -277,7 +278,7 @@ void FullOffloadPipeline::consume(const Job& job) {
   if (!job.last) {
     if (!s.grad.defined()) s.grad = torch::empty(w.sizes(), torch::kFloat32);
     if (acc_valid_[job.param])
-      s.grad.add_(staged);
+      accumulate_grad(s.grad, staged);
     else
       s.grad.copy_(staged);
     acc_valid_[job.param] = 1;
@@ -285,11 +286,11 @@ void FullOffloadPipeline::consume(const Job& job) {
   }
   Tensor grad = staged;
   if (acc_valid_[job.param]) {
-    s.grad.add_(staged);
+    accumulate_grad(s.grad, staged);
     grad = s.grad;
     acc_valid_[job.param] = 0;  // the next step starts afresh
   }
-  if (!c.single_micro) gsq_host_ += grad.to(torch::kFloat32).square().sum().item<double>();
+  if (!c.single_micro) gsq_host_ += squared_norm(grad);
   update_host(job.param, grad, c);
 }
 
