@@ -366,15 +366,14 @@ struct BlockRun {
   double host_peak_bytes = 0;
 };
 
-// A run of `layers` blocks of `model`. Each run is a trainer process of its own, as a
-// user's run would be: a fresh device, allocator and pools, and a crash is reported
-// instead of taking calibration with it.
-BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
-                   const fs::path& dir) {
+// A trainer process of its own on `model` with the user's config and `shape` (the run's
+// mode and shape, as command-line flags, so the config rules see them as they would
+// there): its metrics.jsonl, one object a line. A fresh device, allocator and pools, as a
+// user's run would have, and a crash is reported instead of taking calibration with it.
+std::vector<nlohmann::json> trainer_run(const CalibrateRequest& req, const std::string& model,
+                                        const std::vector<std::string>& shape, const fs::path& dir) {
   remove_tree(dir);
   fs::create_directories(dir);
-  // The user's config, with the run's shape set on the command line (so the config
-  // rules see it as they would there).
   const fs::path base = dir / "base.toml";
   {
     std::ofstream out(base);
@@ -382,13 +381,14 @@ BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::i
     if (!out.flush()) throw std::runtime_error("calibration: could not write " + base.string());
   }
   const fs::path output = dir / "run";
-  std::vector<std::string> args = {
-      "@", base.string(), "--model.name=" + model, "--model.offload=none",
-      "--model.debug.num_layers=" + std::to_string(layers), "--model.debug.random-init",
-      ac ? "--model.ac" : "--model.ac=None", "--model.ac-offloading=None", "--max-steps=8",
-      "--scheduler.warmup-steps=0", "--output-dir=" + output.string(), "--ckpt=None",
-      // What would stop the run or time something else.
-      "--resume=None", "--val=None", "--dry-run=false", "--trace-path=None", "--memory-profiler-path=None"};
+  std::vector<std::string> args = {"@", base.string(), "--model.name=" + model, "--model.debug.random-init"};
+  args.insert(args.end(), shape.begin(), shape.end());
+  for (const char* a :
+       {"--max-steps=8", "--scheduler.warmup-steps=0", "--ckpt=None",
+        // What would stop the run or time something else.
+        "--resume=None", "--val=None", "--dry-run=false", "--trace-path=None", "--memory-profiler-path=None"})
+    args.emplace_back(a);
+  args.push_back("--output-dir=" + output.string());
   if (req.run.device) args.push_back("--device=" + *req.run.device);
   if (req.run.bf16) args.push_back(*req.run.bf16 ? "--compute-dtype=bf16" : "--compute-dtype=fp32");
   // The kernels the user's runs will use are the ones timed.
@@ -404,23 +404,61 @@ BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::i
     throw;
   }
   std::ifstream in(output / "metrics.jsonl");
-  std::vector<double> times;
-  BlockRun run;
-  std::string line;
-  while (std::getline(in, line)) {
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object()) continue;
-    if (j.contains("step_time_s")) times.push_back(j["step_time_s"].get<double>());
-    if (j.contains("peak_host_mem_gib"))
-      run.host_peak_bytes = std::max(run.host_peak_bytes, j["peak_host_mem_gib"].get<double>() * (1 << 30));
+    if (j.is_object()) lines.push_back(std::move(j));
   }
   remove_tree(dir);
-  if (times.size() < 4)
-    throw std::runtime_error("calibration: a run wrote fewer than 4 steps to metrics.jsonl");
-  times.erase(times.begin(), times.begin() + 3);
-  std::sort(times.begin(), times.end());
-  run.step_s = times[times.size() / 2];
+  return lines;
+}
+
+// The median of `key` (a number, under `table` when given) over the steps after the
+// third (the first ones warm the allocator and kernels).
+double median_after_warmup(const std::vector<nlohmann::json>& lines, const char* key,
+                           const char* table = nullptr) {
+  std::vector<double> v;
+  for (const auto& j : lines) {
+    const nlohmann::json* t = table ? (j.contains(table) ? &j[table] : nullptr) : &j;
+    if (t && t->contains(key) && (*t)[key].is_number()) v.push_back((*t)[key].get<double>());
+  }
+  if (v.size() < 4)
+    throw std::runtime_error(
+        fmt::format("calibration: a run wrote {} to metrics.jsonl in fewer than 4 steps", key));
+  v.erase(v.begin(), v.begin() + 3);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A run of `layers` blocks of `model`, offload `none`.
+BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::int64_t layers, bool ac,
+                   const fs::path& dir) {
+  const auto lines =
+      trainer_run(req, model,
+                  {"--model.offload=none", "--model.debug.num_layers=" + std::to_string(layers),
+                   ac ? "--model.ac" : "--model.ac=None", "--model.ac-offloading=None"},
+                  dir);
+  BlockRun run;
+  run.step_s = median_after_warmup(lines, "step_time_s");
+  for (const auto& j : lines)
+    if (j.contains("peak_host_mem_gib"))
+      run.host_peak_bytes = std::max(run.host_peak_bytes, j["peak_host_mem_gib"].get<double>() * (1 << 30));
   return run;
+}
+
+// AdamW's rate inside FullOffload's pipeline: `model` whole in `full` at 1,024 tokens a
+// step (so that the CPU update sets the step, as where the rate matters), its update time
+// as the pipeline reports it (the kernels, not the waits). The copies, the job sizes and
+// the thread hand-offs of a real step are in the figure: on an H100 machine the rows the
+// CPU update set ran 4.0 to 4.1 G parameters/s where AdamW alone ran 4.9 and under
+// saturating copies 3.5 (docs/memory-planner.md).
+double full_update_rate(const CalibrateRequest& req, const std::string& model, const fs::path& dir) {
+  const auto lines = trainer_run(
+      req, model,
+      {"--model.offload=full", "--data.seq-len=1024", "--model.ac=None", "--model.ac-offloading=None"}, dir);
+  std::int64_t params = 0;
+  for (const auto& ps : resolve_model(model, std::nullopt).args.params()) params += ps.numel();
+  return static_cast<double>(params) / median_after_warmup(lines, "cpu_update_s", "pipeline");
 }
 
 // What a trainer process holds beyond the planner's own host terms: a one-block run's
@@ -606,6 +644,20 @@ MachineProfile calibrate(const CalibrateRequest& req) {
                   p.link.h2d_gbs, p.link.d2h_gbs, p.link.h2d_both_gbs, p.link.d2h_both_gbs,
                   p.link.pageable_factor));
   host(d, z, req.run, p.host);
+  if (d.is_cuda() && std::holds_alternative<AdamWConfig>(req.config.optim)) {
+    // The smallest model: its host state is the least to hold.
+    std::string smallest;
+    std::int64_t fewest = 0;
+    for (const std::string& name : req.models) {
+      std::int64_t n = 0;
+      for (const auto& ps : resolve_model(name, std::nullopt).args.params()) n += ps.numel();
+      if (smallest.empty() || n < fewest) smallest = name, fewest = n;
+    }
+    say(fmt::format("{}: timing the CPU update of a full-offload run", smallest));
+    p.host.adamw_full_params_per_s = full_update_rate(req, smallest, dir);
+    say(fmt::format("full offload: CPU AdamW {:.2f} G parameters/s in its pipeline",
+                    *p.host.adamw_full_params_per_s / 1e9));
+  }
   say(fmt::format("host: {} threads, AdamW {:.2f} (busy {:.2f}) G parameters/s, memory {:.0f} GB/s",
                   p.host.threads, p.host.adamw_params_per_s / 1e9, p.host.adamw_busy_params_per_s / 1e9,
                   p.host.memory_gbs));

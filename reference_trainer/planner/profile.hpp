@@ -194,6 +194,9 @@ struct HostProfile {
   double memory_gbs = 0;               // a large copy with `threads` threads: read + write
   double adamw_params_per_s = 0;       // alone
   double adamw_busy_params_per_s = 0;  // while pinned copies run both ways
+  // AdamW in a `full` run's own pipeline (its copies, its job sizes, its threads), where
+  // the CPU update sets the step; nullopt in profiles written before it.
+  std::optional<double> adamw_full_params_per_s;
   double sign_sgd_params_per_s = 0;
   double sign_sgd_busy_params_per_s = 0;
   // Resident bytes of a trainer process beyond what the planner counts term by term
@@ -212,6 +215,10 @@ struct HostProfile {
         field(&H::memory_gbs, "Host memory bandwidth with those threads, GB/s (read + write).", gt(0)),
         field(&H::adamw_params_per_s, "CPU AdamW, parameters per second, alone.", gt(0)),
         field(&H::adamw_busy_params_per_s, "CPU AdamW, parameters per second, while copies run both ways.",
+              gt(0)),
+        field(&H::adamw_full_params_per_s,
+              "CPU AdamW, parameters per second, in a `full` run whose steps the CPU update sets: "
+              "--calibrate's run of its smallest model (the update time the run's pipeline reports).",
               gt(0)),
         field(&H::sign_sgd_params_per_s, "CPU SignSGD, parameters per second, alone.", gt(0)),
         field(&H::sign_sgd_busy_params_per_s,

@@ -447,6 +447,44 @@ TEST_CASE("step time: full's CPU update runs at the rate under copies, and the G
   CHECK(q.mode(Offload::full).time->cpu_update == doctest::Approx(0.5 * 3.0));
 }
 
+TEST_CASE("step time: full's CPU update at the rate a full run measured, when the profile has one") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
+  prof.host.adamw_params_per_s = 1e12;
+  prof.host.adamw_busy_params_per_s = params() / 1.0;
+  prof.host.adamw_full_params_per_s = params() / 0.8;  // what --calibrate's full run measured
+  const auto p = planned(prof, config(1024));
+  const auto& t = *p.mode(Offload::full).time;
+  CHECK(t.cpu_update == doctest::Approx(0.8));
+  CHECK(t.step > 0.8);
+  CHECK(t.bound == "CPU update");
+  // SignSGD has no such figure: its rate under copies.
+  const auto q = planned(prof, config(1024, {"--optim.type=sign_sgd", "--optim.max-norm=None"}));
+  CHECK(q.mode(Offload::full).time->cpu_update ==
+        doctest::Approx(params() / prof.host.sign_sgd_busy_params_per_s));
+}
+
+TEST_CASE("step time: full with several micro-batches: the host sums the gradients through its memory") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  prof.link.h2d_both_gbs = prof.link.d2h_both_gbs = prof.link.h2d_gbs = prof.link.d2h_gbs = 1e3;
+  prof.host.adamw_full_params_per_s = params() / 1.0;
+  // 14 bytes a parameter before the last updates (its add and the squares) take 0.7 s.
+  prof.host.memory_gbs = 14 * params() / 0.7 / 1e9;
+  const auto two = planned(prof, config(1024, {"--data.batch-size=2"}));
+  const auto& t = *two.mode(Offload::full).time;
+  CHECK(t.cpu_update == doctest::Approx(1.0 + 0.7));
+  CHECK(t.bound == "CPU update");
+  // The earlier micro-batches' sums (6 bytes a parameter for the first, 10 for each
+  // other: 0.3 s, then 0.5 s more) run beside the GPU's next micro-batches; longer than
+  // them, they set the pace: a third micro-batch adds 0.5 s, its GPU work hidden but for
+  // its loss's extra pass (a tied head: nn/loss_chunking.hpp).
+  const auto three = planned(prof, config(1024, {"--data.batch-size=3"}));
+  const auto& u = *three.mode(Offload::full).time;
+  const double added = u.step - t.step;
+  CHECK(added >= 0.5);
+  CHECK(added < 0.5 + (u.forward - t.forward));
+}
+
 TEST_CASE("step time: full with several micro-batches: the CPU update slows with the copies") {
   auto prof = plan::read_profile_text("test", kProfile);
   // Alone 1 s, 2 s under the calibration's copies both ways at the link's full rate.

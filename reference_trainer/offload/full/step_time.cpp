@@ -119,6 +119,10 @@ class FullOffloadStep final : public StepModel {
     const bool sign = w.opt.kind == OptKind::sign_sgd;
     double alone = sign ? p.host.sign_sgd_params_per_s : p.host.adamw_params_per_s;
     double busy = sign ? p.host.sign_sgd_busy_params_per_s : p.host.adamw_busy_params_per_s;
+    // AdamW's rate as a full run's pipeline ran it, where the profile has one; else the
+    // rate under saturating copies (the two differ by host: docs/memory-planner.md).
+    const bool in_pipeline = !sign && p.host.adamw_full_params_per_s;
+    if (in_pipeline) busy = *p.host.adamw_full_params_per_s;
     const double used = std::min(threads, per_rank);
     if (used != static_cast<double>(p.host.threads)) {
       const double share = std::min(1.0, used / static_cast<double>(p.host.threads));
@@ -155,30 +159,50 @@ class FullOffloadStep final : public StepModel {
             loss, kVocabularyLossBytes));
       if (bound == "CPU update")
         t.unsure.push_back(
-            "full: the CPU update sets the step, at the profile's host rate; H200 machines of one kind "
-            "have run it at 4.9 to 6.1 G parameters/s (docs/memory-planner.md): --calibrate on this "
-            "machine measures its own");
+            in_pipeline
+                ? "full: the CPU update sets the step, at the rate the profile's full run measured; hosts "
+                  "of one machine kind differ (docs/memory-planner.md): --calibrate on this machine "
+                  "measures its own"
+                : "full: the CPU update sets the step, at the profile's rate under saturating copies (a "
+                  "profile without a full run's rate); H200 machines of one kind have run it at 4.9 to "
+                  "6.1 G parameters/s (docs/memory-planner.md): --calibrate on this machine measures its "
+                  "own");
       t.unsure.push_back(fmt::format(
           "full: the step replayed at the calibrated rates (docs/memory-planner.md, \"Step time\"): the "
           "worker busy {:.3f} s, the forward waiting for it {:.3f} s, backward for staging room {:.3f} s",
           r.cpu_busy, r.forward_wait, r.ring_wait));
       return x.earlier + last;
     }
-    t.cpu_update = cpu_update_under_copies(x.rank_params / alone, x.rank_params / busy, down + up,
-                                           (p.link.h2d_both_gbs + p.link.d2h_both_gbs) * kGB);
+    t.cpu_update = in_pipeline
+                       ? x.rank_params / busy
+                       : cpu_update_under_copies(x.rank_params / alone, x.rank_params / busy, down + up,
+                                                 (p.link.h2d_both_gbs + p.link.d2h_both_gbs) * kGB);
+    // Several micro-batches: the worker sums the gradients into FP32 host accumulators
+    // (offload/full/host_grads.hpp) through host memory: the first micro-batch's copied
+    // in (bf16 read, FP32 written: 6 bytes a parameter) and each later one's added (10),
+    // beside the GPU's next micro-batch; the last one's add and the squares for the norm
+    // (14) come before its updates.
+    const double M = static_cast<double>(w.micro_batches);
+    double sum_last = 0, sum_earlier = 0;
+    if (M > 1) {
+      const double host_bps = p.host.memory_gbs * kGB;
+      sum_last = x.rank_params * 14 / host_bps;
+      sum_earlier = std::max(0.0, x.rank_params * (6 + 10 * (M - 2)) / host_bps - x.earlier);
+      t.cpu_update += sum_last;
+      t.unsure.push_back(
+          fmt::format("full with several micro-batches: the host sums the gradients at the calibrated host "
+                      "memory bandwidth ({:.3f} s before the last updates), not measured on its own",
+                      sum_last));
+    }
     // Several micro-batches, or the CPU (no deferral): each step first waits for every
     // update of its last micro-batch, which follows the head's backward.
     const double last =
         std::max({x.fwd_wall + loss + std::max(x.bwd_wall(0), x.c.head_backward + t.cpu_update), t.link});
-    if (w.micro_batches > 1)
-      t.unsure.push_back(
-          "full with several micro-batches: the earlier micro-batches' gradients staged into the host "
-          "accumulators are not in the model");
     if (x.c.head_backward + t.cpu_update >= x.bwd_wall(0) && last > t.link)
       bound = "CPU update";
     else if (t.link >= last)
       bound = "PCIe";
-    return x.earlier + static_cast<double>(w.micro_batches - 1) * loss + last;
+    return x.earlier + sum_earlier + (M - 1) * loss + last;
   }
   std::string cost(double gb) const override {
     return fmt::format(
