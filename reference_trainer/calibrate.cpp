@@ -446,18 +446,38 @@ BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::i
   return run;
 }
 
-// AdamW's rate inside FullOffload's pipeline: `model` whole in `full` at 1,024 tokens a
-// step (so that the CPU update sets the step, as where the rate matters), its update time
-// as the pipeline reports it (the kernels, not the waits). The copies, the job sizes and
-// the thread hand-offs of a real step are in the figure: on an H100 machine the rows the
-// CPU update set ran 4.0 to 4.1 G parameters/s where AdamW alone ran 4.9 and under
-// saturating copies 3.5 (docs/memory-planner.md).
+// AdamW's rate inside FullOffload's pipeline: `model` in `full` at 1,024 tokens a step (so
+// that the CPU update sets the step, as where the rate matters), its update time as the
+// pipeline reports it (the kernels, not the waits). The copies, the job sizes and the
+// thread hand-offs of a real step are in the figure: on an H100 machine the rows the CPU
+// update set ran 4.0 to 4.1 G parameters/s where AdamW alone ran 4.9 and under saturating
+// copies 3.5 (docs/memory-planner.md). Cut to the blocks that keep it near a billion
+// parameters (at least two), so that its host state fits where the user's runs do; without
+// clipping, which `full` refuses and which the rate does not depend on.
 double full_update_rate(const CalibrateRequest& req, const std::string& model, const fs::path& dir) {
-  const auto lines = trainer_run(
-      req, model,
-      {"--model.offload=full", "--data.seq-len=1024", "--model.ac=None", "--model.ac-offloading=None"}, dir);
+  const ModelArgs s = resolve_model(model, std::nullopt).args;
+  std::int64_t block = 0, other = 0;
+  for (const auto& ps : s.params())
+    if (ps.block == 0)
+      block += ps.numel();
+    else if (ps.block < 0)
+      other += ps.numel();
+  const std::int64_t layers =
+      std::clamp<std::int64_t>((std::int64_t{1'000'000'000} - other) / std::max<std::int64_t>(1, block), 2,
+                               std::max<std::int64_t>(2, s.layers));
+  std::vector<std::string> shape = {"--model.offload=full",
+                                    "--data.seq-len=1024",
+                                    "--model.debug.num_layers=" + std::to_string(layers),
+                                    "--model.ac=None",
+                                    "--model.ac-offloading=None",
+                                    "--optim.max-norm=None"};
+  if (req.run.offload.cpu_threads)
+    shape.push_back("--offload.cpu-threads=" + std::to_string(*req.run.offload.cpu_threads));
+  const auto lines = trainer_run(req, model, shape, dir);
   std::int64_t params = 0;
-  for (const auto& ps : resolve_model(model, std::nullopt).args.params()) params += ps.numel();
+  ModelArgs cut = s;
+  cut.layers = std::min(layers, s.layers);
+  for (const auto& ps : cut.params()) params += ps.numel();
   return static_cast<double>(params) / median_after_warmup(lines, "cpu_update_s", "pipeline");
 }
 
@@ -644,7 +664,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
                   p.link.h2d_gbs, p.link.d2h_gbs, p.link.h2d_both_gbs, p.link.d2h_both_gbs,
                   p.link.pageable_factor));
   host(d, z, req.run, p.host);
-  if (d.is_cuda() && std::holds_alternative<AdamWConfig>(req.config.optim)) {
+  if (std::holds_alternative<AdamWConfig>(req.config.optim)) {
     // The smallest model: its host state is the least to hold.
     std::string smallest;
     std::int64_t fewest = 0;

@@ -797,6 +797,10 @@ TEST_CASE("--calibrate on the CPU writes a profile that --plan reads back") {
   CHECK(prof.gpu.blocks[0].hidden == 128);  // primecfg/tiny
   CHECK(prof.gpu.blocks[0].forward_s > 0);
   CHECK(prof.host.adamw_params_per_s > 0);
+  // AdamW as a full run's pipeline ran it (the default config clips, which full refuses:
+  // that run goes without).
+  REQUIRE(prof.host.adamw_full_params_per_s);
+  CHECK(*prof.host.adamw_full_params_per_s > 0);
   CHECK(prof.provenance.command.find("--calibrate=") != std::string::npos);
   CHECK(!prof.host.runtime_bytes);  // a CPU "device" holds the model in the same memory
   CHECK(prof.host.runtime_by_architecture.empty());
