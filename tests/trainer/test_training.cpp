@@ -166,7 +166,9 @@ TEST_CASE("equivalence: the three strategies give the same losses and weights (A
     CHECK(same_walk.loss_rel < 1e-5);
     CHECK(same_walk.weight_abs < 2e-5);
     // The gradient norm: summed on the host over two micro-batches in full, on the device
-    // in none; the same within the weights' drift.
+    // in none. metrics.jsonl keeps 6 significant digits: the runs agree to the last one or
+    // differ by a unit of it (seen: 2 of 20 steps, on AVX-512 and AVX2), which is 1e-5 at
+    // most for norms of 1 to 10; Approx allows 1e-5 x (1 + |norm|).
     const auto norms = grad_norms(none_dir), full_norms = grad_norms(tokens_dir);
     REQUIRE(norms.size() == 20);
     REQUIRE(full_norms.size() == 20);
