@@ -474,11 +474,9 @@ double full_update_rate(const CalibrateRequest& req, const std::string& model, c
   if (req.run.offload.cpu_threads)
     shape.push_back("--offload.cpu-threads=" + std::to_string(*req.run.offload.cpu_threads));
   const auto lines = trainer_run(req, model, shape, dir);
-  std::int64_t params = 0;
   ModelArgs cut = s;
   cut.layers = std::min(layers, s.layers);
-  for (const auto& ps : cut.params()) params += ps.numel();
-  return static_cast<double>(params) / median_after_warmup(lines, "cpu_update_s", "pipeline");
+  return static_cast<double>(cut.total_params()) / median_after_warmup(lines, "cpu_update_s", "pipeline");
 }
 
 // What a trainer process holds beyond the planner's own host terms: a one-block run's
@@ -669,8 +667,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     std::string smallest;
     std::int64_t fewest = 0;
     for (const std::string& name : req.models) {
-      std::int64_t n = 0;
-      for (const auto& ps : resolve_model(name, std::nullopt).args.params()) n += ps.numel();
+      const std::int64_t n = resolve_model(name, std::nullopt).args.total_params();
       if (smallest.empty() || n < fewest) smallest = name, fewest = n;
     }
     say(fmt::format("{}: timing the CPU update of a full-offload run", smallest));
