@@ -446,6 +446,19 @@ BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::i
   return run;
 }
 
+// Parameters of a model's first block, and outside its blocks (embedding, final norm, head).
+struct ParamSplit {
+  std::int64_t first_block = 0, outside = 0;
+};
+ParamSplit param_split(const ModelArgs& s) {
+  ParamSplit n;
+  for (const auto& ps : s.params()) {
+    if (ps.block == 0) n.first_block += ps.numel();
+    if (ps.block < 0) n.outside += ps.numel();
+  }
+  return n;
+}
+
 // AdamW's rate inside FullOffload's pipeline: `model` in `full` at 1,024 tokens a step (so
 // that the CPU update sets the step, as where the rate matters), its update time as the
 // pipeline reports it (the kernels, not the waits). The copies, the job sizes and the
@@ -455,16 +468,11 @@ BlockRun block_run(const CalibrateRequest& req, const std::string& model, std::i
 // parameters (at least two), so that its host state fits where the user's runs do; without
 // clipping, which `full` refuses and which the rate does not depend on.
 double full_update_rate(const CalibrateRequest& req, const std::string& model, const fs::path& dir) {
-  const ModelArgs s = resolve_model(model, std::nullopt).args;
-  std::int64_t block = 0, other = 0;
-  for (const auto& ps : s.params())
-    if (ps.block == 0)
-      block += ps.numel();
-    else if (ps.block < 0)
-      other += ps.numel();
-  const std::int64_t layers =
-      std::clamp<std::int64_t>((std::int64_t{1'000'000'000} - other) / std::max<std::int64_t>(1, block), 2,
-                               std::max<std::int64_t>(2, s.layers));
+  ModelArgs s = resolve_model(model, std::nullopt).args;
+  const ParamSplit n = param_split(s);
+  const std::int64_t layers = std::clamp<std::int64_t>(
+      (std::int64_t{1'000'000'000} - n.outside) / std::max<std::int64_t>(1, n.first_block),
+      std::min<std::int64_t>(2, s.layers), s.layers);
   std::vector<std::string> shape = {"--model.offload=full",
                                     "--data.seq-len=1024",
                                     "--model.debug.num_layers=" + std::to_string(layers),
@@ -474,9 +482,8 @@ double full_update_rate(const CalibrateRequest& req, const std::string& model, c
   if (req.run.offload.cpu_threads)
     shape.push_back("--offload.cpu-threads=" + std::to_string(*req.run.offload.cpu_threads));
   const auto lines = trainer_run(req, model, shape, dir);
-  ModelArgs cut = s;
-  cut.layers = std::min(layers, s.layers);
-  return static_cast<double>(cut.total_params()) / median_after_warmup(lines, "cpu_update_s", "pipeline");
+  s.layers = layers;  // the run's model
+  return static_cast<double>(s.total_params()) / median_after_warmup(lines, "cpu_update_s", "pipeline");
 }
 
 // What a trainer process holds beyond the planner's own host terms: a one-block run's
@@ -622,11 +629,7 @@ MachineProfile calibrate(const CalibrateRequest& req) {
   for (const Runs& run : runs) {
     const ModelArgs s = resolve_model(run.model, std::nullopt).args;
     const double r1 = run.r1, r3 = run.r3, r3ac = run.r3ac;
-    std::int64_t block_params = 0, other_params = 0;
-    for (const auto& ps : s.params()) {
-      if (ps.block == 0) block_params += ps.numel();
-      if (ps.block < 0) other_params += ps.numel();
-    }
+    const ParamSplit n = param_split(s);
     if (r3 <= r1 || r3ac <= r3)
       say(fmt::format(
           "warning: {}: more blocks or checkpointing did not take longer ({:.4f} / {:.4f} / {:.4f} s): "
@@ -639,11 +642,12 @@ MachineProfile calibrate(const CalibrateRequest& req) {
     b.fp8 = req.config.model.quantization.has_value();  // the runs' config is the user's
     b.tokens = tokens;
     b.forward_s = fwd;
-    b.backward_s = std::max(1e-9, block - fwd - static_cast<double>(block_params) / p.gpu.adamw_params_per_s);
+    b.backward_s =
+        std::max(1e-9, block - fwd - static_cast<double>(n.first_block) / p.gpu.adamw_params_per_s);
     // The rest of a one-block step: the head, the loss and the step's fixed work; its
     // matmuls run once forward and twice backward, which splits it.
     const double rest =
-        std::max(1e-9, r1 - block - static_cast<double>(other_params) / p.gpu.adamw_params_per_s);
+        std::max(1e-9, r1 - block - static_cast<double>(n.outside) / p.gpu.adamw_params_per_s);
     plan::HeadTiming h;
     h.hidden = s.hidden, h.vocab = s.vocab_size, h.tied = s.tie_embeddings, h.tokens = tokens;
     h.forward_s = rest / 3;
