@@ -11,6 +11,7 @@
 
 #include "base/device_graph.hpp"
 #include "base/device_streams.hpp"
+#include "base/mapped_copies.hpp"
 #include "base/safetensors.hpp"
 #include "checkpoint/dir.hpp"
 #include "checkpoint/tensors.hpp"
@@ -27,7 +28,6 @@
 #include "nn/loss_chunking.hpp"
 #include "nn/transformer.hpp"
 #include "offload/pipeline.hpp"
-#include "offload/shared/copies.hpp"
 #include "optim/cpu/cpu_optim.hpp"
 #include "optim/math.hpp"
 
@@ -643,8 +643,8 @@ class Trainer {
     for (std::size_t m = 0; m < batch.micro.size(); ++m) {
       const data::MicroBatch& mb = batch.micro[m];
       const bool last = m + 1 == batch.micro.size();
-      // The inputs are queued before the offload prefetch below: copies share the
-      // copy engine in queue order, and the forward pass waits for its inputs.
+      // The inputs go up by a kernel on the compute stream (base/mapped_copies.hpp), never
+      // behind the offload pipeline's copies.
       const auto [in, targets] = inputs(mb);
       if (last) state.begin_last_micro_batch(mb.input_ids, sharding_ ? every_ranks_ids : mb.input_ids);
       auto forward_backward = [&](const Transformer::Inputs& x, const Tensor& t) {
@@ -843,15 +843,15 @@ class Trainer {
   // targets, on the device.
   std::pair<Transformer::Inputs, Tensor> inputs(const data::MicroBatch& mb) const {
     const std::array<std::int64_t, 2> shape{mb.rows, mb.seq_len};
-    Transformer::Inputs in{to_device(mb.input_ids, shape, setup_.device),
-                           to_device(mb.positions, shape, setup_.device), std::nullopt};
+    Transformer::Inputs in{dev::upload_ints(mb.input_ids, shape, setup_.device),
+                           dev::upload_ints(mb.positions, shape, setup_.device), std::nullopt};
     if (!mb.one_doc_per_row) {
-      Tensor doc = to_device(mb.doc_ids, shape, setup_.device);
+      Tensor doc = dev::upload_ints(mb.doc_ids, shape, setup_.device);
       Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));
       in.mask = same.logical_and(torch::ones({mb.seq_len, mb.seq_len}, same.options()).tril()).unsqueeze(1);
     }
     const std::array<std::int64_t, 1> flat{static_cast<std::int64_t>(mb.targets.size())};
-    return {std::move(in), to_device(mb.targets, flat, setup_.device)};
+    return {std::move(in), dev::upload_ints(mb.targets, flat, setup_.device)};
   }
 
   // --- checkpoints and the end --------------------------------------------------

@@ -1,5 +1,6 @@
 #include "nn/moe.hpp"
 
+#include "base/mapped_copies.hpp"
 #include "base/storage_bytes.hpp"
 #include "nn/fp8.hpp"
 
@@ -363,11 +364,11 @@ Tensor run_experts_parallel(const MoeWeights& w, const MoeSettings& s, const Ten
   // Member j runs experts [j local, (j + 1) local): the sorted slots go to the members in
   // order. First each member learns how many rows of each of its experts come from each.
   const std::vector<i64> ones(static_cast<std::size_t>(P), 1);
-  const Tensor send_counts = torch::tensor(counts, torch::kInt64).view({P, local}).to(x.device());
+  const Tensor send_counts = dev::upload_ints(counts, {P, local}, x.device());
   Tensor recv_counts = torch::empty_like(send_counts);
   ex.all_to_all(recv_counts, send_counts, ones, ones);
-  recv_counts = recv_counts.cpu();
-  const i64* rc = recv_counts.data_ptr<i64>();  // [P, local]: member j's rows for each expert here
+  const std::vector<i64> recv = dev::read_back_ints(recv_counts);
+  const i64* rc = recv.data();  // [P, local]: member j's rows for each expert here
   std::vector<i64> send_rows(static_cast<std::size_t>(P), 0), recv_rows(static_cast<std::size_t>(P), 0),
       here(static_cast<std::size_t>(local), 0);
   for (i64 j = 0; j < P; ++j)
@@ -434,8 +435,7 @@ Tensor moe_forward(const MoeWeights& w, const MoeSettings& s, const Tensor& x, M
   // expert), counts[e] of expert e.
   const Tensor flat = ids.flatten();
   const Tensor order = at::argsort(flat, /*stable=*/true);
-  const Tensor count_t = at::bincount(flat, {}, E).cpu();
-  const std::vector<i64> counts(count_t.data_ptr<i64>(), count_t.data_ptr<i64>() + E);
+  const std::vector<i64> counts = dev::read_back_ints(at::bincount(flat, {}, E));
 
   return s.exchange ? run_experts_parallel(w, s, x, weights, order, counts)
          : s.recompute_experts && torch::GradMode::is_enabled()

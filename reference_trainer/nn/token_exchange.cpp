@@ -1,5 +1,7 @@
 #include "nn/token_exchange.hpp"
 
+#include "base/mapped_copies.hpp"
+
 #include <numeric>
 
 namespace primecfg::train {
@@ -11,12 +13,11 @@ std::vector<std::int64_t> exchange_counts(TokenExchange& ex, const std::vector<s
   TORCH_CHECK(static_cast<int>(send_rows.size()) == ex.ranks(), "exchange_counts: ", send_rows.size(),
               " counts for ", ex.ranks(), " ranks");
   // One row (one count) to and from each member; NCCL needs them on the device.
-  Tensor send = torch::tensor(send_rows, torch::kInt64).to(device);
+  Tensor send = dev::upload_ints(send_rows, {ex.ranks()}, device);
   Tensor recv = torch::empty_like(send);
   const std::vector<std::int64_t> ones(send_rows.size(), 1);
   ex.all_to_all(recv, send, ones, ones);
-  recv = recv.cpu();
-  return {recv.data_ptr<std::int64_t>(), recv.data_ptr<std::int64_t>() + recv.numel()};
+  return dev::read_back_ints(recv);
 }
 
 namespace {
