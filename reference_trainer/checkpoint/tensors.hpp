@@ -322,7 +322,7 @@ inline void load_into(const safetensors::file& f, const std::string& name, Tenso
                                   f.path().string(), name, safetensors::dtype_name(t->type)));
   }
   if (dst.scalar_type() == torch::kFloat32 && st != torch::kFloat32 && name.rfind("model.", 0) != 0 &&
-      name != "lm_head.weight")
+      name != kLmHeadParam)
     throw run_error(fmt::format("{}: tensor {} has dtype {}; optimizer state is FP32", f.path().string(),
                                 name, safetensors::dtype_name(t->type)));
   torch::NoGradGuard ng;

@@ -80,9 +80,9 @@ Fsdp::Fsdp(ProcessGroup& group, const ModelArgs& args, const ShardingOptions& o)
   unit_of_.assign(shapes.size(), 0);
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const ParamShape& p = shapes[i];
-    unit_of_[i] = p.name == "model.embed_tokens.weight" ? 0
-                  : p.block >= 0                        ? 1 + static_cast<std::size_t>(p.block)
-                                                        : layers + 1;
+    unit_of_[i] = p.name == kEmbeddingParam ? 0
+                  : p.block >= 0            ? 1 + static_cast<std::size_t>(p.block)
+                                            : layers + 1;
     Unit& unit = units_[unit_of_[i]];
     unit.params.push_back(i);
     if (!held_[i]) continue;

@@ -46,10 +46,10 @@ std::vector<ParamShape> ModelArgs::params() const {
   using K = ParamShape::Kind;
   const Architecture& arch = architecture();
   std::vector<ParamShape> out;
-  out.push_back({"model.embed_tokens.weight", vocab_size, hidden, -1, K::matrix});
+  out.push_back({std::string(kEmbeddingParam), vocab_size, hidden, -1, K::matrix});
   for (int l = 0; l < layers; ++l) arch.block_params(*this, l, out);
-  out.push_back({"model.norm.weight", hidden, 1, -1, K::norm});
-  if (!tie_embeddings) out.push_back({"lm_head.weight", vocab_size, hidden, -1, K::matrix});
+  out.push_back({std::string(kFinalNormParam), hidden, 1, -1, K::norm});
+  if (!tie_embeddings) out.push_back({std::string(kLmHeadParam), vocab_size, hidden, -1, K::matrix});
   return out;
 }
 
@@ -61,7 +61,7 @@ double ModelArgs::flops_per_token(i64 seq_len) const {
 i64 ModelArgs::matmul_params() const {
   i64 n = 0;
   for (const auto& p : params())
-    if (p.is_matrix() && p.name != "model.embed_tokens.weight") n += p.numel();
+    if (p.is_matrix() && p.name != kEmbeddingParam) n += p.numel();
   return n + (tie_embeddings ? vocab_size * hidden : 0);
 }
 

@@ -40,6 +40,13 @@ struct RopeScaling {
 };
 std::string_view rope_type_name(RopeScaling::Type t);
 
+// The parameters outside the blocks, by the names every architecture here gives them
+// (HF's): the input embedding (the token lookup, and the LM head when tied), the final
+// norm, and the LM head when untied.
+inline constexpr std::string_view kEmbeddingParam = "model.embed_tokens.weight";
+inline constexpr std::string_view kFinalNormParam = "model.norm.weight";
+inline constexpr std::string_view kLmHeadParam = "lm_head.weight";
+
 // One parameter tensor, in the trainer's order.
 struct ParamShape {
   enum class Kind { matrix, norm, bias };

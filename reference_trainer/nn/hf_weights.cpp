@@ -150,8 +150,8 @@ void HfWeights::load(NamedParam& p) {
   weights_.tensors.erase(it);
   // A tied model may still carry lm_head.weight; transformers then uses the
   // embedding, so the copy must be the same numbers or the two would disagree.
-  if (p.name != "model.embed_tokens.weight" || !args_.tie_embeddings) return;
-  if (auto head = weights_.tensors.find("lm_head.weight"); head != weights_.tensors.end()) {
+  if (p.name != kEmbeddingParam || !args_.tie_embeddings) return;
+  if (auto head = weights_.tensors.find(std::string(kLmHeadParam)); head != weights_.tensors.end()) {
     Tensor embed = p.tensor.detach();
     std::vector<std::int64_t> want(embed.sizes().begin(), embed.sizes().end());
     if (head->second.info->shape != want || !torch::equal(as_tensor(head->second).to(embed.options()), embed))

@@ -99,7 +99,7 @@ std::vector<Transformer::LinearPrecision> Transformer::use_fp8(const std::vector
         decide(s.name, arch.linear_module(s.name), s.rows, s.cols))
       fp8.insert(s.name);
   // prime-rl's models have an lm_head linear, tied or not.
-  const std::string head = args_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const std::string head(args_.tie_embeddings ? kEmbeddingParam : kLmHeadParam);
   if (decide(head, "lm_head", args_.vocab_size, args_.hidden))
     throw std::invalid_argument(
         "lm_head would run in FP8 (no ignore pattern finds it), and primecfg-train's LM head, fused with "
@@ -133,7 +133,7 @@ const Tensor& Transformer::param(std::string_view name) const {
 }
 
 const Tensor& Transformer::lm_head() const {
-  return param(args_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  return param(args_.tie_embeddings ? kEmbeddingParam : kLmHeadParam);
 }
 
 // ---------------------------------------------------------------------------
@@ -169,7 +169,7 @@ Tensor Transformer::hidden(const Inputs& in, Recompute recompute, std::int64_t a
   TORCH_CHECK(!offload || (recompute == Recompute::blocks && ac_freq == 1),
               "activation offloading needs every block checkpointed (ac_freq 1)");
   before(-1);
-  Tensor x = F::embedding(in.input_ids, param("model.embed_tokens.weight"));
+  Tensor x = F::embedding(in.input_ids, param(kEmbeddingParam));
   after(-1, x);
   for (int l = 0; l < a.layers; ++l) {
     before(l);
@@ -183,7 +183,7 @@ Tensor Transformer::hidden(const Inputs& in, Recompute recompute, std::int64_t a
   before(a.layers);
   // The final norm and the LM head: the loss uses the head after this returns, so
   // `after` for them is the loss's business (LossHooks).
-  return fused::rms_norm(x, param("model.norm.weight"), a.rms_eps);
+  return fused::rms_norm(x, param(kFinalNormParam), a.rms_eps);
 }
 
 Tensor Transformer::loss(const Tensor& hidden, const Tensor& targets, double scale, std::int64_t chunk_tokens,

@@ -416,9 +416,9 @@ MemoryPlan gpu_plan(const Workload& w, const MemoryModel& mode, bool ac) {
     for (const auto& p : w.params) {
       const i64 bytes = round_up(p.numel() * dt, blk);
       const bool counted_by_stages = stacked_experts && p.expert >= 0;
-      if (p.name == "lm_head.weight") {
+      if (p.name == kLmHeadParam) {
         head += bytes;
-      } else if (p.name == "model.embed_tokens.weight") {
+      } else if (p.name == kEmbeddingParam) {
         embedding += bytes;
       } else {
         blocks += bytes;

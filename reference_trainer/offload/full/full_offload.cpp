@@ -67,7 +67,7 @@ FullOffloadPipeline::FullOffloadPipeline(Transformer& model, const OptSettings& 
       block_groups_.at(static_cast<std::size_t>(b)).push_back(i);
     else
       head_group_.push_back(i);  // the embedding, the final norm and an untied LM head
-    if (states_[i].p->tensor.is_same(model.param("model.embed_tokens.weight"))) lookup_group_.push_back(i);
+    if (states_[i].p->tensor.is_same(model.param(kEmbeddingParam))) lookup_group_.push_back(i);
   }
   needed_at_.assign(states_.size(), model.args().layers);
   for (std::size_t i = 0; i < states_.size(); ++i)

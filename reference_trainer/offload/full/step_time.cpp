@@ -44,7 +44,7 @@ ReplayInputs replay_inputs(const StepContext& x, double grad_bytes, double cpu_r
   ReplayGroup share;  // the tied head share, filler
   for (const auto& q : w.params) {
     const double n = static_cast<double>(piece_numel(w, q));
-    if (q.name == "model.embed_tokens.weight") {
+    if (q.name == kEmbeddingParam) {
       if (!s.tie_embeddings) {
         add(lookup, n);
         continue;

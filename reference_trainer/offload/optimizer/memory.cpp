@@ -32,7 +32,7 @@ class OptimizerOffloadMemory final : public MemoryModel {
     i64 largest_moments = 0, total_moments = 0, tail_moments = 0;
     for (const auto& p : w.params) {
       const i64 bytes = 4 * piece_numel(w, p) * moment_count(w.opt, p);  // the rank's piece
-      if (split_tail && p.name == "model.embed_tokens.weight") {
+      if (split_tail && p.name == kEmbeddingParam) {
         tail_moments = bytes;
         continue;
       }

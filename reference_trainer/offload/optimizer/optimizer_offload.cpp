@@ -178,7 +178,7 @@ void OptimizerOffloadPipeline::ensure_window() {
     // Without clipping the input embedding's moments get a buffer of their own from
     // the second step on (tail_); the window is sized for the rest, as the planner
     // assumes. In the first step they go through the window or temporaries.
-    if (overlap_ && s.p->name == "model.embed_tokens.weight") continue;
+    if (overlap_ && s.p->name == kEmbeddingParam) continue;
     const std::size_t b = moment_bytes(s);
     largest = std::max(largest, b);
     total += b;

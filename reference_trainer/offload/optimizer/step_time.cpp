@@ -23,7 +23,7 @@ class OptimizerOffloadStep final : public StepModel {
     for (const auto& ps : w.params) {
       const double n = static_cast<double>(ps.numel()) / x.shard * moment_count(w.opt, ps);
       moment_params += n;
-      if (ps.name == "model.embed_tokens.weight") emb_params += n;
+      if (ps.name == kEmbeddingParam) emb_params += n;
     }
     const double up_both = p.link.h2d_both_gbs * kGB, down_both = p.link.d2h_both_gbs * kGB;
     // The embedding's moments come up beside the forward (a stream of their own) and
