@@ -1,7 +1,8 @@
 // OptimizerOffload's step model (planner/step_model.hpp): every FP32 moment comes up
 // and goes back over PCIe each step, beside the backward (each block's update in the
-// hook of its last gradient, its moments fetched ahead) and, for the embedding, beside
-// the forward; with clipping the updates wait for the end of backward.
+// hook of its last gradient, its moments fetched ahead, the write-backs from the first
+// final gradient on) and, for the embedding, beside the forward; with clipping the
+// updates wait for the end of backward.
 #include "planner/step_model.hpp"
 
 #include <fmt/format.h>
@@ -41,9 +42,24 @@ class OptimizerOffloadStep final : public StepModel {
                           std::max(t.gpu_update, std::max(rest_up / up_both, down / down_both)));
     }
     // Each block's update in the hook of its last gradient, its moments fetched ahead.
-    const double stream = std::max(rest_up / up_both, down / down_both);
-    if (stream > x.recompute + x.bwd + t.gpu_update && bound == "GPU compute") bound = "PCIe";
-    return x.earlier + (last_fwd + std::max(x.bwd_wall(t.gpu_update), stream));
+    // The stream up starts with the forward. The stream down starts with the first
+    // update's write-back: an untied LM head's, whose gradient is final once the head's
+    // backward ran; with a tied one, the last block's (recomputed first under AC), the
+    // head's gradient being final only after the lookup's. Until then the down
+    // direction carries only the embedding's write-back (from the step before).
+    const ModelShape& s = w.s;
+    double first_final = x.c.head_backward, first_group = 0;
+    for (const auto& ps : w.params)
+      if (s.tie_embeddings ? ps.block == s.layers - 1 : ps.name == kLmHeadParam)
+        first_group += static_cast<double>(ps.numel()) / x.shard;
+    if (s.tie_embeddings)
+      first_final += x.recompute / static_cast<double>(std::max<std::int64_t>(1, s.layers)) + x.c.block_backward;
+    const double down_start =
+        std::max(emb_down, x.fwd_wall + first_final + first_group / p.gpu.adamw_params_per_s);
+    const double stream_up = last_fwd + rest_up / up_both, stream_down = down_start + down / down_both;
+    const double stream = std::max(stream_up, stream_down);
+    if (stream > last_fwd + x.recompute + x.bwd + t.gpu_update && bound == "GPU compute") bound = "PCIe";
+    return x.earlier + std::max(last_fwd + x.bwd_wall(t.gpu_update), stream);
   }
   std::string cost(double gb) const override {
     return fmt::format(
