@@ -257,6 +257,22 @@ TEST_CASE("step time: optimizer streams the moments beside the backward, not aft
   CHECK(p.mode(Offload::optimizer).time->bound == "GPU compute");
 }
 
+TEST_CASE("step time: optimizer's streams count each copy's cost beyond its bytes (link.copy_us)") {
+  auto prof = plan::read_profile_text("test", kProfile);
+  const auto cfg = config(1024);
+  const auto without = *planned(prof, cfg).mode(Offload::optimizer).time;
+  CHECK(std::any_of(without.unsure.begin(), without.unsure.end(),
+                    [](const std::string& u) { return u.find("link.copy_us") != std::string::npos; }));
+  // One second a copy: each parameter's two moments are one copy each way (all far below
+  // 64 MiB), the embedding's beside the forward and the rest in the streams, both ways at
+  // once: the step grows by a second per parameter and moment.
+  prof.link.copy_us = 1e6;
+  const auto with = *planned(prof, cfg).mode(Offload::optimizer).time;
+  CHECK(with.step - without.step == doctest::Approx(2.0 * static_cast<double>(hand_shape().params().size())));
+  CHECK(std::none_of(with.unsure.begin(), with.unsure.end(),
+                     [](const std::string& u) { return u.find("link.copy_us") != std::string::npos; }));
+}
+
 TEST_CASE(
     "optimizer's pipeline: deferred write-backs and a wider window where the moment copies bound the step") {
   auto prof = plan::read_profile_text("test", kProfile);

@@ -5,6 +5,8 @@
 // Internal to primecfg-train.
 #pragma once
 
+#include "offload/shared/copy_pieces.hpp"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -38,12 +40,10 @@ inline Tensor to_device(const std::vector<std::int64_t>& values, torch::IntArray
 }
 
 // An asynchronous copy between contiguous tensors of one size, queued in pieces of at
-// most 64 MiB. A copy engine runs the copies queued on it in order, so a small copy
-// that the compute stream needs (the loss read back with .item(), the next step's
-// inputs) would otherwise wait behind a whole 1 GB moment transfer (22 ms at 55 GB/s).
+// most kCopyPieceBytes (copy_pieces.hpp says why).
 inline void copy_in_pieces(const Tensor& dst, const Tensor& src) {
   Tensor d = dst.view(-1), s = src.view(-1);
-  const std::int64_t piece = std::max<std::int64_t>(1, (std::int64_t{64} << 20) / d.element_size());
+  const std::int64_t piece = std::max<std::int64_t>(1, kCopyPieceBytes / d.element_size());
   for (std::int64_t at = 0, n = d.numel(); at < n; at += piece) {
     const std::int64_t len = std::min(piece, n - at);
     d.narrow(0, at, len).copy_(s.narrow(0, at, len), /*non_blocking=*/true);
