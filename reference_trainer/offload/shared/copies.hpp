@@ -1,6 +1,6 @@
 // Copies of the offload pipelines: typed views into byte buffers (the staging rings
-// and the moment window), small host inputs sent to the device without stalling the
-// host, and large copies queued in pieces.
+// and the moment window), row indices sent to the device without stalling the host,
+// and large copies queued in pieces.
 //
 // Internal to primecfg-train.
 #pragma once
@@ -27,9 +27,9 @@ inline Tensor ring_view(const Tensor& buf, std::size_t offset, torch::ScalarType
   return buf.narrow(0, static_cast<std::int64_t>(offset), n * elem).view(dtype).view(sizes);
 }
 
-// Token ids and the like as a device tensor. On a GPU they go through pinned memory
-// with an asynchronous copy: the host goes on queueing the forward pass instead of
-// waiting for a copy engine that the offload traffic may keep busy.
+// Row indices as a device tensor, through pinned memory with an asynchronous copy on the
+// current stream (the host does not wait). The inputs of the forward use
+// dev::upload_ints instead (base/mapped_copies.hpp), which no copy engine carries.
 inline Tensor to_device(const std::vector<std::int64_t>& values, torch::IntArrayRef shape,
                         torch::Device device) {
   auto host = torch::TensorOptions().dtype(torch::kInt64).pinned_memory(!device.is_cpu());
