@@ -318,10 +318,20 @@ StepTime step_time(const Workload& w, Offload mode, bool ac, const MachineProfil
         "not overlapped with compute; not measured",
         p.collectives.source));
   }
+  // Gradients summed into FP32 accumulators on the device, where the update does not read
+  // autograd's own (offload/shared/device_update.hpp, DeviceAccumulators): each hook copies
+  // the step's first gradient (bf16 read, FP32 written: 6 bytes a parameter) and adds each
+  // later one (10), on the compute stream during backward. At the calibrated device memory
+  // bandwidth; the profile's blocks ran with the hand-over, so without these passes.
+  const MemoryModel& memory = memory_model_of(mode);
+  if (w.a.cuda && memory.update_at(w) != UpdateAt::host && !memory.hands_over_grads(w)) {
+    const double sums = x.rank_params * (6 + 10 * (M - 1)) / (p.gpu.memory_gbs * kGB);
+    x.bwd += sums / M;
+  }
   t.forward = M * x.fwd;
   t.recompute = M * x.recompute;
   t.backward = M * x.bwd;
-  if (w.opt.kind != OptKind::adamw && memory_model_of(mode).update_at(w) != UpdateAt::host)
+  if (w.opt.kind != OptKind::adamw && memory.update_at(w) != UpdateAt::host)
     t.unsure.push_back(fmt::format("{}: the GPU update is timed at fused AdamW's rate", w.opt.name));
   if (w.opt.kind == OptKind::muon)
     t.unsure.push_back("muon: the Newton-Schulz iterations are not in the model");

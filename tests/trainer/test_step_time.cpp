@@ -136,6 +136,24 @@ TEST_CASE("step time: none is forward, backward and the update, from the measure
   CHECK(t.unsure.empty());
 }
 
+TEST_CASE("step time: gradients summed into FP32 accumulators on the device cost their bytes") {
+  // Without the fused AdamW's hand-over, none sums each parameter's gradients into an FP32
+  // accumulator (offload/shared/device_update.hpp): the first copied in (6 bytes a
+  // parameter), each later one added (10), during backward.
+  auto prof = plan::read_profile_text("test", kProfile);
+  prof.gpu.memory_gbs = 6 * params() / 0.1 / 1e9;  // the copy of the first takes 0.1 s
+  const auto one = *planned(prof, config(1024)).mode(Offload::none).time;
+  CHECK(one.backward == doctest::Approx(2 * 0.020 + 0.006 + 0.1));
+  CHECK(one.step == doctest::Approx(one.forward + one.backward + one.gpu_update));
+  const auto three = *planned(prof, config(1024, {"--data.batch-size=3"})).mode(Offload::none).time;
+  CHECK(three.backward == doctest::Approx(3 * (2 * 0.020 + 0.006) + 0.1 * (6 + 10 + 10) / 6));
+  // optimizer's hooks sum into its device accumulators too; full sums on the host.
+  const auto opt = *planned(prof, config(1024)).mode(Offload::optimizer).time;
+  CHECK(opt.backward == doctest::Approx(one.backward));
+  const auto full = *planned(prof, config(1024)).mode(Offload::full).time;
+  CHECK(full.backward == doctest::Approx(2 * 0.020 + 0.006));
+}
+
 // The same block timed with FP8 linears (model.quantization), the rest outside attention
 // faster: forward 6 ms (2 of it attention), backward 12.5 ms (5 attention).
 constexpr const char* kFp8Block = R"(
