@@ -201,6 +201,13 @@ std::int64_t gib_bytes(double gib) {
 const train::plan::MachineProfile* machine_profile(const train::TrainerOptions& o, bool this_device,
                                                    std::string& source);
 
+// Whether this primecfg-train runs on CUDA devices (a CUDA LibTorch).
+#if defined(PRIMECFG_WITH_CUDA)
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
 // What the planner assumes about this machine: the GPU's memory from the CUDA
 // driver (or the option, or the H200's 139 GiB), host memory from /proc/meminfo, the
 // process's resident runtime from a profile measured on this GPU (a plan given a
@@ -213,8 +220,11 @@ train::plan::Assumptions machine(const train::TrainerOptions& o) {
   a.deferred_share = o.offload.deferred_share;
   a.cuda_graph = o.cuda_graph;
   a.cpu_threads = o.offload.cpu_threads;
-  // The fused kernels the run will use: bf16 only, and none in a build without them.
-  a.kernels = plan::kFusedKernels && a.compute_bytes == 2 ? o.kernels.on() : std::vector<std::string>{};
+  // The fused kernels the run will use: bf16 only. A CUDA build without them runs without
+  // them; a build without CUDA (a laptop planning a cluster) plans another build's GPU run,
+  // which has them, so its plan is the one that build would make.
+  const bool run_has_kernels = plan::kFusedKernels || !kCudaBuild;
+  a.kernels = run_has_kernels && a.compute_bytes == 2 ? o.kernels.on() : std::vector<std::string>{};
   auto uses = [&](std::string_view k) {
     return std::find(a.kernels->begin(), a.kernels->end(), k) != a.kernels->end();
   };
