@@ -658,6 +658,7 @@ class Trainer {
       replayed = use_graph(mb, batch.micro.size(), scale);
       Tensor loss =
           replayed ? from_graph(in, targets, scale, forward_backward) : forward_backward(in, targets);
+      replayed = replayed && !graph_failed_;  // a capture that failed ran the micro-batch eagerly
       if (sharding_) sharding_->flush();
       loss_acc += loss.detach().to(torch::kFloat64);
       if (model.args().moe) routing.add(model.take_moe_stats(), *model.args().moe);
@@ -778,7 +779,7 @@ class Trainer {
   // Whether this micro-batch's forward and backward replay the graph (captured first, at
   // the step after the warm-up).
   bool use_graph(const data::MicroBatch& mb, std::size_t micro_batches, double loss_scale) {
-    if (!graph_on_) return false;
+    if (!graph_on_ || graph_failed_) return false;
     std::string why;
     if (model_->args().moe)
       why = "routed experts (the tokens each expert gets are read back to size its groups)";
@@ -817,7 +818,23 @@ class Trainer {
       try {
         g.graph.capture(setup_.device, [&] { g.loss = forward_backward(g.in, g.targets); });
       } catch (const std::exception& e) {
+        // What the capture's hooks kept goes first: it lives in the graph's pool.
+        state_->capture_failed();
         graph_.reset();
+        // A graph the run was not asked for, out of memory: the capture holds its pool's
+        // freed blocks apart from the rest (docs/trainer.md, "CUDA graph"), so a step that
+        // fits eagerly may not fit as a capture. Eager from here, said once.
+        if (!opts_.cuda_graph && dev::DeviceGraph::out_of_memory(e)) {
+          dev::DeviceGraph::release_cached(setup_.device);
+          graph_failed_ = true;
+          if (opts_.print)
+            std::fprintf(
+                stderr,
+                "primecfg-train: note: cuda_graph: eager: step %lld's capture ran out of GPU memory, "
+                "which its eager steps did not (--no-cuda-graph says so from the start)\n",
+                static_cast<long long>(pos_.step + 1));
+          return forward_backward(in, targets);
+        }
         throw run_error(fmt::format(
             "step {}: capturing the forward and backward as a CUDA graph failed ({}); --no-cuda-graph runs "
             "them eagerly",
@@ -943,6 +960,7 @@ class Trainer {
   };
   bool graph_on_ = false;       // opts_.cuda_graph, where it applies
   bool graph_refused_ = false;  // a step it does not apply to was said
+  bool graph_failed_ = false;   // its capture ran out of memory: eager since
   std::optional<StepGraph> graph_;
   std::int64_t eager_steps_ = 0;       // in this process
   ActivationOffload::Stats act_seen_;  // its counters at the last step's end

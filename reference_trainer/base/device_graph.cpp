@@ -1,6 +1,9 @@
 #include "base/device_graph.hpp"
 
+#include <c10/util/Exception.h>
+
 #include <stdexcept>
+#include <string_view>
 
 #if defined(PRIMECFG_WITH_CUDA)
 #include <ATen/cuda/CUDAGraph.h>
@@ -58,6 +61,24 @@ void DeviceGraph::capture(torch::Device d, const std::function<void()>& work) {
   impl_ = std::move(fresh);
 #else
   (void)work;
+#endif
+}
+
+bool DeviceGraph::out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
+  // Autograd's engine hands an error of its threads on by type; a copy of the message
+  // names it as well ("CUDA out of memory. Tried to allocate ...").
+  return std::string_view(e.what()).find("CUDA out of memory") != std::string_view::npos;
+}
+
+void DeviceGraph::release_cached(torch::Device d) {
+#if defined(PRIMECFG_WITH_CUDA)
+  if (!d.is_cuda()) return;
+  c10::cuda::CUDAGuard guard(d);
+  torch::cuda::synchronize(d.index());
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)d;
 #endif
 }
 

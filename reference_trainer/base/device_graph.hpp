@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 
@@ -31,6 +32,13 @@ class DeviceGraph {
   bool captured() const;
   // Queues the captured work on the current stream.
   void replay();
+
+  // Whether `e`, thrown by capture(), is the caching allocator running out of device
+  // memory (the run may go on eagerly), not work that cannot be captured.
+  static bool out_of_memory(const std::exception& e);
+  // Hands the allocator's cached free memory back to the device: after a capture that
+  // failed, its pool's, once nothing holds a tensor of it.
+  static void release_cached(torch::Device d);
 
  private:
   struct Impl;

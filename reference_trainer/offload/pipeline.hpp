@@ -46,13 +46,16 @@ concept offload_pipeline =
   { cp.block_hook() } -> std::same_as<const Transformer::BlockHook*>;
   { cp.loss_hooks(last) } -> std::same_as<Transformer::LossHooks>;
   { cp.loss_chunks(n) } -> std::same_as<Transformer::LossChunks>;
-  p.before_backward();                          // its forward is queued
+  p.before_backward();  // its forward is queued
   // A CUDA graph of the forward and backward (base/device_graph.hpp): whether the hooks
   // only queue device work and keep what they are given, so that replays of a capture
-  // do what the hooks did; then captured() follows a capture, replayed() each replay.
+  // do what the hooks did; then captured() follows a capture, replayed() each replay,
+  // capture_failed() a capture that threw (what its hooks kept is dropped: the micro-batch
+  // runs again eagerly).
   { cp.replayable() } -> std::same_as<bool>;
   p.captured();
   p.replayed();
+  p.capture_failed();
   { p.finish_step() } -> std::same_as<double>;  // after backward: the norm
   p.end_step();                                 // loss and norm read back
   // Figures for the metrics.

@@ -13,6 +13,7 @@
 // (test seam): the vocabulary walk rounds gradients differently, which Adam's first
 // update magnifies by up to lr/eps where a gradient is about 0 (tests/trainer/
 // test_training.cpp derives it); the walk as run is held on the losses.
+#include "base/device_graph.hpp"
 #include "test_seams.hpp"
 #include "trainer.hpp"
 
@@ -27,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -299,6 +301,23 @@ TEST_CASE("GPU: the forward and backward replayed from a CUDA graph train as eag
   o.cuda_graph = true;
   CHECK_THROWS_WITH_AS(train::run_sft(config(Offload::optimizer, "graph-optimizer", a, 4), o),
                        doctest::Contains("cuda_graph = true"), train::run_error);
+}
+
+// A capture the run was not asked for that runs out of memory lets the run go on eagerly;
+// any other failure of a capture stays an error (trainer.cpp, from_graph). Which is which
+// is read from the error, on any device.
+TEST_CASE("A capture that ran out of device memory is told apart from work a graph cannot hold") {
+  using train::dev::DeviceGraph;
+  const c10::OutOfMemoryError oom(
+      {__func__, __FILE__, __LINE__},
+      "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity "
+      "of 79.18 GiB of which 2.19 MiB is free.");
+  CHECK(DeviceGraph::out_of_memory(oom));
+  // Passed on by autograd's engine as another type, with the allocator's words.
+  CHECK(DeviceGraph::out_of_memory(std::runtime_error(oom.what())));
+  CHECK_FALSE(DeviceGraph::out_of_memory(
+      c10::Error({__func__, __FILE__, __LINE__}, "operation not permitted when stream is capturing")));
+  CHECK_FALSE(DeviceGraph::out_of_memory(std::runtime_error("host memory exhausted")));
 }
 
 // Activation offloading: the block inputs go to pinned host memory on one copy stream

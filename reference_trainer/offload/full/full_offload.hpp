@@ -91,6 +91,7 @@ class FullOffloadPipeline {
   bool replayable() const { return false; }
   void captured() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
   void replayed() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
+  void capture_failed() { throw std::logic_error("a CUDA graph of this pipeline's step"); }
 
   // What the copy pipelines and the CPU worker did in the last step.
   std::map<std::string, double> pipeline_stats() const;

@@ -24,6 +24,14 @@ NoOffloadPipeline::NoOffloadPipeline(Transformer& model, const OptSettings& opt,
       dp);
 }
 
+void NoOffloadPipeline::capture_failed() {
+  // The hooks may have run for some parameters, and autograd may have left a gradient it
+  // had not handed over yet: both in the graph's pool, neither of this step's eager run.
+  for (auto& s : states_) s.p->tensor.mutable_grad() = Tensor();
+  if (handing_over_) compute_grads_.assign(states_.size(), Tensor());
+  graph_grads_.clear();
+}
+
 void NoOffloadPipeline::masters_from_model() {
   torch::NoGradGuard ng;
   for (auto& s : states_) master_from_weights(s);

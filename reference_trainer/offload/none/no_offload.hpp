@@ -50,6 +50,7 @@ class NoOffloadPipeline {
   bool replayable() const { return hand_over_; }
   void captured() { graph_grads_ = compute_grads_; }
   void replayed() { compute_grads_ = graph_grads_; }
+  void capture_failed();
 
   std::map<std::string, double> pipeline_stats() const { return {}; }
   std::map<std::string, double> host_bytes() const { return host_state_bytes(states_); }
