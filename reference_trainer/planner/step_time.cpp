@@ -89,6 +89,18 @@ std::vector<BlockTiming> of_this_architecture(std::vector<BlockTiming> blocks, c
   return blocks;
 }
 
+// Of those, the blocks whose heads are as wide as s's, where there are any: a block's time
+// outside attention is its measured time less attention at the rate calibrated for its head
+// width, so blocks of another width carry that estimate's error into the rate interpolated
+// (on an H100, Qwen3-1.7B interpolated towards Llama-3.2-1B's 64-wide heads was planned
+// 11% too fast; from its own width's blocks, within 3%: docs/memory-planner.md).
+std::vector<BlockTiming> of_this_head_width(std::vector<BlockTiming> blocks, const ModelShape& s) {
+  if (std::any_of(blocks.begin(), blocks.end(),
+                  [&](const BlockTiming& b) { return b.head_dim == s.head_dim; }))
+    std::erase_if(blocks, [&](const BlockTiming& b) { return b.head_dim != s.head_dim; });
+  return blocks;
+}
+
 double attention_flops(std::int64_t heads, std::int64_t head_dim, std::int64_t B, std::int64_t T) {
   const double t = static_cast<double>(T);
   return 2.0 * static_cast<double>(B) * t * t * static_cast<double>(heads * head_dim);
@@ -177,6 +189,8 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
   }
 
   blocks = of_this_architecture(std::move(blocks), s);
+  const std::size_t of_architecture = blocks.size();
+  blocks = of_this_head_width(std::move(blocks), s);
 
   // Outside attention, each measured block runs its matmuls (and what goes with them:
   // norms, casts, launches) at some throughput; bigger matmuls run faster.
@@ -214,9 +228,10 @@ ComputeTimes compute_times(const Workload& w, const MachineProfile& p) {
                                          "throughput (large blocks run faster, so the step is likely shorter)"
                                        : "its matmul throughput interpolated between the measured blocks' by "
                                          "FLOPs per token";
-    c.unsure.push_back(
-        fmt::format("block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}",
-                    s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, how));
+    c.unsure.push_back(fmt::format(
+        "block shape (hidden {}, intermediate {}, {}/{} heads of {}) not in the profile: {}{}", s.hidden,
+        s.intermediate, s.heads, s.kv_heads, s.head_dim, how,
+        blocks.size() < of_architecture ? fmt::format(" (of the blocks with heads of {})", s.head_dim) : ""));
     const auto arch = s.architecture().name();
     if (std::none_of(blocks.begin(), blocks.end(),
                      [&](const BlockTiming& b) { return b.architecture == arch; }))

@@ -239,6 +239,18 @@ TEST_CASE("step time: a block shape not measured runs at a throughput interpolat
                        [&](const std::string& u) { return u.find(what) != std::string::npos; });
   };
   CHECK(says(t, "interpolated"));
+  // A block with heads twice as wide, between the two and three times as fast: its time outside
+  // attention rests on attention at another width's rate, so it is not interpolated from.
+  plan::BlockTiming wide = prof.gpu.blocks[0];
+  wide.head_dim = 8, wide.intermediate = 40;
+  wide.forward_s = 0.004, wide.backward_s = 0.008;
+  prof.gpu.blocks.push_back(wide);
+  const auto pw = plan::make_plan(config(1024), s, a);
+  const auto& w = *pw.mode(Offload::none).time;
+  CHECK(w.forward == doctest::Approx(2 * block_f + 0.003));
+  CHECK(w.backward == doctest::Approx(2 * block_b + 0.006));
+  CHECK(says(w, "of the blocks with heads of 4"));
+  prof.gpu.blocks.pop_back();
   // Beyond the largest: the largest's throughput, said so.
   s.intermediate = 4096;
   const auto q = plan::make_plan(config(1024), s, a);
