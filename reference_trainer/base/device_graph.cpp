@@ -40,8 +40,7 @@ void DeviceGraph::capture(torch::Device d, const std::function<void()>& work) {
   if (!supported(d)) throw std::logic_error("DeviceGraph: CUDA graphs need a CUDA device in a CUDA build");
 #if defined(PRIMECFG_WITH_CUDA)
   c10::cuda::CUDAGuard guard(d);
-  torch::cuda::synchronize(d.index());
-  c10::cuda::CUDACachingAllocator::emptyCache();
+  release_cached(d);
   // A capture may not run on the legacy default stream.
   const auto side = c10::cuda::getStreamFromPool(false, d.index());
   c10::cuda::CUDAStreamGuard on_side(side);

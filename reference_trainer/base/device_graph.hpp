@@ -36,8 +36,9 @@ class DeviceGraph {
   // Whether `e`, thrown by capture(), is the caching allocator running out of device
   // memory (the run may go on eagerly), not work that cannot be captured.
   static bool out_of_memory(const std::exception& e);
-  // Hands the allocator's cached free memory back to the device: after a capture that
-  // failed, its pool's, once nothing holds a tensor of it.
+  // Hands the allocator's cached free memory back to the device, once the device is idle:
+  // before a capture (which cannot release a block), and after one that failed, its pool's
+  // once nothing holds a tensor of it.
   static void release_cached(torch::Device d);
 
  private:
