@@ -186,25 +186,26 @@ ModePlan with_pipeline(const Workload& w, ModePlan mp) {
   c.deferred_share = kDeferredShare;
   c.why = fmt::format("the moment copies bound the step ({:.3f} s, against {:.3f} s of compute)", t.link,
                       compute);
-  // The same plan with the larger window, kept where the device holds it.
+  // Planned again with what was chosen (the step model replays the window and the
+  // deferral): the larger window where the device holds it, else the automatic one.
+  Workload chosen = w;
+  chosen.a.deferred_share = kDeferredShare;
   if (!w.a.ring_bytes) {
-    Workload wider = w;
-    wider.a.ring_bytes = kDeferredWindow;
-    ModePlan big = plan_mode(wider, Offload::optimizer, mp.ac);
+    chosen.a.ring_bytes = kDeferredWindow;
+    ModePlan big = plan_mode(chosen, Offload::optimizer, mp.ac);
     if (big.gpu_fits.value_or(true)) {
-      big.time = std::move(mp.time);
+      big.time = step_time(chosen, Offload::optimizer, mp.ac, *w.a.profile);
       big.pipeline = c;
       big.pipeline.ring_bytes = kDeferredWindow;
-      mp = std::move(big);
-    } else {
-      c.why += fmt::format("; the {} MiB window does not fit the device", kDeferredWindow >> 20);
+      return big;
     }
+    c.why += fmt::format("; the {} MiB window does not fit the device", kDeferredWindow >> 20);
+    chosen.a.ring_bytes = std::nullopt;
   }
-  if (mp.time)
-    mp.time->unsure.push_back(
-        "optimizer: the gain of the deferred write-backs is not in the step time (measured on the H200: "
-        "-5% at Llama-3.2-3B/8192)");
-  return mp;
+  ModePlan deferred = plan_mode(chosen, Offload::optimizer, mp.ac);
+  deferred.time = step_time(chosen, Offload::optimizer, mp.ac, *w.a.profile);
+  deferred.pipeline = c;
+  return deferred;
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // hook of its last gradient, its moments fetched ahead, the write-backs from the first
 // final gradient on) and, for the embedding, beside the forward; with clipping the
 // updates wait for the end of backward.
+#include "offload/optimizer/step_replay.hpp"
 #include "offload/shared/copy_pieces.hpp"
+#include "offload/shared/ring_size.hpp"
+#include "optim/update_groups.hpp"
 #include "planner/step_model.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +17,73 @@
 namespace primecfg::train::plan::detail {
 
 namespace {
+
+// The pipeline's groups as the replay takes them (offload/optimizer/step_replay.hpp), with
+// this rank's pieces: update_groups over the parameters in the trainer's order, the
+// hooks' order its reverse (the LM head's first, the blocks' last to first), the input
+// embedding apart (its tail buffer); the window as ring_capacity sizes it; the last
+// groups' write-backs deferred up to the share of the window (plan_order).
+MomentReplayInputs replay_inputs(const StepContext& x) {
+  const Workload& w = x.w;
+  const MachineProfile& p = x.p;
+  const ModelShape& s = w.s;
+  MomentReplayInputs in;
+  std::vector<int> block;
+  std::vector<std::size_t> bytes;
+  std::vector<double> numel, pieces;
+  std::size_t largest = 0, total = 0;
+  for (const auto& ps : w.params) {
+    const double n = static_cast<double>(piece_numel(w, ps));
+    const int k = moment_count(w.opt, ps);
+    const auto b = static_cast<std::size_t>(4 * n * k);
+    const double copies = k * std::ceil(4 * n / static_cast<double>(kCopyPieceBytes));
+    if (ps.name == kEmbeddingParam) {
+      in.tail = MomentGroup{static_cast<double>(b), copies, n, 0, false};
+      continue;
+    }
+    block.push_back(w.opt.kind == OptKind::adamw ? ps.block : -1);
+    bytes.push_back(b), numel.push_back(n), pieces.push_back(copies);
+    largest = std::max(largest, b), total += b;
+  }
+  in.window_bytes = static_cast<double>(
+      ring_capacity(static_cast<std::int64_t>(largest), static_cast<std::int64_t>(total), w.a.ring_bytes));
+  const auto groups = update_groups(block, bytes, static_cast<std::size_t>(in.window_bytes) / 4);
+  // Deferred: the parameters last in the hooks' order, while they fit the share.
+  const double share = w.a.deferred_share.value_or(0) * in.window_bytes;
+  std::vector<char> deferred(bytes.size(), 0);
+  double held = 0;
+  for (std::size_t i = 0; i < bytes.size() && held + static_cast<double>(bytes[i]) <= share; ++i)
+    held += static_cast<double>(bytes[i]), deferred[i] = 1;
+  // The backward's GPU time (with what runs beside it), each block's spread over its groups
+  // by their moments, the LM head's before the first.
+  const double L = static_cast<double>(std::max<std::int64_t>(1, s.layers));
+  const double per_block = std::max(0.0, x.bwd_wall(0) - x.c.head_backward) / L;
+  std::vector<double> block_bytes(static_cast<std::size_t>(std::max<std::int64_t>(1, s.layers)), 0);
+  for (std::size_t i = 0; i < block.size(); ++i)
+    if (block[i] >= 0) block_bytes[static_cast<std::size_t>(block[i])] += static_cast<double>(bytes[i]);
+  for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+    MomentGroup m;
+    m.deferred = true;
+    for (auto i : *g) {
+      m.bytes += static_cast<double>(bytes[i]), m.copies += pieces[i], m.params += numel[i];
+      m.deferred = m.deferred && deferred[i];
+    }
+    const int b = block[g->front()];
+    if (b >= 0 && block_bytes[static_cast<std::size_t>(b)] > 0)
+      m.backward_s = per_block * m.bytes / block_bytes[static_cast<std::size_t>(b)];
+    in.groups.push_back(m);
+  }
+  if (!in.groups.empty()) in.groups.front().backward_s += x.c.head_backward;
+  in.forward_s = x.fwd_wall;
+  // Activation offloading's block inputs come back up beside the backward: the moments'
+  // share of the link up (the replay has one stream a direction).
+  const double moments_up = static_cast<double>(total) + in.tail.bytes;
+  in.h2d_bytes_per_s = p.link.h2d_both_gbs * kGB * moments_up / (moments_up + x.off_bytes);
+  in.d2h_bytes_per_s = p.link.d2h_both_gbs * kGB;
+  in.copy_s = p.link.copy_us.value_or(0) * 1e-6;
+  in.update_params_per_s = p.gpu.adamw_params_per_s;
+  return in;
+}
 
 class OptimizerOffloadStep final : public StepModel {
  public:
@@ -55,7 +125,20 @@ class OptimizerOffloadStep final : public StepModel {
              (last_fwd + x.bwd_wall(0) +
               std::max(t.gpu_update, std::max(rest_up / up_both, down / down_both) + rest_copies_s));
     }
-    // Each block's update in the hook of its last gradient, its moments fetched ahead.
+    // Each group's update in the hook of its last gradient, its moments fetched ahead into
+    // the window: on a GPU, replayed.
+    if (w.a.cuda) {
+      const MomentReplayResult r = replay_optimizer_step(replay_inputs(x));
+      if (r.replayed) {
+        const double gpu = last_fwd + x.bwd_wall(t.gpu_update);
+        if (r.step > 1.02 * gpu && bound == "GPU compute") bound = "PCIe";
+        t.unsure.push_back(fmt::format(
+            "optimizer: the step replayed at the calibrated rates (docs/memory-planner.md, \"Step time\"): "
+            "the updates waiting for their moments {:.3f} s, the uploads for window room {:.3f} s",
+            r.update_wait, r.room_wait));
+        return x.earlier + std::max(gpu, r.step);
+      }
+    }
     // The stream up starts with the forward. The stream down starts with the first
     // update's write-back: an untied LM head's, whose gradient is final once the head's
     // backward ran; with a tied one, the last block's (recomputed first under AC), the
