@@ -18,6 +18,8 @@
 #                            experts recomputed; flags: more primecfg-train flags, comma-separated,
 #                            e.g. --model.debug.num-layers=4 to cut a model to its first blocks)
 #              BUDGET_S      seconds for all rows; rows that would not fit are skipped (420)
+#              ROW_MIN_S     a row starts only with this many seconds of the budget left (150);
+#                            each runs at most 240 s and never past the budget
 #              PLAN_PROFILE  a machine profile for --plan (--plan-profile; else the shipped one)
 #
 # Host memory: the plan's host peak of the row's mode against the process's resident
@@ -73,12 +75,14 @@ print(f'{float(row["gpu"]["peak_gib"]):.2f}', f'GPU:{yn(row["gpu"]["fits"])},hos
       f'{row["host"]["peak_bytes"] / 2**30:.2f}', f'{step:.4f}' if step else "-")
 PY
   )
-  if [ "$(left)" -lt 150 ]; then
+  if [ "$(left)" -lt "${ROW_MIN_S:-150}" ]; then
     echo "SKIP $name (budget)"
     continue
   fi
   t0=$(date +%s)
-  timeout 240 "$TRAIN" "${args[@]}" >"$RES/$name.log" 2>&1
+  cap=$(left)
+  [ "$cap" -gt 240 ] && cap=240
+  timeout "$cap" "$TRAIN" "${args[@]}" >"$RES/$name.log" 2>&1
   rc=$?
   echo "$name: rc=$rc, $(($(date +%s) - t0)) s, predicted $predicted GiB, planner fits: $fits"
   "$PY" - "$RES/$name" "$rc" "$model" "$seq" "$mode" "$ac" "$fits" "$predicted" "$RES/$name.log" "$host_predicted" \
