@@ -1,8 +1,8 @@
 // OptimizerOffload's step model (planner/step_model.hpp): every FP32 moment comes up
-// and goes back over PCIe each step, beside the backward (each block's update in the
-// hook of its last gradient, its moments fetched ahead, the write-backs from the first
-// final gradient on) and, for the embedding, beside the forward; with clipping the
-// updates wait for the end of backward.
+// and goes back over PCIe each step. On a GPU without clipping the pipeline's order is
+// replayed (step_replay.hpp: each group's update in the hook of its last gradient, its
+// moments fetched ahead into the window); otherwise a closed form, the streams beside
+// the backward, or after it with clipping.
 #include "offload/optimizer/step_replay.hpp"
 #include "offload/shared/copy_pieces.hpp"
 #include "offload/shared/ring_size.hpp"
